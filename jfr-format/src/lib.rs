@@ -1,0 +1,39 @@
+//! JFR 2.1 chunk reader and writer.
+//!
+//! The format crate of the `recorder` project: sans I/O (it parses `Bytes` and appends to
+//! caller-provided `Vec<u8>`s), without unsafe code, and written so that **no input makes it panic,
+//! hang or allocate beyond the input's size**: counts are checked against the bytes that remain,
+//! nesting is bounded by [`MAX_NESTING`], and every error names the byte offset and what was expected
+//! there.
+//!
+//! - [`header`]: the 68-byte chunk header and the live-update (guard/generation) protocol.
+//! - [`metadata`]: the type model, the JDK 17 stack-trace and thread types ([`metadata::jdk_types`])
+//!   and event-type helpers.
+//! - [`write`]: value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
+//! - [`read`]: [`read::Chunk`] (header, metadata, lazily resolved constant pools, events, refresh of
+//!   live chunks) and [`read::chunks`] for multi-chunk files.
+//! - [`view`]: typed views of threads and stack traces.
+//!
+//! The byte-level rules followed here are in `shared/docs/jfr-format.md` of the project.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod header;
+pub mod metadata;
+pub mod read;
+pub mod value;
+pub mod varint;
+pub mod view;
+pub mod write;
+
+pub use error::{Error, Result};
+pub use header::ChunkHeader;
+pub use metadata::{Class, Field, Metadata};
+pub use read::{chunks, Chunk, Event, Item, Refresh};
+pub use value::{Object, Text, Value};
+pub use view::{FrameInfo, StackTraceInfo, ThreadInfo};
+pub use write::{Checkpoint, ChunkWriter};
+
+/// Deepest nesting of inline structs (and metadata elements) the reader accepts.
+pub const MAX_NESTING: usize = 64;

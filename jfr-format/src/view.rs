@@ -1,0 +1,187 @@
+//! Typed views of the JDK's well-known constant types: threads, stack traces, frames, methods and
+//! classes. They navigate by field name, so they work for any producer's ids.
+
+use crate::error::Result;
+use crate::read::{Chunk, Event};
+use crate::value::Value;
+
+/// A resolved `java.lang.Thread`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ThreadInfo {
+    /// `osName`.
+    pub os_name: Option<String>,
+    /// `osThreadId`.
+    pub os_thread_id: i64,
+    /// `javaName`.
+    pub java_name: Option<String>,
+    /// `javaThreadId`.
+    pub java_thread_id: i64,
+}
+
+impl ThreadInfo {
+    /// The name a person would use: the Java name, else the OS name.
+    pub fn name(&self) -> &str {
+        self.java_name
+            .as_deref()
+            .or(self.os_name.as_deref())
+            .unwrap_or("")
+    }
+}
+
+/// A resolved stack frame.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FrameInfo {
+    /// Method name.
+    pub method: String,
+    /// Class name (`/` and `.` as written), empty if unknown.
+    pub class: String,
+    /// Package name, if any.
+    pub package: Option<String>,
+    /// Line number, −1 or absent if unknown.
+    pub line: i32,
+    /// Bytecode index.
+    pub bytecode_index: i32,
+    /// Frame type description (`Native`, `Inlined`, `JIT compiled`, …).
+    pub frame_type: Option<String>,
+}
+
+impl FrameInfo {
+    /// `class.method`, or the method alone when there is no class.
+    pub fn qualified_name(&self) -> String {
+        if self.class.is_empty() {
+            self.method.clone()
+        } else {
+            format!("{}.{}", self.class, self.method)
+        }
+    }
+}
+
+/// A resolved stack trace, innermost frame first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StackTraceInfo {
+    /// Frames were dropped.
+    pub truncated: bool,
+    /// Frames, innermost first.
+    pub frames: Vec<FrameInfo>,
+}
+
+fn text(chunk: &Chunk, value: Option<&Value>) -> Result<Option<String>> {
+    Ok(match value {
+        Some(Value::String(t)) => Some(t.as_str().to_owned()),
+        Some(r @ Value::Ref { .. }) => match chunk.resolve_deep(r, 4)? {
+            Value::String(t) => Some(t.as_str().to_owned()),
+            Value::Object(o) => match o.fields.first() {
+                Some(Value::String(t)) => Some(t.as_str().to_owned()),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn referenced(chunk: &Chunk, value: Option<&Value>) -> Result<Option<Value>> {
+    match value {
+        Some(Value::Ref { type_id, key }) => chunk.resolve(*type_id, *key),
+        Some(v @ Value::Object(_)) => Ok(Some(v.clone())),
+        _ => Ok(None),
+    }
+}
+
+impl Chunk {
+    /// Resolves a `java.lang.Thread` reference.
+    pub fn thread_info(&self, value: &Value) -> Result<Option<ThreadInfo>> {
+        let Some(thread) = referenced(self, Some(value))? else {
+            return Ok(None);
+        };
+        Ok(Some(ThreadInfo {
+            os_name: text(self, self.field(&thread, "osName"))?,
+            os_thread_id: self
+                .field(&thread, "osThreadId")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+            java_name: text(self, self.field(&thread, "javaName"))?,
+            java_thread_id: self
+                .field(&thread, "javaThreadId")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+        }))
+    }
+
+    /// Resolves a stack trace reference with all its frames.
+    pub fn stack_trace_info(&self, value: &Value) -> Result<Option<StackTraceInfo>> {
+        let Some(trace) = referenced(self, Some(value))? else {
+            return Ok(None);
+        };
+        // Missing `truncated` defaults to true, as in the JDK's RecordedStackTrace.
+        let truncated = self
+            .field(&trace, "truncated")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let mut frames = Vec::new();
+        if let Some(Value::Array(items)) = self.field(&trace, "frames") {
+            frames.reserve(items.len());
+            for item in items {
+                let Some(frame) = referenced(self, Some(item))? else {
+                    continue;
+                };
+                frames.push(self.frame_info(&frame)?);
+            }
+        }
+        Ok(Some(StackTraceInfo { truncated, frames }))
+    }
+
+    fn frame_info(&self, frame: &Value) -> Result<FrameInfo> {
+        let mut info = FrameInfo {
+            line: self
+                .field(frame, "lineNumber")
+                .and_then(Value::as_i64)
+                .unwrap_or(-1) as i32,
+            bytecode_index: self
+                .field(frame, "bytecodeIndex")
+                .and_then(Value::as_i64)
+                .unwrap_or(-1) as i32,
+            frame_type: text(self, self.field(frame, "type"))?,
+            ..FrameInfo::default()
+        };
+        if let Some(method) = referenced(self, self.field(frame, "method"))? {
+            info.method = text(self, self.field(&method, "name"))?.unwrap_or_default();
+            if let Some(class) = referenced(self, self.field(&method, "type"))? {
+                info.class = text(self, self.field(&class, "name"))?.unwrap_or_default();
+                if let Some(package) = referenced(self, self.field(&class, "package"))? {
+                    info.package = text(self, self.field(&package, "name"))?;
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// The event's thread: `eventThread`, or `sampledThread` for samples.
+    pub fn event_thread(&self, event: &Event) -> Result<Option<ThreadInfo>> {
+        match self
+            .event_field(event, "eventThread")
+            .or_else(|| self.event_field(event, "sampledThread"))
+        {
+            Some(v) => self.thread_info(v),
+            None => Ok(None),
+        }
+    }
+
+    /// The event's stack trace, if it has one.
+    pub fn event_stack_trace(&self, event: &Event) -> Result<Option<StackTraceInfo>> {
+        match self.event_field(event, "stackTrace") {
+            Some(v) => self.stack_trace_info(v),
+            None => Ok(None),
+        }
+    }
+
+    /// The event's duration in ticks (field `duration` at index 1), if the type has one.
+    pub fn event_duration_ticks(&self, event: &Event) -> Option<i64> {
+        let class = self.types().class(event.type_id)?;
+        if class.fields.get(1).is_some_and(|f| f.name == "duration") {
+            event.values.get(1).and_then(Value::as_i64)
+        } else {
+            None
+        }
+    }
+}
