@@ -1,0 +1,48 @@
+//! The one switch point between std and loom synchronization primitives. Every atomic, cell and
+//! fence used by the buffer protocols comes from here, so that the loom models in `loom-tests` run
+//! the shipped code.
+#![allow(unused_imports)]
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+
+/// loom has no `compiler_fence`; a full fence is stronger and keeps the model sound
+/// (crossbeam's loom#117 workaround).
+#[cfg(loom)]
+pub(crate) fn compiler_fence(order: Ordering) {
+    loom::sync::atomic::fence(order)
+}
+
+/// `UnsafeCell` with loom's `with`/`with_mut` API on both sides.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
