@@ -5,7 +5,8 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    compiler_fence, fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    compiler_fence, fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    AtomicUsize, Ordering,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
@@ -46,3 +47,9 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
+
+/// std atomics for process-wide statics (const-initialized), which loom's types cannot be. Code
+/// that a loom model exercises never uses these.
+pub(crate) mod statics {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+}
