@@ -137,12 +137,7 @@ impl Drop for EventBuffer {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `Box::into_raw` of a boxed slice of `capacity` bytes in `new`,
         // and drop runs once, after every other owner of the buffer is gone.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr,
-                self.capacity,
-            )))
-        };
+        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.capacity))) };
     }
 }
 

@@ -1,8 +1,6 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
-use jfr_format::metadata::{
-    event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT,
-};
+use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
 
 /// `jdk.ExecutionSample`.
 pub const EXECUTION_SAMPLE: u64 = 100;
@@ -32,9 +30,7 @@ fn percentage(name: &str, label: &str) -> Field {
 }
 
 fn bytes(name: &str, label: &str) -> Field {
-    f(name, ids::LONG, label)
-        .with(Annotation::marker(ids::UNSIGNED))
-        .with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
+    f(name, ids::LONG, label).with(Annotation::marker(ids::UNSIGNED)).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
 }
 
 fn spec<'a>(
@@ -92,25 +88,15 @@ pub fn classes() -> Vec<Class> {
             f("id", ids::LONG, "Id"),
             f("name", ids::STRING, "Name"),
             f("destination", ids::STRING, "Destination"),
-            f("maxAge", ids::LONG, "Max Age")
-                .with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
-            f("flushInterval", ids::LONG, "Flush Interval")
-                .with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
+            f("maxAge", ids::LONG, "Max Age").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
+            f("flushInterval", ids::LONG, "Flush Interval").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
             f("maxSize", ids::LONG, "Max Size").with(Annotation::value(ids::DATA_AMOUNT, "BYTES")),
-            f("recordingStart", ids::LONG, "Start Time").with(Annotation::value(
-                ids::TIMESTAMP,
-                "MILLISECONDS_SINCE_EPOCH",
-            )),
+            f("recordingStart", ids::LONG, "Start Time")
+                .with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH")),
             f("recordingDuration", ids::LONG, "Recording Duration")
                 .with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
         ],
-        ..spec(
-            ACTIVE_RECORDING,
-            "jdk.ActiveRecording",
-            "Flight Recording",
-            &["Flight Recorder"],
-            "The recording",
-        )
+        ..spec(ACTIVE_RECORDING, "jdk.ActiveRecording", "Flight Recording", &["Flight Recorder"], "The recording")
     }));
 
     out.push(event_class(EventTypeSpec {
@@ -122,13 +108,7 @@ pub fn classes() -> Vec<Class> {
             f("name", ids::STRING, "Setting Name"),
             f("value", ids::STRING, "Setting Value"),
         ],
-        ..spec(
-            ACTIVE_SETTING,
-            "jdk.ActiveSetting",
-            "Recording Setting",
-            &["Flight Recorder"],
-            "A setting in effect",
-        )
+        ..spec(ACTIVE_SETTING, "jdk.ActiveSetting", "Recording Setting", &["Flight Recorder"], "A setting in effect")
     }));
 
     out.push(event_class(EventTypeSpec {
@@ -147,10 +127,7 @@ pub fn classes() -> Vec<Class> {
     }));
 
     out.push(event_class(EventTypeSpec {
-        fields: vec![
-            bytes("size", "Resident Set Size"),
-            bytes("peak", "Resident Set Size Peak Value"),
-        ],
+        fields: vec![bytes("size", "Resident Set Size"), bytes("peak", "Resident Set Size Peak Value")],
         ..spec(
             RESIDENT_SET_SIZE,
             "jdk.ResidentSetSize",
@@ -167,25 +144,13 @@ pub fn classes() -> Vec<Class> {
             f("thread", ids::THREAD, "New Java Thread").pooled(),
             f("parentThread", ids::THREAD, "Parent Java Thread").pooled(),
         ],
-        ..spec(
-            THREAD_START,
-            "jdk.ThreadStart",
-            "Java Thread Start",
-            &["Java Application"],
-            "A thread was seen",
-        )
+        ..spec(THREAD_START, "jdk.ThreadStart", "Java Thread Start", &["Java Application"], "A thread was seen")
     }));
 
     out.push(event_class(EventTypeSpec {
         thread: true,
         fields: vec![f("thread", ids::THREAD, "Java Thread").pooled()],
-        ..spec(
-            THREAD_END,
-            "jdk.ThreadEnd",
-            "Java Thread End",
-            &["Java Application"],
-            "A thread ended",
-        )
+        ..spec(THREAD_END, "jdk.ThreadEnd", "Java Thread End", &["Java Application"], "A thread ended")
     }));
 
     out.push(event_class(EventTypeSpec {
@@ -217,8 +182,6 @@ pub fn classes() -> Vec<Class> {
         )
     }));
 
-    debug_assert!(out
-        .iter()
-        .all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
+    debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out
 }

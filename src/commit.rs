@@ -63,12 +63,7 @@ impl Shared {
             if current + size > self.memory_budget {
                 return None;
             }
-            match self.allocated.compare_exchange_weak(
-                current,
-                current + size,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self.allocated.compare_exchange_weak(current, current + size, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => current = now,
             }
@@ -183,8 +178,7 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
     let ty = E::event_type();
     let type_id = ty.id();
     // Relaxed: settings.
-    if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed)
-    {
+    if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed) {
         return;
     }
     let with_stack = ty.stack_trace.load(Ordering::Relaxed);
@@ -201,12 +195,7 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
             return false;
         };
         let stack_key = if with_stack {
-            let truncated = crate::unwind::capture_current(
-                anchor,
-                shared.depth,
-                &mut local.ring,
-                &mut local.frames,
-            );
+            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
             shared.stacks.intern(&local.frames, truncated).0
         } else {
             0
@@ -221,10 +210,7 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
         event.write_fields(out);
         write::end_record(out, token);
         publish_thread_refs(shared);
-        let appended = local
-            .buffer
-            .as_ref()
-            .is_some_and(|b| b.append(&local.scratch));
+        let appended = local.buffer.as_ref().is_some_and(|b| b.append(&local.scratch));
         if !appended {
             if let Some(old) = local.buffer.take() {
                 old.retire();

@@ -43,39 +43,16 @@ macro_rules! primitive {
 
 primitive!(bool, ids::BOOLEAN, write::put_bool);
 primitive!(i8, ids::BYTE, write::put_byte);
-primitive!(
-    u8,
-    ids::BYTE,
-    |o, v| write::put_byte(o, v as i8),
-    Annotation::marker(ids::UNSIGNED)
-);
+// Unsigned Rust integers widen to the next JFR type, so every reader shows their true value (the JDK
+// prints an `@Unsigned byte` of 200 as -56). u64 keeps its bits in a long marked `@Unsigned`.
+primitive!(u8, ids::SHORT, |o, v| write::put_short(o, i16::from(v)));
 primitive!(i16, ids::SHORT, write::put_short);
-primitive!(
-    u16,
-    ids::SHORT,
-    |o, v| write::put_short(o, v as i16),
-    Annotation::marker(ids::UNSIGNED)
-);
+primitive!(u16, ids::INT, |o, v| write::put_int(o, i32::from(v)));
 primitive!(i32, ids::INT, write::put_int);
-primitive!(
-    u32,
-    ids::INT,
-    |o, v| write::put_int(o, v as i32),
-    Annotation::marker(ids::UNSIGNED)
-);
+primitive!(u32, ids::LONG, |o, v| write::put_long(o, i64::from(v)));
 primitive!(i64, ids::LONG, write::put_long);
-primitive!(
-    u64,
-    ids::LONG,
-    |o, v| write::put_long(o, v as i64),
-    Annotation::marker(ids::UNSIGNED)
-);
-primitive!(
-    usize,
-    ids::LONG,
-    |o, v| write::put_long(o, v as i64),
-    Annotation::marker(ids::UNSIGNED)
-);
+primitive!(u64, ids::LONG, |o, v| write::put_long(o, v as i64), Annotation::marker(ids::UNSIGNED));
+primitive!(usize, ids::LONG, |o, v| write::put_long(o, v as i64), Annotation::marker(ids::UNSIGNED));
 primitive!(isize, ids::LONG, |o, v| write::put_long(o, v as i64));
 primitive!(f32, ids::FLOAT, write::put_float);
 primitive!(f64, ids::DOUBLE, write::put_double);
@@ -114,20 +91,12 @@ impl FieldType for Option<String> {
     }
 }
 
-impl<T: FieldType> FieldType for Vec<T> {
-    fn describe(name: &str, registry: &mut TypeRegistry) -> Field {
-        T::describe(name, registry).array()
-    }
-    fn encode(&self, out: &mut Vec<u8>) {
-        write::put_varint(out, self.len() as u64);
-        for item in self {
-            item.encode(out);
-        }
-    }
-    fn has_constant_refs() -> bool {
-        T::has_constant_refs()
-    }
-}
+// No `Vec<T>` fields: JDK 17's `jfr print` throws a NullPointerException on every array field of
+// an event except stack frames (PrettyWriter.printArray passes no field descriptor to printValue;
+// seen for arrays of strings, numbers and structs — the byte[] case of jfr-format.md pitfall P6 is
+// one instance), and the JDK's own event API does not allow array fields either. Every file we
+// write must pass `jfr print`, so events offer no arrays; the format crate still reads and writes
+// them (stack traces are arrays of frames).
 
 /// A time span, recorded in nanoseconds (`@Timespan("NANOSECONDS")`).
 impl FieldType for std::time::Duration {
@@ -142,10 +111,7 @@ impl FieldType for std::time::Duration {
 /// A wall-clock instant, recorded in milliseconds since the epoch (`@Timestamp`).
 impl FieldType for std::time::SystemTime {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
-        Field::new(name, ids::LONG).with(Annotation::value(
-            ids::TIMESTAMP,
-            "MILLISECONDS_SINCE_EPOCH",
-        ))
+        Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH"))
     }
     fn encode(&self, out: &mut Vec<u8>) {
         let ms = match self.duration_since(std::time::UNIX_EPOCH) {
@@ -216,8 +182,7 @@ pub fn __field<T: FieldType>(
     registry: &mut TypeRegistry,
 ) -> Field {
     let mut f = T::describe(name, registry);
-    f.annotations
-        .insert(0, label_annotation(label.unwrap_or(name)));
+    f.annotations.insert(0, label_annotation(label.unwrap_or(name)));
     if let Some(d) = description {
         f.annotations.push(Annotation::value(ids::DESCRIPTION, d));
     }
@@ -246,9 +211,7 @@ pub struct EventType {
 
 impl std::fmt::Debug for EventType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventType")
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("EventType").field("name", &self.name).finish()
     }
 }
 
@@ -327,10 +290,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        Timed {
-            event: Some(self),
-            span: Span::begin(),
-        }
+        Timed { event: Some(self), span: Span::begin() }
     }
 
     /// The event type is enabled in the running recording (skip building expensive fields if not).
@@ -351,9 +311,7 @@ pub struct Span {
 impl Span {
     /// Marks now as the start.
     pub fn begin() -> Span {
-        Span {
-            start_ticks: crate::clock::ticks(),
-        }
+        Span { start_ticks: crate::clock::ticks() }
     }
 }
 
@@ -381,17 +339,13 @@ impl<E: Event> std::ops::Deref for Timed<E> {
     type Target = E;
     fn deref(&self) -> &E {
         // The event is only taken by `end`/`cancel`, which consume the guard.
-        self.event
-            .as_ref()
-            .expect("event present until the guard is consumed")
+        self.event.as_ref().expect("event present until the guard is consumed")
     }
 }
 
 impl<E: Event> std::ops::DerefMut for Timed<E> {
     fn deref_mut(&mut self) -> &mut E {
-        self.event
-            .as_mut()
-            .expect("event present until the guard is consumed")
+        self.event.as_mut().expect("event present until the guard is consumed")
     }
 }
 
@@ -432,7 +386,7 @@ macro_rules! __opt {
 /// Request { path: "/".into(), status: 200, bytes: recorder::Bytes(512) }.commit();
 /// ```
 ///
-/// Fields may be any [`FieldType`]: integers, floats, `bool`, `char`, strings, `Vec`s of those,
+/// Fields may be any [`FieldType`]: integers, floats, `bool`, `char`, strings,
 /// [`Duration`](std::time::Duration), [`SystemTime`](std::time::SystemTime), [`Bytes`],
 /// [`Percentage`], [`ThreadRef`], and structs declared with [`event_struct!`](crate::event_struct).
 #[macro_export]

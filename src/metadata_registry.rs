@@ -7,9 +7,7 @@
 use crate::builtin;
 use crate::event::EventType;
 use crate::sync::statics::Ordering;
-use jfr_format::metadata::{
-    event_class, jdk_types, label_annotation, Class, EventTypeSpec, Field, Metadata, Region,
-};
+use jfr_format::metadata::{event_class, jdk_types, label_annotation, Class, EventTypeSpec, Field, Metadata, Region};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 
@@ -29,11 +27,7 @@ pub struct EventSettings {
 
 impl Default for EventSettings {
     fn default() -> EventSettings {
-        EventSettings {
-            enabled: true,
-            threshold: std::time::Duration::ZERO,
-            stack_trace: true,
-        }
+        EventSettings { enabled: true, threshold: std::time::Duration::ZERO, stack_trace: true }
     }
 }
 
@@ -118,10 +112,7 @@ pub(crate) fn register(ty: &'static EventType) -> u64 {
 fn apply(ty: &EventType, s: EventSettings) {
     // Relaxed: settings; commits racing with a change may see either value.
     ty.enabled.store(s.enabled, Ordering::Relaxed);
-    ty.threshold_ticks.store(
-        i64::try_from(s.threshold.as_nanos()).unwrap_or(i64::MAX),
-        Ordering::Relaxed,
-    );
+    ty.threshold_ticks.store(i64::try_from(s.threshold.as_nanos()).unwrap_or(i64::MAX), Ordering::Relaxed);
     ty.stack_trace.store(s.stack_trace, Ordering::Relaxed);
 }
 
@@ -165,19 +156,10 @@ pub(crate) fn metadata() -> Metadata {
     let mut classes = jdk_types();
     classes.extend(builtin::classes());
     classes.extend(reg.classes.iter().cloned());
-    Metadata {
-        id: reg.version,
-        classes,
-        region: Region::default(),
-    }
+    Metadata { id: reg.version, classes, region: Region::default() }
 }
 
 /// Names of every known event type (built-in and registered).
 pub(crate) fn event_names() -> Vec<String> {
-    metadata()
-        .classes
-        .iter()
-        .filter(|c| c.is_event())
-        .map(|c| c.name.clone())
-        .collect()
+    metadata().classes.iter().filter(|c| c.is_event()).map(|c| c.name.clone()).collect()
 }

@@ -22,13 +22,9 @@ use crate::stack::{as_elided, DepthPolicy, StackKey, StackTable, MAX_DEPTH_PER_E
 use crate::symbolize::Symbolizer;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, STATE_FINISHED};
-use jfr_format::metadata::{
-    ids, FRAME_TYPES, FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE, THREAD_STATES,
-};
+use jfr_format::metadata::{ids, FRAME_TYPES, FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE, THREAD_STATES};
 use jfr_format::varint;
-use jfr_format::write::{
-    self, put_bool, put_int, put_long, put_string, put_varint, Checkpoint, ChunkWriter,
-};
+use jfr_format::write::{self, put_bool, put_int, put_long, put_string, put_varint, Checkpoint, ChunkWriter};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -226,56 +222,32 @@ impl RecorderBuilder {
 
 fn validate(s: &Settings) -> Result<(), Error> {
     let bad = |msg: String| Err(Error::InvalidSetting(msg));
-    if s.flush_interval < Duration::from_millis(10) || s.flush_interval > Duration::from_secs(3600)
-    {
-        return bad(format!(
-            "flush interval {:?} is outside 10 ms ..= 1 h",
-            s.flush_interval
-        ));
+    if s.flush_interval < Duration::from_millis(10) || s.flush_interval > Duration::from_secs(3600) {
+        return bad(format!("flush interval {:?} is outside 10 ms ..= 1 h", s.flush_interval));
     }
     if s.max_chunk_size < 64 * 1024 {
-        return bad(format!(
-            "max chunk size {} is below 64 KiB",
-            s.max_chunk_size
-        ));
+        return bad(format!("max chunk size {} is below 64 KiB", s.max_chunk_size));
     }
     if s.max_chunk_age < s.flush_interval {
-        return bad(format!(
-            "max chunk age {:?} is shorter than the flush interval",
-            s.max_chunk_age
-        ));
+        return bad(format!("max chunk age {:?} is shorter than the flush interval", s.max_chunk_age));
     }
     if s.max_size < s.max_chunk_size {
-        return bad(format!(
-            "max size {} is smaller than the max chunk size {}",
-            s.max_size, s.max_chunk_size
-        ));
+        return bad(format!("max size {} is smaller than the max chunk size {}", s.max_size, s.max_chunk_size));
     }
     if !(256..=64 * 1024 * 1024).contains(&s.buffer_size) {
-        return bad(format!(
-            "buffer size {} is outside 256 B ..= 64 MiB",
-            s.buffer_size
-        ));
+        return bad(format!("buffer size {} is outside 256 B ..= 64 MiB", s.buffer_size));
     }
     if s.memory_budget < s.buffer_size {
-        return bad(format!(
-            "memory budget {} is smaller than one buffer ({})",
-            s.memory_budget, s.buffer_size
-        ));
+        return bad(format!("memory budget {} is smaller than one buffer ({})", s.memory_budget, s.buffer_size));
     }
     if s.depth.inner > MAX_DEPTH_PER_END || s.depth.outer > MAX_DEPTH_PER_END {
-        return bad(format!(
-            "stack depth limits must be at most {MAX_DEPTH_PER_END} at each end"
-        ));
+        return bad(format!("stack depth limits must be at most {MAX_DEPTH_PER_END} at each end"));
     }
     if s.depth.inner == 0 && s.depth.outer == 0 {
         return bad("stack depth must keep at least one frame".into());
     }
     if s.periodic_interval < Duration::from_millis(10) {
-        return bad(format!(
-            "periodic interval {:?} is below 10 ms",
-            s.periodic_interval
-        ));
+        return bad(format!("periodic interval {:?} is below 10 ms", s.periodic_interval));
     }
     Ok(())
 }
@@ -349,11 +321,7 @@ impl Recorder {
             return Err(Error::AlreadyRunning);
         }
         let start = ClockPair::now();
-        let dir_name = format!(
-            "{}_{}",
-            repository::timestamp_name(start.epoch_nanos),
-            std::process::id()
-        );
+        let dir_name = format!("{}_{}", repository::timestamp_name(start.epoch_nanos), std::process::id());
         let mut dir = settings.repository.join(&dir_name);
         let mut n = 1;
         while dir.exists() {
@@ -362,10 +330,7 @@ impl Recorder {
         }
         repository::prepare_dir(&settings.repository)
             .and_then(|()| repository::prepare_dir(&dir))
-            .map_err(|source| Error::Repository {
-                path: dir.clone(),
-                source,
-            })?;
+            .map_err(|source| Error::Repository { path: dir.clone(), source })?;
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
@@ -425,15 +390,9 @@ impl Recorder {
         let path = path.as_ref();
         let mut state = self.inner.state.lock();
         state.flush();
-        let bytes = state.dump_bytes().map_err(|source| Error::Write {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = state.dump_bytes().map_err(|source| Error::Write { path: path.to_owned(), source })?;
         drop(state);
-        write_file_atomically(path, &bytes).map_err(|source| Error::Write {
-            path: path.to_owned(),
-            source,
-        })
+        write_file_atomically(path, &bytes).map_err(|source| Error::Write { path: path.to_owned(), source })
     }
 
     /// Changes an event type's settings while recording.
@@ -467,10 +426,7 @@ impl Inner {
         }
         {
             let mut current = CURRENT.lock();
-            if current
-                .as_ref()
-                .is_some_and(|s| Arc::ptr_eq(s, &self.shared))
-            {
+            if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.shared)) {
                 *current = None;
                 // Release: later commits see no recording and return at once.
                 GENERATION.store(0, Ordering::Release);
@@ -482,24 +438,15 @@ impl Inner {
         }
         let mut state = self.state.lock();
         state.flush();
-        state.finish_chunk(true).map_err(|source| Error::Write {
-            path: self.dir.clone(),
-            source,
-        })
+        state.finish_chunk(true).map_err(|source| Error::Write { path: self.dir.clone(), source })
     }
 }
 
 fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("dump.jfr");
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("dump.jfr");
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -507,10 +454,7 @@ fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&temp)?;
-    let result = file
-        .write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| std::fs::rename(&temp, path));
+    let result = file.write_all(bytes).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&temp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -729,20 +673,10 @@ impl State {
             return k;
         }
         let name_sym = self.symbol(name);
-        let package = if package.is_empty() {
-            0
-        } else {
-            self.package(package)
-        };
+        let package = if package.is_empty() { 0 } else { self.package(package) };
         let k = self.key();
         self.class_keys.insert(name.to_owned(), k);
-        self.class_defs.insert(
-            k,
-            ClassDef {
-                name: name_sym,
-                package,
-            },
-        );
+        self.class_defs.insert(k, ClassDef { name: name_sym, package });
         k
     }
 
@@ -753,13 +687,7 @@ impl State {
         }
         let k = self.key();
         self.method_keys.insert((class, name_sym), k);
-        self.method_defs.insert(
-            k,
-            MethodDef {
-                class,
-                name: name_sym,
-            },
-        );
+        self.method_defs.insert(k, MethodDef { class, name: name_sym });
         k
     }
 
@@ -771,11 +699,7 @@ impl State {
         let refs = if let Some(k) = as_elided(ip) {
             let class = self.class("", "");
             let method = self.method(class, &format!("<elided:{k}>"));
-            vec![FrameRef {
-                method,
-                line: -1,
-                frame_type: FRAME_TYPE_NATIVE,
-            }]
+            vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }]
         } else {
             let frames = self.symbolizer.symbolize(ip, is_return_address).to_vec();
             let mut refs = Vec::with_capacity(frames.len());
@@ -785,17 +709,12 @@ impl State {
                 refs.push(FrameRef {
                     method,
                     line: f.line.map_or(-1, |l| l as i32),
-                    frame_type: if f.inlined {
-                        FRAME_TYPE_INLINED
-                    } else {
-                        FRAME_TYPE_NATIVE
-                    },
+                    frame_type: if f.inlined { FRAME_TYPE_INLINED } else { FRAME_TYPE_NATIVE },
                 });
             }
             refs
         };
-        self.frame_cache
-            .insert((ip, is_return_address), refs.clone());
+        self.frame_cache.insert((ip, is_return_address), refs.clone());
         refs
     }
 
@@ -887,9 +806,7 @@ impl State {
         let version = metadata_registry::version();
         let chunk = self.chunk.as_mut().expect("ensured above");
         if chunk.written.metadata_version != version {
-            chunk
-                .writer
-                .write_metadata(&metadata_registry::metadata(), now_ticks);
+            chunk.writer.write_metadata(&metadata_registry::metadata(), now_ticks);
             chunk.written.metadata_version = version;
         }
 
@@ -1003,8 +920,7 @@ impl State {
             let name = match self.thread_names.get(&tid) {
                 Some(n) => n.clone(),
                 None => {
-                    let n = crate::thread::os_thread_name(tid)
-                        .unwrap_or_else(|| format!("thread-{tid}"));
+                    let n = crate::thread::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"));
                     self.thread_names.insert(tid, n.clone());
                     n
                 }
@@ -1044,13 +960,8 @@ impl State {
         let events = self.shared.lost_events.load(Ordering::Relaxed);
         let bytes = self.shared.lost_bytes.load(Ordering::Relaxed);
         if events > self.reported_events {
-            let loss = Loss {
-                events: events - self.reported_events,
-                samples: 0,
-                bytes: bytes - self.reported_bytes,
-            };
-            self.pending_loss
-                .push(("event buffers full (memory budget reached)".into(), loss));
+            let loss = Loss { events: events - self.reported_events, samples: 0, bytes: bytes - self.reported_bytes };
+            self.pending_loss.push(("event buffers full (memory budget reached)".into(), loss));
             self.reported_events = events;
             self.reported_bytes = bytes;
         }
@@ -1061,11 +972,7 @@ impl State {
             self.total_lost_samples += loss.samples;
             self.total_lost_bytes += loss.bytes;
             self.stats.events_lost += loss.events;
-            let (te, ts, tb) = (
-                self.total_lost_events,
-                self.total_lost_samples,
-                self.total_lost_bytes,
-            );
+            let (te, ts, tb) = (self.total_lost_events, self.total_lost_samples, self.total_lost_bytes);
             chunk.writer.write_event(builtin::DATA_LOSS, |o| {
                 put_long(o, now_ticks);
                 put_string(o, Some(&reason));
@@ -1094,37 +1001,17 @@ impl State {
         let elapsed_ms = (now_ticks - self.recording_start.ticks) / 1_000_000;
         let dir = self.dir.display().to_string();
         let mut rows: Vec<(u64, String, String)> = vec![
-            (
-                0,
-                "flushInterval".into(),
-                format!("{} ms", settings.flush_interval.as_millis()),
-            ),
-            (
-                0,
-                "maxChunkSize".into(),
-                settings.max_chunk_size.to_string(),
-            ),
-            (
-                0,
-                "maxChunkAge".into(),
-                format!("{} s", settings.max_chunk_age.as_secs()),
-            ),
+            (0, "flushInterval".into(), format!("{} ms", settings.flush_interval.as_millis())),
+            (0, "maxChunkSize".into(), settings.max_chunk_size.to_string()),
+            (0, "maxChunkAge".into(), format!("{} s", settings.max_chunk_age.as_secs())),
             (0, "maxSize".into(), settings.max_size.to_string()),
             (0, "memoryBudget".into(), settings.memory_budget.to_string()),
             (0, "stackDepth".into(), settings.depth.inner.to_string()),
-            (
-                0,
-                "stackDepthOuter".into(),
-                settings.depth.outer.to_string(),
-            ),
+            (0, "stackDepthOuter".into(), settings.depth.outer.to_string()),
         ];
         for (name, id, s) in metadata_registry::all_settings() {
             rows.push((id, format!("{name}#enabled"), s.enabled.to_string()));
-            rows.push((
-                id,
-                format!("{name}#threshold"),
-                format!("{} ns", s.threshold.as_nanos()),
-            ));
+            rows.push((id, format!("{name}#threshold"), format!("{} ns", s.threshold.as_nanos())));
             rows.push((id, format!("{name}#stackTrace"), s.stack_trace.to_string()));
         }
         rows.extend(self.extra_settings());
@@ -1155,9 +1042,7 @@ impl State {
             });
         }
         self.known_threads.insert(tid);
-        self.thread_names
-            .entry(tid)
-            .or_insert_with(|| "recorder-flush".into());
+        self.thread_names.entry(tid).or_insert_with(|| "recorder-flush".into());
     }
 
     /// Settings of subsystems (the sampler states its mode and rate here).
@@ -1184,11 +1069,7 @@ impl State {
             let system = share(times.system.saturating_sub(prev.system));
             let busy = times.machine_busy.saturating_sub(prev.machine_busy) as f64;
             let total = times.machine_total.saturating_sub(prev.machine_total) as f64;
-            let machine = if total > 0.0 {
-                (busy / total).clamp(0.0, 1.0) as f32
-            } else {
-                0.0
-            };
+            let machine = if total > 0.0 { (busy / total).clamp(0.0, 1.0) as f32 } else { 0.0 };
             if elapsed > 0.0 {
                 chunk.writer.write_event(builtin::CPU_LOAD, |o| {
                     write::put_long(o, now_ticks);
@@ -1222,14 +1103,7 @@ impl State {
         let now = clock::ticks();
         if let Some(mut chunk) = self.chunk.take() {
             // The events of the segment and the flusher's own records did not reach the disk.
-            self.pending_loss.push((
-                format!("write failed: {e}"),
-                Loss {
-                    events,
-                    samples: 0,
-                    bytes,
-                },
-            ));
+            self.pending_loss.push((format!("write failed: {e}"), Loss { events, samples: 0, bytes }));
             let duration = (now - chunk.start.ticks).max(1);
             if chunk.published {
                 // Overwriting the header needs no new disk space: close the chunk at its last
@@ -1263,9 +1137,7 @@ impl State {
             return;
         };
         let age = Duration::from_nanos((clock::ticks() - chunk.start.ticks).max(0) as u64);
-        if chunk.writer.position() >= self.settings.max_chunk_size
-            || age >= self.settings.max_chunk_age
-        {
+        if chunk.writer.position() >= self.settings.max_chunk_size || age >= self.settings.max_chunk_age {
             if let Err(e) = self.finish_chunk(false) {
                 self.write_failed(e, 0, 0);
             }
@@ -1300,14 +1172,9 @@ impl State {
             start_nanos: chunk.start.epoch_nanos,
             end_nanos: chunk.start.epoch_nanos + duration,
         });
-        self.next_start = Some(ClockPair {
-            epoch_nanos: chunk.start.epoch_nanos + duration,
-            ticks: chunk.start.ticks + duration,
-        });
-        let oldest = self
-            .settings
-            .max_age
-            .map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
+        self.next_start =
+            Some(ClockPair { epoch_nanos: chunk.start.epoch_nanos + duration, ticks: chunk.start.ticks + duration });
+        let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
         repository::apply_retention(&mut self.finished, 0, self.settings.max_size, oldest);
         Ok(())
     }
@@ -1399,10 +1266,7 @@ fn scan_records(bytes: &[u8], threads: &mut Vec<u32>, stacks: &mut Vec<u64>) -> 
 }
 
 fn read_cpu_times() -> CpuTimes {
-    let mut t = CpuTimes {
-        at: Some(Instant::now()),
-        ..CpuTimes::default()
-    };
+    let mut t = CpuTimes { at: Some(Instant::now()), ..CpuTimes::default() };
     if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
         // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
         if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
@@ -1414,11 +1278,7 @@ fn read_cpu_times() -> CpuTimes {
     }
     if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
         if let Some(line) = stat.lines().next() {
-            let v: Vec<u64> = line
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|x| x.parse().ok())
-                .collect();
+            let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
             let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
             t.machine_total = v.iter().sum();
             t.machine_busy = t.machine_total.saturating_sub(idle);
@@ -1431,11 +1291,7 @@ fn read_rss() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb = |key: &str| -> Option<u64> {
         let line = status.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace()
-            .nth(1)?
-            .parse::<u64>()
-            .ok()
-            .map(|v| v * 1024)
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|v| v * 1024)
     };
     Some((kb("VmRSS:")?, kb("VmHWM:").unwrap_or(0)))
 }

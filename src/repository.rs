@@ -46,16 +46,10 @@ pub fn default_base() -> PathBuf {
 
 /// Creates `dir` (mode 0700) if needed and checks that it is a directory of ours we can write in.
 pub fn prepare_dir(dir: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let meta = std::fs::symlink_metadata(dir)?;
     if !meta.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not a directory", dir.display()),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a directory", dir.display())));
     }
     #[allow(unsafe_code)]
     // SAFETY: getuid has no preconditions.
@@ -63,11 +57,7 @@ pub fn prepare_dir(dir: &Path) -> io::Result<()> {
     if meta.uid() != uid && uid != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "{} belongs to another user (uid {})",
-                dir.display(),
-                meta.uid()
-            ),
+            format!("{} belongs to another user (uid {})", dir.display(), meta.uid()),
         ));
     }
     // Probe: creating a file tells about read-only file systems and permissions at once.
@@ -96,11 +86,7 @@ impl ChunkFile {
             path = dir.join(format!("{base}_{n:02}.jfr"));
             n += 1;
         }
-        let name = path
-            .file_name()
-            .and_then(|s| s.to_str())
-            .unwrap_or("chunk.jfr")
-            .to_owned();
+        let name = path.file_name().and_then(|s| s.to_str()).unwrap_or("chunk.jfr").to_owned();
         let temp_path = dir.join(format!(".{name}.part"));
         let file = OpenOptions::new()
             .read(true)
@@ -110,12 +96,7 @@ impl ChunkFile {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&temp_path)?;
-        Ok(ChunkFile {
-            file,
-            temp_path,
-            path,
-            visible: false,
-        })
+        Ok(ChunkFile { file, temp_path, path, visible: false })
     }
 
     /// The chunk's final path.

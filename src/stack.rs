@@ -36,9 +36,7 @@ pub struct StackTable {
 
 impl std::fmt::Debug for StackTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StackTable")
-            .field("capacity", &self.nodes.len())
-            .finish()
+        f.debug_struct("StackTable").field("capacity", &self.nodes.len()).finish()
     }
 }
 
@@ -77,18 +75,10 @@ impl StackTable {
     pub fn new(capacity: usize) -> StackTable {
         let capacity = capacity.max(1024).next_power_of_two();
         let nodes = (0..capacity)
-            .map(|_| Node {
-                tag: AtomicU64::new(EMPTY),
-                parent: AtomicU64::new(0),
-                ip: AtomicU64::new(0),
-            })
+            .map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) })
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        StackTable {
-            nodes,
-            mask: capacity - 1,
-            overflow: AtomicU64::new(0),
-        }
+        StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0) }
     }
 
     /// Number of node slots.
@@ -115,19 +105,13 @@ impl StackTable {
             let tag = node.tag.load(Ordering::Acquire);
             if tag == fp {
                 // Relaxed: ordered by the Acquire load of `tag` above.
-                if node.parent.load(Ordering::Relaxed) == parent
-                    && node.ip.load(Ordering::Relaxed) == ip
-                {
+                if node.parent.load(Ordering::Relaxed) == parent && node.ip.load(Ordering::Relaxed) == ip {
                     return Some(index as u64 + 1);
                 }
             } else if tag == EMPTY {
                 // Relaxed on failure: we only learn the slot is taken and re-read it.
                 // Acquire on success is not needed: nothing was published through EMPTY.
-                if node
-                    .tag
-                    .compare_exchange(EMPTY, BUSY, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-                {
+                if node.tag.compare_exchange(EMPTY, BUSY, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
                     // Relaxed: published by the Release store of `tag` just below.
                     node.parent.store(parent, Ordering::Relaxed);
                     node.ip.store(ip, Ordering::Relaxed);
@@ -139,10 +123,7 @@ impl StackTable {
                 // Lost the race for this slot: look at it again (it may now hold our node).
                 // Acquire: as above.
                 let tag = node.tag.load(Ordering::Acquire);
-                if tag == fp
-                    && node.parent.load(Ordering::Relaxed) == parent
-                    && node.ip.load(Ordering::Relaxed) == ip
-                {
+                if tag == fp && node.parent.load(Ordering::Relaxed) == parent && node.ip.load(Ordering::Relaxed) == ip {
                     return Some(index as u64 + 1);
                 }
             }
@@ -237,9 +218,7 @@ mod tests {
             .map(|_| {
                 let t = t.clone();
                 std::thread::spawn(move || {
-                    (0..2000u64)
-                        .map(|i| t.intern(&[i % 97, i % 13, 7], false))
-                        .collect::<Vec<_>>()
+                    (0..2000u64).map(|i| t.intern(&[i % 97, i % 13, 7], false)).collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -281,10 +260,7 @@ pub struct DepthPolicy {
 
 impl Default for DepthPolicy {
     fn default() -> DepthPolicy {
-        DepthPolicy {
-            inner: 128,
-            outer: 0,
-        }
+        DepthPolicy { inner: 128, outer: 0 }
     }
 }
 

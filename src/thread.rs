@@ -34,8 +34,6 @@ pub fn os_thread_name(tid: u32) -> Option<String> {
 pub fn current_thread_name() -> String {
     match std::thread::current().name() {
         Some(name) => name.to_owned(),
-        None => {
-            os_thread_name(current_tid()).unwrap_or_else(|| format!("thread-{}", current_tid()))
-        }
+        None => os_thread_name(current_tid()).unwrap_or_else(|| format!("thread-{}", current_tid())),
     }
 }

@@ -76,12 +76,7 @@ pub fn frame_pointer() -> usize {
 /// recording follows the sampler's convention: frame 0 is an address inside the instruction, later
 /// frames are return addresses.
 #[inline(never)]
-pub fn capture_current(
-    anchor: usize,
-    policy: DepthPolicy,
-    ring: &mut Vec<u64>,
-    out: &mut Vec<u64>,
-) -> bool {
+pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, out: &mut Vec<u64>) -> bool {
     let (lo, hi) = current_stack_bounds();
     out.clear();
     ring.clear();
@@ -161,26 +156,12 @@ mod tests {
     #[test]
     fn walks_own_stack_with_depth_policies() {
         let mut out = Vec::new();
-        let truncated = recurse(
-            50,
-            &mut out,
-            DepthPolicy {
-                inner: 1000,
-                outer: 0,
-            },
-        );
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 1000, outer: 0 });
         assert!(!truncated);
         assert!(out.len() > 50, "walked {} frames", out.len());
         let full = out.len();
 
-        let truncated = recurse(
-            50,
-            &mut out,
-            DepthPolicy {
-                inner: 10,
-                outer: 0,
-            },
-        );
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 10, outer: 0 });
         assert!(truncated);
         assert_eq!(out.len(), 10);
 

@@ -30,13 +30,7 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
         .max_chunk_size(64 * 1024)
         .max_size(1 << 30)
         .buffer_size(4096)
-        .event(
-            "test.Numbered",
-            EventSettings {
-                stack_trace: false,
-                ..Default::default()
-            },
-        )
+        .event("test.Numbered", EventSettings { stack_trace: false, ..Default::default() })
         .start()
         .unwrap();
     const THREADS: u32 = 4;
@@ -45,12 +39,7 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
         for w in 0..THREADS {
             s.spawn(move || {
                 for seq in 0..PER_THREAD {
-                    Numbered {
-                        worker: w,
-                        seq,
-                        note: format!("w{w}"),
-                    }
-                    .commit();
+                    Numbered { worker: w, seq, note: format!("w{w}") }.commit();
                     if seq % 5000 == 0 {
                         std::thread::sleep(Duration::from_millis(30));
                     }
@@ -63,11 +52,7 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
     rec.stop().unwrap();
     assert_eq!(stats.events_lost, 0);
     let chunks = chunk_files(&repo);
-    assert!(
-        chunks.len() >= 3,
-        "expected rotations, got {} chunks",
-        chunks.len()
-    );
+    assert!(chunks.len() >= 3, "expected rotations, got {} chunks", chunks.len());
     let mut next: HashMap<i64, i64> = HashMap::new();
     let mut total = 0;
     for path in &chunks {
@@ -75,12 +60,7 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
             let worker = e.field_i64("worker");
             let seq = e.field_i64("seq");
             let expected = next.entry(worker).or_insert(0);
-            assert_eq!(
-                seq,
-                *expected,
-                "worker {worker} out of order in {}",
-                path.display()
-            );
+            assert_eq!(seq, *expected, "worker {worker} out of order in {}", path.display());
             *expected += 1;
             total += 1;
         }
@@ -98,13 +78,7 @@ fn tiny_memory_budget_counts_every_lost_event() {
         .flush_interval(Duration::from_secs(1))
         .buffer_size(1024)
         .memory_budget(4096)
-        .event(
-            "test.Numbered",
-            EventSettings {
-                stack_trace: false,
-                ..Default::default()
-            },
-        )
+        .event("test.Numbered", EventSettings { stack_trace: false, ..Default::default() })
         .start()
         .unwrap();
     const COMMITTED: u64 = 50_000;
@@ -112,12 +86,7 @@ fn tiny_memory_budget_counts_every_lost_event() {
         for w in 0..2 {
             s.spawn(move || {
                 for seq in 0..COMMITTED / 2 {
-                    Numbered {
-                        worker: w,
-                        seq,
-                        note: String::new(),
-                    }
-                    .commit();
+                    Numbered { worker: w, seq, note: String::new() }.commit();
                 }
             });
         }
@@ -125,19 +94,9 @@ fn tiny_memory_budget_counts_every_lost_event() {
     let repo = rec.repository_dir().to_owned();
     rec.stop().unwrap();
     let chunks = chunk_files(&repo);
-    let found: u64 = chunks
-        .iter()
-        .map(|p| read_events(p, "test.Numbered").len() as u64)
-        .sum();
-    let lost: i64 = chunks
-        .iter()
-        .flat_map(|p| read_events(p, "recorder.DataLoss"))
-        .map(|e| e.field_i64("events"))
-        .sum();
+    let found: u64 = chunks.iter().map(|p| read_events(p, "test.Numbered").len() as u64).sum();
+    let lost: i64 =
+        chunks.iter().flat_map(|p| read_events(p, "recorder.DataLoss")).map(|e| e.field_i64("events")).sum();
     assert!(lost > 0, "the budget should have overflowed");
-    assert_eq!(
-        found + lost as u64,
-        COMMITTED,
-        "found {found} + lost {lost}"
-    );
+    assert_eq!(found + lost as u64, COMMITTED, "found {found} + lost {lost}");
 }

@@ -5,8 +5,7 @@
 //! and the header updates to publish, so the caller owns all I/O.
 
 use crate::header::{
-    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE,
-    STATE_FINISHED,
+    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,
 };
 use crate::metadata::{Annotation, Class, Metadata};
 use crate::value::Value;
@@ -111,10 +110,7 @@ pub fn put_string_as(out: &mut Vec<u8>, s: Option<&str>, encoding: StringEncodin
         (Some(s), StringEncoding::Latin1) => {
             out.push(5);
             varint::write_u64(out, s.chars().count() as u64);
-            out.extend(
-                s.chars()
-                    .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')),
-            );
+            out.extend(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')));
         }
     }
 }
@@ -233,11 +229,7 @@ struct Element {
 
 impl Element {
     fn new(strings: &mut StringTable, name: &str) -> Element {
-        Element {
-            name: strings.id(name),
-            attributes: Vec::new(),
-            children: Vec::new(),
-        }
+        Element { name: strings.id(name), attributes: Vec::new(), children: Vec::new() }
     }
     fn attr(&mut self, strings: &mut StringTable, key: &str, value: &str) {
         let pair = (strings.id(key), strings.id(value));
@@ -349,11 +341,7 @@ impl Checkpoint {
         let i = match self.index.get(&type_id) {
             Some(&i) => i,
             None => {
-                self.pools.push(PoolData {
-                    type_id,
-                    count: 0,
-                    bytes: Vec::new(),
-                });
+                self.pools.push(PoolData { type_id, count: 0, bytes: Vec::new() });
                 self.index.insert(type_id, self.pools.len() - 1);
                 self.pools.len() - 1
             }
@@ -474,17 +462,8 @@ impl ChunkWriter {
     /// streaming segment.
     pub fn write_checkpoint(&mut self, checkpoint: &Checkpoint, start_ticks: i64, flush: bool) {
         let offset = self.position();
-        let delta = if self.last_checkpoint == 0 {
-            0
-        } else {
-            self.last_checkpoint as i64 - offset as i64
-        };
-        checkpoint.write(
-            &mut self.pending,
-            start_ticks,
-            delta,
-            if flush { CHECKPOINT_FLUSH } else { 0 },
-        );
+        let delta = if self.last_checkpoint == 0 { 0 } else { self.last_checkpoint as i64 - offset as i64 };
+        checkpoint.write(&mut self.pending, start_ticks, delta, if flush { CHECKPOINT_FLUSH } else { 0 });
         self.last_checkpoint = offset;
     }
 
@@ -532,13 +511,8 @@ impl ChunkWriter {
     /// # Panics
     /// If pending bytes were taken before, or no metadata was written.
     pub fn into_bytes(mut self, duration_nanos: i64, final_chunk: bool) -> Vec<u8> {
-        assert_eq!(
-            self.pending_start, 0,
-            "into_bytes needs the whole chunk in memory"
-        );
-        let header = self
-            .finish(duration_nanos, final_chunk)
-            .expect("a chunk needs metadata");
+        assert_eq!(self.pending_start, 0, "into_bytes needs the whole chunk in memory");
+        let header = self.finish(duration_nanos, final_chunk).expect("a chunk needs metadata");
         self.pending[..HEADER_SIZE].copy_from_slice(&header.encode());
         self.pending
     }

@@ -36,17 +36,10 @@ pub struct ReadEvent {
 
 impl ReadEvent {
     pub fn field(&self, name: &str) -> &Value {
-        &self
-            .fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no field {name}"))
-            .1
+        &self.fields.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no field {name}")).1
     }
     pub fn field_i64(&self, name: &str) -> i64 {
-        self.field(name)
-            .as_i64()
-            .unwrap_or_else(|| panic!("{name} is not an integer"))
+        self.field(name).as_i64().unwrap_or_else(|| panic!("{name} is not an integer"))
     }
 }
 
@@ -64,22 +57,12 @@ pub fn read_events(path: &Path, type_name: &str) -> Vec<ReadEvent> {
             if event.type_id != class.id {
                 continue;
             }
-            let thread = chunk
-                .event_thread(&event)
-                .unwrap()
-                .map(|t| t.name().to_owned());
-            let stack = chunk
-                .event_stack_trace(&event)
-                .unwrap()
-                .map(|s| s.frames.iter().map(|f| f.qualified_name()).collect());
+            let thread = chunk.event_thread(&event).unwrap().map(|t| t.name().to_owned());
+            let stack =
+                chunk.event_stack_trace(&event).unwrap().map(|s| s.frames.iter().map(|f| f.qualified_name()).collect());
             out.push(ReadEvent {
                 type_name: type_name.to_owned(),
-                fields: class
-                    .fields
-                    .iter()
-                    .map(|f| f.name.clone())
-                    .zip(event.values.iter().cloned())
-                    .collect(),
+                fields: class.fields.iter().map(|f| f.name.clone()).zip(event.values.iter().cloned()).collect(),
                 start_ticks: event.start_ticks(),
                 thread,
                 stack,
@@ -95,11 +78,7 @@ pub fn jdk(tool: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("`{tool}` is required (install openjdk-17-jdk-headless): {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{tool} {args:?} failed:\n{text}");
     text
 }
@@ -112,15 +91,9 @@ pub fn jdk_accepts(files: &[PathBuf]) {
             let text = jdk("jfr", &[cmd, p]);
             assert!(!text.contains("Exception"), "jfr {cmd} {p}:\n{text}");
         }
-        let out = Command::new("jfr")
-            .args(["print", p])
-            .output()
-            .expect("jfr is required");
+        let out = Command::new("jfr").args(["print", p]).output().expect("jfr is required");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && !stderr.contains("Exception"),
-            "jfr print {p}:\n{stderr}"
-        );
+        assert!(out.status.success() && !stderr.contains("Exception"), "jfr print {p}:\n{stderr}");
     }
 }
 
@@ -130,10 +103,7 @@ pub fn jfr_summary_counts(path: &Path) -> std::collections::BTreeMap<String, u64
     let mut out = std::collections::BTreeMap::new();
     for line in text.lines() {
         let parts: Vec<&str> = line.split_whitespace().collect();
-        if parts.len() == 3
-            && parts[1].chars().all(|c| c.is_ascii_digit())
-            && parts[0].contains('.')
-        {
+        if parts.len() == 3 && parts[1].chars().all(|c| c.is_ascii_digit()) && parts[0].contains('.') {
             out.insert(parts[0].to_owned(), parts[1].parse().unwrap());
         }
     }
