@@ -521,8 +521,8 @@ struct LiveChunk {
     file: Option<ChunkFile>,
     start: ClockPair,
     written: Written,
-    /// Published at least once (the file is visible).
-    published: bool,
+    /// The header as last written to the file successfully (None until the first publish).
+    published: Option<ChunkHeader>,
 }
 
 /// A frame as serialized: method key, line, frame type key.
@@ -590,6 +590,9 @@ struct State {
     reported_events: u64,
     reported_bytes: u64,
     pending_loss: Vec<(String, Loss)>,
+    /// Losses reported in the segment being written: confirmed when it is published, reported
+    /// again if its write fails.
+    unconfirmed_loss: Vec<(String, Loss)>,
     total_lost_events: u64,
     total_lost_samples: u64,
     total_lost_bytes: u64,
@@ -629,6 +632,7 @@ impl State {
             reported_events: 0,
             reported_bytes: 0,
             pending_loss: Vec::new(),
+            unconfirmed_loss: Vec::new(),
             total_lost_events: 0,
             total_lost_samples: 0,
             total_lost_bytes: 0,
@@ -728,7 +732,7 @@ impl State {
             file: None,
             start,
             written: Written::default(),
-            published: false,
+            published: None,
         });
         self.settings_changed = true;
     }
@@ -821,6 +825,12 @@ impl State {
             Ok(()) => {
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
+                for (_, loss) in self.unconfirmed_loss.drain(..) {
+                    self.total_lost_events += loss.events;
+                    self.total_lost_samples += loss.samples;
+                    self.total_lost_bytes += loss.bytes;
+                    self.stats.events_lost += loss.events;
+                }
             }
             Err(e) => self.write_failed(e, segment_events, segment_bytes),
         }
@@ -967,12 +977,11 @@ impl State {
         }
         let pending = std::mem::take(&mut self.pending_loss);
         let chunk = self.chunk.as_mut().expect("a live chunk");
+        let (mut te, mut ts, mut tb) = (self.total_lost_events, self.total_lost_samples, self.total_lost_bytes);
         for (reason, loss) in pending {
-            self.total_lost_events += loss.events;
-            self.total_lost_samples += loss.samples;
-            self.total_lost_bytes += loss.bytes;
-            self.stats.events_lost += loss.events;
-            let (te, ts, tb) = (self.total_lost_events, self.total_lost_samples, self.total_lost_bytes);
+            te += loss.events;
+            ts += loss.samples;
+            tb += loss.bytes;
             chunk.writer.write_event(builtin::DATA_LOSS, |o| {
                 put_long(o, now_ticks);
                 put_string(o, Some(&reason));
@@ -989,6 +998,7 @@ impl State {
                     put_long(o, tb as i64);
                 });
             }
+            self.unconfirmed_loss.push((reason, loss));
         }
     }
 
@@ -1101,19 +1111,22 @@ impl State {
             );
         }
         let now = clock::ticks();
+        // The loss reports of the failed segment did not reach the disk either: report them again.
+        let unconfirmed = std::mem::take(&mut self.unconfirmed_loss);
+        self.pending_loss.extend(unconfirmed);
         if let Some(mut chunk) = self.chunk.take() {
             // The events of the segment and the flusher's own records did not reach the disk.
             self.pending_loss.push((format!("write failed: {e}"), Loss { events, samples: 0, bytes }));
             let duration = (now - chunk.start.ticks).max(1);
-            if chunk.published {
+            if let Some(mut header) = chunk.published {
                 // Overwriting the header needs no new disk space: close the chunk at its last
                 // published size so readers (and the streaming API) can move on.
-                let mut header: ChunkHeader = *chunk.writer.header();
                 header.state = STATE_FINISHED;
                 header.duration_nanos = duration;
                 header.flags = FLAG_COMPRESSED_INTS;
                 if let Some(file) = chunk.file.as_mut() {
-                    if file.publish(&header).is_ok() {
+                    // A file holds exactly its chunks: drop what the failed write left behind.
+                    if file.truncate(header.chunk_size as u64).and_then(|()| file.publish(&header)).is_ok() {
                         self.finished.push(FinishedChunk {
                             path: file.path().to_owned(),
                             size: header.chunk_size as u64,
@@ -1194,8 +1207,7 @@ impl State {
                 Err(e) => return Err(e),
             }
         }
-        if let Some(chunk) = self.chunk.as_ref().filter(|c| c.published) {
-            let header = *chunk.writer.header();
+        if let Some((chunk, header)) = self.chunk.as_ref().and_then(|c| Some((c, c.published?))) {
             if let Some(file) = chunk.file.as_ref() {
                 let mut bytes = file.read_published(header.chunk_size as u64)?;
                 let mut closed = header;
@@ -1227,7 +1239,7 @@ fn publish(chunk: &mut LiveChunk, dir: &Path, duration: i64) -> io::Result<()> {
     let file = chunk.file.as_mut().expect("just created");
     file.write_at(offset, &bytes)?;
     file.publish(&header)?;
-    chunk.published = true;
+    chunk.published = Some(header);
     Ok(())
 }
 

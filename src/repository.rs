@@ -122,6 +122,11 @@ impl ChunkFile {
         Ok(())
     }
 
+    /// Cuts the file to `size` bytes (bytes of a failed write beyond the published size).
+    pub fn truncate(&self, size: u64) -> io::Result<()> {
+        self.file.set_len(size)
+    }
+
     /// Reads back the published part of the chunk (for dumps).
     pub fn read_published(&self, size: u64) -> io::Result<Vec<u8>> {
         let mut out = vec![0u8; size as usize];
