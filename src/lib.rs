@@ -35,6 +35,7 @@ mod builtin;
 #[allow(unsafe_code)]
 pub mod clock;
 mod commit;
+pub mod demo;
 mod event;
 mod metadata_registry;
 mod recorder;

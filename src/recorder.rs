@@ -1188,7 +1188,8 @@ impl State {
         self.next_start =
             Some(ClockPair { epoch_nanos: chunk.start.epoch_nanos + duration, ticks: chunk.start.ticks + duration });
         let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
-        repository::apply_retention(&mut self.finished, 0, self.settings.max_size, oldest);
+        // Leave room for the live chunk, so the repository stays under its limit at all times.
+        repository::apply_retention(&mut self.finished, self.settings.max_chunk_size, self.settings.max_size, oldest);
         Ok(())
     }
 
