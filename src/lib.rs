@@ -37,6 +37,9 @@ pub mod clock;
 mod commit;
 pub mod demo;
 mod event;
+#[allow(unsafe_code)]
+mod fork;
+#[allow(unsafe_code)]
 mod metadata_registry;
 mod recorder;
 mod repository;

@@ -163,3 +163,18 @@ pub(crate) fn metadata() -> Metadata {
 pub(crate) fn event_names() -> Vec<String> {
     metadata().classes.iter().filter(|c| c.is_event()).map(|c| c.name.clone()).collect()
 }
+
+/// Before fork: hold the registry so no other thread holds it while the process is copied.
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(REGISTRY.lock());
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds the registry through [`lock_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_after_fork() {
+    // SAFETY: the caller holds the lock.
+    unsafe { REGISTRY.force_unlock() };
+}

@@ -304,6 +304,8 @@ struct Inner {
     stopping: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
+    /// The process that started the recording: in a forked child, stop does nothing.
+    pid: u32,
 }
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -316,6 +318,7 @@ impl Recorder {
 
     fn start(settings: Settings) -> Result<Recorder, Error> {
         validate(&settings)?;
+        crate::fork::install();
         let mut current = CURRENT.lock();
         if current.is_some() {
             return Err(Error::AlreadyRunning);
@@ -356,6 +359,7 @@ impl Recorder {
             stopping: AtomicBool::new(false),
             flusher: Mutex::new(None),
             dir,
+            pid: std::process::id(),
         });
         // The first segment: metadata and the recording's settings, published at once so that a
         // consumer sees the chunk immediately.
@@ -421,6 +425,11 @@ impl Drop for Recorder {
 
 impl Inner {
     fn stop(&self) -> Result<(), Error> {
+        if std::process::id() != self.pid {
+            // A forked child holds a copy of the parent's recorder: its threads, files and locks
+            // belong to the parent. Nothing to stop here.
+            return Ok(());
+        }
         if self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
