@@ -28,7 +28,7 @@ pub struct EventBuffer {
     flushed: AtomicUsize,
     /// Set by the owner when it stops using the buffer. Invariant: E4.
     retired: AtomicBool,
-    /// OS thread id of the owner.
+    /// OS thread id of the owner (diagnostics).
     tid: u32,
 }
 
@@ -67,11 +67,6 @@ impl EventBuffer {
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// The owner's thread id.
-    pub fn tid(&self) -> u32 {
-        self.tid
     }
 
     /// Owner only: appends one or more complete records and publishes them. Returns `false` (and

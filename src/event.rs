@@ -404,6 +404,7 @@ macro_rules! event {
     ) => {
         $(#[doc = $doc])*
         #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
         $vis struct $ty {
             $( $(#[doc = $fdoc])* $fvis $fname : $fty ),*
         }
@@ -459,6 +460,7 @@ macro_rules! event_struct {
     ) => {
         $(#[doc = $doc])*
         #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
         $vis struct $ty {
             $( $(#[doc = $fdoc])* $fvis $fname : $fty ),*
         }

@@ -29,7 +29,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[allow(unsafe_code)]
 mod buffer;
 mod builtin;
 #[allow(unsafe_code)]
@@ -37,7 +36,6 @@ pub mod clock;
 mod commit;
 pub mod demo;
 mod event;
-#[allow(unsafe_code)]
 mod fork;
 #[allow(unsafe_code)]
 mod metadata_registry;
@@ -50,7 +48,6 @@ pub mod symbolize;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 mod thread;
-#[allow(unsafe_code)]
 mod unwind;
 
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};

@@ -288,6 +288,8 @@ pub struct RecorderStats {
     pub chunks_finished: u64,
     /// Write failures seen.
     pub write_failures: u64,
+    /// Stack frames cut because the stack table was full.
+    pub stack_table_overflow: u64,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -407,7 +409,9 @@ impl Recorder {
 
     /// Counters so far.
     pub fn stats(&self) -> RecorderStats {
-        self.inner.state.lock().stats
+        let mut stats = self.inner.state.lock().stats;
+        stats.stack_table_overflow = self.inner.shared.stacks.overflow();
+        stats
     }
 
     /// Stops the recording: flushes, finishes the last chunk with the final flag, stops the

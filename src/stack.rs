@@ -81,11 +81,6 @@ impl StackTable {
         StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0) }
     }
 
-    /// Number of node slots.
-    pub fn capacity(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// Frames that could not be interned because the table was full.
     pub fn overflow(&self) -> u64 {
         // Relaxed: statistics only.

@@ -94,7 +94,7 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     let mut ring_head = 0usize;
     while steps < HARD_WALK_LIMIT {
         steps += 1;
-        if fp % 8 != 0 || fp < lo || fp.saturating_add(16) > hi {
+        if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
             break;
         }
         // SAFETY: [fp, fp + 16) lies inside this thread's own stack (checked above), which is

@@ -151,7 +151,7 @@ fn every_field_kind_reads_back_in_jfr_print_json() {
         events.iter().filter(|e| e["type"] == "test.Quiet").map(|e| e["values"]["id"].as_i64().unwrap()).collect();
     assert_eq!(quiet, [6], "disabled at first, enabled at run time");
 
-    jdk_accepts(&[out.clone()]);
+    jdk_accepts(std::slice::from_ref(&out));
     let meta = jdk("jfr", &["metadata", out.to_str().unwrap()]);
     assert!(meta.contains("@Category({\"Test\", \"Kinds\"})") || meta.contains("Kinds"), "{meta}");
     rec.stop().unwrap();
