@@ -754,8 +754,8 @@ impl State {
     fn flush(&mut self) {
         self.ensure_chunk();
         let now_ticks = clock::ticks();
-        let mut refs_threads: Vec<u32> = Vec::new();
-        let mut refs_stacks: Vec<u64> = Vec::new();
+        let mut refs_threads: HashSet<u32> = HashSet::new();
+        let mut refs_stacks: HashSet<u64> = HashSet::new();
         let mut segment_events = 0u64;
         let mut segment_bytes = 0u64;
 
@@ -784,7 +784,7 @@ impl State {
         });
         // Threads referenced from fields, noted before their records were committed.
         while let Some(tid) = self.shared.thread_refs.pop() {
-            refs_threads.push(tid);
+            refs_threads.insert(tid);
         }
 
         // 2. The flusher's own events: thread starts and ends, data loss, settings.
@@ -810,7 +810,7 @@ impl State {
                     put_varint(o, u64::from(note.tid));
                 });
             }
-            refs_threads.push(note.tid);
+            refs_threads.insert(note.tid);
         }
         self.write_loss(now_ticks);
         if self.settings_changed {
@@ -849,7 +849,7 @@ impl State {
         }
     }
 
-    fn segment_checkpoint(&mut self, threads: &[u32], stacks: &[u64]) -> Checkpoint {
+    fn segment_checkpoint(&mut self, threads: &HashSet<u32>, stacks: &HashSet<u64>) -> Checkpoint {
         let mut cp = Checkpoint::new();
         let mut chunk = self.chunk.take().expect("a live chunk");
         // Stack traces first (referrers before referees, I8).
@@ -931,7 +931,7 @@ impl State {
             cp.add(ids::SYMBOL, s, |o| put_string(o, Some(&text)));
         }
         // Threads: every thread this segment references, and on a new chunk every known thread.
-        let mut wanted: Vec<u32> = threads.to_vec();
+        let mut wanted: Vec<u32> = threads.iter().copied().collect();
         if chunk.written.threads.is_empty() {
             wanted.extend(self.known_threads.iter().copied());
         }
@@ -1258,19 +1258,19 @@ fn publish(chunk: &mut LiveChunk, dir: &Path, duration: i64) -> io::Result<()> {
 }
 
 /// Reads the leading implicit fields of every record in `bytes` (records written by the commit
-/// path: size, type, startTime, duration, eventThread, stackTrace). Returns the record count.
-fn scan_records(bytes: &[u8], threads: &mut Vec<u32>, stacks: &mut Vec<u64>) -> u64 {
+/// path: size, type, startTime, duration, eventThread, stackTrace) and collects the thread and
+/// stack ids. Returns the record count.
+fn scan_records(bytes: &[u8], threads: &mut HashSet<u32>, stacks: &mut HashSet<u64>) -> u64 {
     let mut pos = 0usize;
     let mut count = 0;
+    // Consecutive records mostly repeat the previous ids: skip the set lookups for those.
+    let (mut last_thread, mut last_stack) = (u32::MAX, u64::MAX);
     while pos < bytes.len() {
         let rest = &bytes[pos..];
-        let Some((size, _)) = varint::read_u64(rest) else {
-            break;
-        };
         let mut at = 0usize;
         let mut fields = [0u64; 6];
         for f in fields.iter_mut() {
-            match varint::read_u64(&rest[at.min(rest.len())..]) {
+            match varint::read_u64(rest.get(at..).unwrap_or(&[])) {
                 Some((v, n)) => {
                     *f = v;
                     at += n;
@@ -1278,16 +1278,21 @@ fn scan_records(bytes: &[u8], threads: &mut Vec<u32>, stacks: &mut Vec<u64>) -> 
                 None => break,
             }
         }
-        threads.push(fields[4] as u32);
-        stacks.push(fields[5]);
+        let (size, thread, stack) = (fields[0], fields[4] as u32, fields[5]);
+        if thread != last_thread {
+            threads.insert(thread);
+            last_thread = thread;
+        }
+        if stack != last_stack {
+            stacks.insert(stack);
+            last_stack = stack;
+        }
         count += 1;
         if size == 0 {
             break;
         }
         pos += size as usize;
     }
-    threads.sort_unstable();
-    threads.dedup();
     count
 }
 
