@@ -5,3 +5,4 @@
 pub mod clock;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
+pub mod symbolize;
