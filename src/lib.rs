@@ -3,6 +3,6 @@
 
 #[allow(unsafe_code)]
 pub mod clock;
+pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
-pub mod symbolize;

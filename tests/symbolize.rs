@@ -58,7 +58,11 @@ fn return_address_uses_ip_minus_one() {
     let mut s = Symbolizer::new();
     let addr = my_fn as *const () as usize as u64;
     let before = s.symbolize(addr, true).to_vec();
-    assert_ne!(physical(&before).function, "symbolize::my_fn", "{before:#?}");
+    assert_ne!(
+        physical(&before).function,
+        "symbolize::my_fn",
+        "{before:#?}"
+    );
 }
 
 #[test]
@@ -71,7 +75,10 @@ fn line_numbers_with_debug_info() {
         // The dev profile builds with full debug info.
         let line = f.line.expect("line number in a build with debug info");
         assert!((5..=10).contains(&line), "my_fn is at line 7, got {line}");
-        assert!(f.file.as_deref().unwrap_or("").ends_with("symbolize.rs"), "{f:#?}");
+        assert!(
+            f.file.as_deref().unwrap_or("").ends_with("symbolize.rs"),
+            "{f:#?}"
+        );
     }
 }
 
@@ -110,7 +117,10 @@ fn inlined_frames_are_marked() {
     } else if let Some(frames) = found {
         // Even at opt-level 0, #[inline(always)] inlines; full debug info names the path.
         assert!(frames[0].inlined);
-        assert_eq!(frames[0].function, "symbolize::inner_inlined", "{frames:#?}");
+        assert_eq!(
+            frames[0].function, "symbolize::inner_inlined",
+            "{frames:#?}"
+        );
         assert_eq!(frames[0].class, "symbolize");
         assert_eq!(frames[0].package, "symbolize");
         assert!(!physical(&frames).inlined);
@@ -130,7 +140,10 @@ fn libc_function_from_dynamic_symbols() {
     let frames = s.symbolize(p as u64, false).to_vec();
     let f = physical(&frames);
     // glibc exports getpid as `getpid` (its symtab may call it `__getpid`).
-    assert!(f.function == "getpid" || f.function == "__getpid", "{frames:#?}");
+    assert!(
+        f.function == "getpid" || f.function == "__getpid",
+        "{frames:#?}"
+    );
     assert_eq!(f.class, "libc.so.6");
     assert_eq!(f.package, "libc.so.6");
     assert_eq!(f.method, f.function);
@@ -191,8 +204,31 @@ fn split_generics() {
     );
     assert_eq!(
         split_name("std::thread::Builder::spawn_unchecked_<F,T>::{{closure}}"),
-        parts("std::thread::Builder::spawn_unchecked_<F,T>", "{{closure}}", "std")
+        parts(
+            "std::thread::Builder::spawn_unchecked_<F,T>",
+            "{{closure}}",
+            "std"
+        )
     );
+    // v0 turbofish: the generic arguments stay with the method.
+    assert_eq!(
+        split_name("<addr2line::line::Lines>::parse::<gimli::read::EndianSlice<u8>>"),
+        parts(
+            "<addr2line::line::Lines>",
+            "parse::<gimli::read::EndianSlice<u8>>",
+            "addr2line"
+        )
+    );
+    assert_eq!(
+        split_name("core::ptr::drop_in_place::<alloc::string::String>"),
+        parts(
+            "core::ptr",
+            "drop_in_place::<alloc::string::String>",
+            "core"
+        )
+    );
+    // An inherent impl on a primitive: no crate in the name.
+    assert_eq!(split_name("<u16>::_fmt"), parts("<u16>", "_fmt", ""));
     // `->` inside a generic argument is not a closing bracket.
     assert_eq!(
         split_name("a::b<fn() -> c::D>::e"),
@@ -216,7 +252,11 @@ fn split_trait_impls() {
     );
     assert_eq!(
         split_name("<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop"),
-        parts("<alloc::vec::Vec<T,A> as core::ops::drop::Drop>", "drop", "alloc")
+        parts(
+            "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>",
+            "drop",
+            "alloc"
+        )
     );
     assert_eq!(
         split_name("<[T] as core::fmt::Debug>::fmt"),
@@ -240,7 +280,11 @@ fn split_closures() {
     );
     assert_eq!(
         split_name("<myapp::W as core::ops::Fn<()>>::call::{{closure}}"),
-        parts("<myapp::W as core::ops::Fn<()>>::call", "{{closure}}", "myapp")
+        parts(
+            "<myapp::W as core::ops::Fn<()>>::call",
+            "{{closure}}",
+            "myapp"
+        )
     );
 }
 
