@@ -14,50 +14,50 @@
 //!
 //! # Crate choice: addr2line (gimli), measured against blazesym
 //!
-//! Measured on the project's 2-core machine (rustc 1.95, addr2line 0.27.1, blazesym 0.2.7), in a
-//! scratch binary (a PIE) that symbolizes 10 000 distinct addresses spread evenly over its own
-//! text segment, each variant in a fresh process. "first addr" is one cold lookup (opening and
-//! parsing the file), "1st pass" the 10 000 new addresses, "2nd pass" the same addresses again.
-//! blazesym used `Source::Process` for its own pid, demangling and inlined functions on (its
-//! defaults); it caches the parsed files, not results.
+//! Measured on the project's 2-core machine (AMD EPYC, rustc 1.95, addr2line 0.27.1, blazesym
+//! 0.2.7), in a scratch binary (a PIE) that symbolizes 10 000 distinct addresses spread evenly
+//! over its own text segment, each variant in a fresh process. "first addr" is one cold lookup
+//! (opening and parsing the file), "1st pass" the 10 000 new addresses, "2nd pass" the same
+//! addresses again. Times are process CPU time (the machine had a load average of 8 from other
+//! builds, which made wall times noisy), best of 3 runs, runs within 15 % of each other; "RSS"
+//! is the growth of `RssAnon` over the whole run (file-backed pages of the mapped ELF stayed
+//! under 1.3 MiB), stable to a few KiB. blazesym used `Source::Process` for its own pid with its
+//! defaults (demangling, inlined functions, code info); it caches parsed files, not results.
 //!
-//! Load average was 5.5 on 2 cores during the runs (other builds): times are the best of 3
-//! runs and still noisy; the memory figures are stable to a few KiB. `RSS` is the growth of
-//! `RssAnon` over the whole run (file-backed pages of the mapped ELF stayed below 1.3 MiB).
+//! | binary 14.9 MiB, release (line-tables-only)   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
+//! |-----------------------------------------------|-----------:|--------------:|--------------:|---------:|
+//! | this module (addr2line + result cache)        |     7.2 ms |       13.0 µs |       0.09 µs | 47.5 MiB |
+//! | addr2line `Loader` alone, results dropped     |     7.1 ms |        8.6 µs |        2.3 µs | 27.9 MiB |
+//! | blazesym, one call of 10 000 addresses        |     3.1 ms |       14.2 µs |        6.4 µs | 29.0 MiB |
+//! | blazesym, one call per address, results dropped |   3.1 ms |       40.0 µs |       31.8 µs | 23.2 MiB |
 //!
-//! | 10 000 addrs, binary 15 MB (release, line-tables-only) | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
-//! |---|---|---|---|---|
-//! | this module (addr2line + result cache)               |   7.1 ms |  24.5 µs | 0.09 µs | 48.3 MiB |
-//! | addr2line `Loader` alone (no result cache)           |   8.8 ms |  14.9 µs | 4.4 µs  | 28.6 MiB |
-//! | blazesym, one batch call of 10 000 addresses         |   5.6 ms |  18.6 µs | 9.6 µs  | 29.7 MiB |
-//! | blazesym, one call per address                       |   3.1 ms |  49.3 µs | 35.8 µs | 23.8 MiB |
+//! | binary 39.3 MiB, opt-level 3 with debug = 2   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
+//! |-----------------------------------------------|-----------:|--------------:|--------------:|---------:|
+//! | this module (addr2line + result cache)        |    11.9 ms |       17.3 µs |       0.09 µs | 50.2 MiB |
+//! | addr2line `Loader` alone, results dropped     |    12.5 ms |       13.4 µs |        3.9 µs | 31.7 MiB |
+//! | blazesym, one call of 10 000 addresses        |     6.8 ms |       20.0 µs |        9.4 µs | 35.1 MiB |
+//! | blazesym, one call per address, results dropped |   6.8 ms |       49.1 µs |       40.1 µs | 26.5 MiB |
 //!
-//! | 10 000 addrs, binary 41 MB (opt-level 3, debug = 2)   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
-//! |---|---|---|---|---|
-//! | this module (addr2line + result cache)               |  11.4 ms |  28.6 µs | 0.09 µs | 50.3 MiB |
-//! | addr2line `Loader` alone (no result cache)           |  13.0 ms |  16.2 µs | 3.6 µs  | 32.5 MiB |
-//! | blazesym, one batch call of 10 000 addresses         |  10.8 ms |  32.2 µs | 15.0 µs | 35.9 MiB |
-//! | blazesym, one call per address                       |   6.5 ms |  45.0 µs | 38.0 µs | 27.1 MiB |
-//!
-//! Both found the same frames (39 488 incl. ~3 inlined per address in release) and lines for
-//! 95.7 % of them (blazesym 0.3 % more). Our result cache costs about 2 KiB per address (four
-//! owned frames of ~500 bytes: long generic names and `/rustc/<hash>/...` paths), hence
+//! Both found the same frames (39 169 in release: ~3 inlined per address) and lines for 95.5 %
+//! of them (blazesym 0.3 % more). Our result cache costs about 2 KiB per address (four owned
+//! frames of ~500 bytes: long generic names and `/rustc/<hash>/...` paths), hence
 //! [`Symbolizer::clear_cache`]. The harness (a scratch crate, not committed: `symcmp MODE 10000`
 //! with MODE `a2l`, `a2lraw`, `blaze`, `blaze1`, built with `--release` and with a profile
 //! inheriting release with `debug = 2`) takes every `len/10000`-th byte of its own `r-xp`
 //! mapping.
 //!
-//! Choice: addr2line. New addresses resolve as fast or faster (14.9 vs 18.6 µs per address with
-//! line tables, 16.2 vs 32.2 µs with full debug info) with 1 to 3 MiB less memory; blazesym's
-//! single-address calls re-read `/proc/self/maps` each time (~50 µs per address), so it wants
-//! batches, which the L holder's "symbolize each new frame once" pattern does not give
-//! naturally. Its only lead is the cold first lookup (2 to 5 ms less). addr2line is what std's
-//! own backtraces use, gives us its `Loader` (mmap, symbol table with `.dynsym` fallback, split
-//! DWARF) and leaves the per-process layout (maps, load bias) to us (about 150 lines here). The
-//! dependency trees are of the same size (25 crates each, mostly shared: gimli, object or its
-//! equivalents, flate2, memmap2, both demanglers). What blazesym offers that we do not use yet:
-//! address normalization with build IDs for symbolizing elsewhere, and `.gnu_debuglink`/debug
-//! directory lookup; if symbolization from outside the process is needed, revisit.
+//! Choice: addr2line. A new address costs 8.6 vs 14.2 µs (line tables) and 13.4 vs 20.0 µs
+//! (full debug info) against blazesym's best case, a batch; blazesym's single-address calls
+//! re-read `/proc/self/maps` each time (40-50 µs), and the L holder's pattern, "symbolize each
+//! new address once, on a cache miss", does not batch naturally. blazesym's parsed state is
+//! smaller (23.2 vs 27.9 MiB, 26.5 vs 31.7 MiB) and its cold first lookup 4-5 ms faster; both
+//! are small next to the result cache and a one-time cost. addr2line is what std's own
+//! backtraces use; its `Loader` does the file work (mmap, symbol table with `.dynsym` fallback,
+//! split DWARF) and leaves the process layout (maps, load bias) to us, about 150 lines here.
+//! The dependency trees are of the same size (25 crates each, mostly shared: gimli, flate2,
+//! memmap2, both demanglers). What blazesym offers that we do not use yet: address normalization
+//! with build IDs for symbolizing elsewhere, and `.gnu_debuglink`/debug-directory lookup; if
+//! symbolization from outside the process is needed, revisit.
 //!
 //! # Gaps
 //!
@@ -244,10 +244,11 @@ impl Symbolizer {
                 }
             }
         }
-        let symtab = loader.find_symbol(svma).map(demangle);
+        // Demangled only when used: demangling is a good part of the cost of a new address.
+        let symtab = || loader.find_symbol(svma).map(demangle);
 
         if dwarf.is_empty() {
-            return Box::new([match symtab {
+            return Box::new([match symtab() {
                 Some(name) => named(name, module, None, None, false),
                 None => unknown(ip, module),
             }]);
@@ -267,7 +268,7 @@ impl Symbolizer {
             let name = if inlined || full_dwarf_name {
                 d.name
             } else {
-                symtab.clone().or(d.name)
+                symtab().or(d.name)
             };
             let frame = match name {
                 // `debug = "line-tables-only"` keeps only the bare name of inlined Rust
@@ -562,7 +563,9 @@ fn named(
 pub fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         // The alternate form omits the hash (legacy) and crate disambiguators (v0).
-        return strip_hash(&format!("{d:#}")).to_owned();
+        let mut s = format!("{d:#}");
+        s.truncate(strip_hash(&s).len());
+        return s;
     }
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
@@ -603,62 +606,82 @@ pub struct NameParts<'a> {
 /// Splits a demangled path on its last `::` that is not inside `<...>`, `(...)`, `[...]` or
 /// `{...}`. Returns `None` for a name without a top-level `::` (a C symbol).
 pub fn split_name(name: &str) -> Option<NameParts<'_>> {
-    let seps = top_level_seps(name);
-    // A last segment that is only generic arguments (v0's `parse::<T>`) stays with its method.
-    let &last = seps
-        .iter()
-        .rev()
-        .find(|&&at| !name[at + 2..].starts_with('<'))?;
+    let mut first = None;
+    let mut last = None;
+    for at in TopLevelSeps::new(name) {
+        first.get_or_insert(at);
+        // A last segment that is only generic arguments (v0's `parse::<T>`) stays with its
+        // method.
+        if !name[at + 2..].starts_with('<') {
+            last = Some(at);
+        }
+    }
+    let last = last?;
     let class = &name[..last];
-    let method = &name[last + 2..];
+    let first = first.filter(|&f| f < last).unwrap_or(last);
     Some(NameParts {
         class,
-        method,
-        package: package_of(class),
+        method: &name[last + 2..],
+        package: package_of(&class[..first]),
     })
 }
 
-/// Byte offsets of every `::` at nesting depth 0.
-fn top_level_seps(name: &str) -> Vec<usize> {
-    let b = name.as_bytes();
-    let mut depth = 0usize;
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'<' | b'(' | b'[' | b'{' => depth += 1,
-            // `->` in a fn type is not a closing angle bracket.
-            b'>' if i > 0 && b[i - 1] == b'-' => {}
-            b'>' | b')' | b']' | b'}' => depth = depth.saturating_sub(1),
-            b':' if depth == 0 && b.get(i + 1) == Some(&b':') => {
-                out.push(i);
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    out
+/// Byte offsets of every `::` at nesting depth 0, in order; no allocation (this runs for every
+/// frame of every new address).
+struct TopLevelSeps<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
 }
 
-/// The crate of a class path (see [`NameParts::package`]).
-fn package_of(class: &str) -> &str {
-    let first = match top_level_seps(class).first() {
-        Some(&at) => &class[..at],
-        None => class,
-    };
+impl<'a> TopLevelSeps<'a> {
+    fn new(name: &'a str) -> Self {
+        TopLevelSeps {
+            b: name.as_bytes(),
+            i: 0,
+            depth: 0,
+        }
+    }
+}
+
+impl Iterator for TopLevelSeps<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let b = self.b;
+        while self.i < b.len() {
+            let i = self.i;
+            self.i += 1;
+            match b[i] {
+                b'<' | b'(' | b'[' | b'{' => self.depth += 1,
+                // `->` in a fn type is not a closing angle bracket.
+                b'>' if i > 0 && b[i - 1] == b'-' => {}
+                b'>' | b')' | b']' | b'}' => self.depth = self.depth.saturating_sub(1),
+                b':' if self.depth == 0 && b.get(i + 1) == Some(&b':') => {
+                    self.i += 1;
+                    return Some(i);
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// The crate named by the first segment of a path (see [`NameParts::package`]).
+fn package_of(first: &str) -> &str {
     let Some(inner) = first.strip_prefix('<').and_then(|s| s.strip_suffix('>')) else {
         return first;
     };
     // `<Self as Trait>` or `<Self>`: find the top-level " as ".
     let (self_ty, trait_path) = split_as(inner);
     let self_ty = strip_type_prefixes(self_ty);
-    if let Some(&at) = top_level_seps(self_ty).first() {
+    if let Some(at) = TopLevelSeps::new(self_ty).next() {
         return strip_type_prefixes(&self_ty[..at]);
     }
     if let Some(tr) = trait_path {
         let tr = strip_type_prefixes(tr);
-        if let Some(&at) = top_level_seps(tr).first() {
+        if let Some(at) = TopLevelSeps::new(tr).next() {
             return &tr[..at];
         }
     }

@@ -320,3 +320,35 @@ fn demangling() {
     assert_eq!(demangle("epoll_wait"), "epoll_wait");
     assert_eq!(demangle("a::b::h0123456789abcdef"), "a::b");
 }
+
+trait Shape {
+    fn area(&self) -> u64;
+}
+
+struct Square(u64);
+
+impl Shape for Square {
+    #[inline(never)]
+    fn area(&self) -> u64 {
+        black_box(self.0).wrapping_mul(black_box(self.0))
+    }
+}
+
+#[test]
+fn trait_impl_in_this_binary() {
+    let mut s = Symbolizer::new();
+    let f: fn(&Square) -> u64 = <Square as Shape>::area;
+    let frames = s.symbolize(f as *const () as usize as u64, false).to_vec();
+    let p = physical(&frames);
+    assert_eq!(
+        p.function, "<symbolize::Square as symbolize::Shape>::area",
+        "{frames:#?}"
+    );
+    assert_eq!(p.class, "<symbolize::Square as symbolize::Shape>");
+    assert_eq!(p.method, "area");
+    assert_eq!(p.package, "symbolize");
+
+    // (A closure coerced to `fn` points at a `FnOnce::call_once` shim, not at its body, so
+    // closures are covered by the splitting tests only.)
+    black_box(f(&Square(3)));
+}
