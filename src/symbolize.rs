@@ -63,7 +63,9 @@
 //!
 //! - Separate debug files (`.gnu_debuglink`, `/usr/lib/debug/.build-id`) are not searched: system
 //!   libraries give symbol-table names only, without lines.
-//! - `[vdso]` and JIT code have no file: they come out as hex with the mapping's name as class.
+//! - The vDSO is read from memory and named from its dynamic symbols (`__vdso_clock_gettime`,
+//!   class and package `[vdso]`); JIT code and other anonymous executable mappings come out as
+//!   hex.
 //! - A library unloaded with `dlclose` and another one loaded at the same addresses keeps the
 //!   stale cache entries (the cache is keyed by address only).
 //! - ELF64 only (x86_64, aarch64); another ELF class assumes file offset = virtual address.
@@ -73,6 +75,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use object::Object as _;
 
 /// One symbolized frame (one function; an address with inline info gives several).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,7 +127,7 @@ struct Mapping {
     start: u64,
     end: u64,
     offset: u64,
-    /// Index into `Symbolizer::objects`, or `None` for `[vdso]` and other unnamed mappings.
+    /// Index into `Symbolizer::objects`, or `None` for anonymous and other unnamed mappings.
     object: Option<usize>,
     /// File name (`libc.so.6`) or pseudo-name (`[vdso]`).
     name: String,
@@ -134,6 +138,8 @@ struct ObjectState {
     maps_path: String,
     /// Path to open (differs from `maps_path` for deleted files).
     open_path: PathBuf,
+    /// For `[vdso]`: the mapping to read from our own memory (it has no file).
+    vdso: Option<(u64, u64)>,
     name: String,
     /// `PT_LOAD` segments: (file offset, file size, virtual address); `None` until loaded.
     loads: Option<Vec<(u64, u64, u64)>>,
@@ -143,6 +149,8 @@ struct ObjectState {
 enum LoadState {
     NotTried,
     Loaded(Box<addr2line::Loader>),
+    /// Symbols only (the vDSO): (address, mangled name), sorted by address.
+    Symbols(Vec<(u64, String)>),
     Failed,
 }
 
@@ -211,10 +219,18 @@ impl Symbolizer {
         object.ensure_loaded();
         let file_offset = probe - start + offset;
         let svma = object.file_offset_to_vaddr(file_offset);
-        let LoadState::Loaded(loader) = &object.loader else {
-            return Box::new([unknown(ip, &object.name)]);
-        };
         let module = object.name.as_str();
+        let loader = match &object.loader {
+            LoadState::Loaded(loader) => loader,
+            LoadState::Symbols(symbols) => {
+                let i = symbols.partition_point(|&(addr, _)| addr <= svma);
+                return Box::new([match i.checked_sub(1) {
+                    Some(i) => named(demangle(&symbols[i].1), module, None, None, false),
+                    None => unknown(ip, module),
+                }]);
+            }
+            LoadState::NotTried | LoadState::Failed => return Box::new([unknown(ip, module)]),
+        };
 
         // DWARF: innermost first. `find_frames` may fail on malformed DWARF: treat as absent.
         let mut dwarf: Vec<DwarfFrame> = Vec::new();
@@ -335,7 +351,7 @@ impl Symbolizer {
             if !m.executable {
                 continue;
             }
-            let object = if m.path.starts_with('/') {
+            let object = if m.path.starts_with('/') || m.path == "[vdso]" {
                 Some(self.object_index(m.path, m.start, m.end))
             } else {
                 None
@@ -372,6 +388,7 @@ impl Symbolizer {
         self.objects.push(ObjectState {
             maps_path: maps_path.to_owned(),
             open_path,
+            vdso: (maps_path == "[vdso]").then_some((start, end)),
             name,
             loads: None,
             loader: LoadState::NotTried,
@@ -385,11 +402,51 @@ impl ObjectState {
         if !matches!(self.loader, LoadState::NotTried) {
             return;
         }
-        self.loads = Some(read_pt_loads(&self.open_path).unwrap_or_default());
+        if let Some((start, end)) = self.vdso {
+            self.load_vdso(start, end);
+            return;
+        }
+        let file = File::open(&self.open_path).ok();
+        let read_at = |buf: &mut [u8], at: u64| file.as_ref()?.read_exact_at(buf, at).ok();
+        self.loads = Some(read_pt_loads(read_at).unwrap_or_default());
         self.loader = match addr2line::Loader::new(&self.open_path) {
             Ok(loader) => LoadState::Loaded(Box::new(loader)),
             Err(_) => LoadState::Failed,
         };
+    }
+
+    /// The vDSO has no file: read its image from our own memory (a plain file read of
+    /// `/proc/self/mem`, no unsafe code) and keep its dynamic symbols.
+    fn load_vdso(&mut self, start: u64, end: u64) {
+        self.loader = LoadState::Failed;
+        let len = end.saturating_sub(start);
+        if len == 0 || len > 1 << 20 {
+            return;
+        }
+        let mut image = vec![0u8; len as usize];
+        let ok = File::open("/proc/self/mem")
+            .and_then(|mem| mem.read_exact_at(&mut image, start))
+            .is_ok();
+        if !ok {
+            return;
+        }
+        let read_at = |buf: &mut [u8], at: u64| {
+            let at = usize::try_from(at).ok()?;
+            buf.copy_from_slice(image.get(at..at.checked_add(buf.len())?)?);
+            Some(())
+        };
+        self.loads = Some(read_pt_loads(read_at).unwrap_or_default());
+        let Ok(elf) = object::File::parse(&image[..]) else {
+            return;
+        };
+        let map = elf.symbol_map();
+        let mut symbols: Vec<(u64, String)> = map
+            .symbols()
+            .iter()
+            .map(|s| (s.address(), s.name().to_owned()))
+            .collect();
+        symbols.sort_unstable_by_key(|&(addr, _)| addr);
+        self.loader = LoadState::Symbols(symbols);
     }
 
     /// The address the file itself gives to `file_offset` (what DWARF and symbols use).
@@ -465,11 +522,11 @@ fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
     })
 }
 
-/// Reads the `PT_LOAD` program headers of an ELF64 file: (offset, file size, virtual address).
-fn read_pt_loads(path: &std::path::Path) -> Option<Vec<(u64, u64, u64)>> {
-    let file = File::open(path).ok()?;
+/// Reads the `PT_LOAD` program headers of an ELF64 image through `read_at(buf, offset)`:
+/// (file offset, file size, virtual address).
+fn read_pt_loads(read_at: impl Fn(&mut [u8], u64) -> Option<()>) -> Option<Vec<(u64, u64, u64)>> {
     let mut ehdr = [0u8; 64];
-    file.read_exact_at(&mut ehdr, 0).ok()?;
+    read_at(&mut ehdr, 0)?;
     if &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 {
         return None; // not ELF, or not ELF64
     }
@@ -509,7 +566,7 @@ fn read_pt_loads(path: &std::path::Path) -> Option<Vec<(u64, u64, u64)>> {
         return None;
     }
     let mut phdrs = vec![0u8; phentsize * phnum];
-    file.read_exact_at(&mut phdrs, phoff).ok()?;
+    read_at(&mut phdrs, phoff)?;
     Some(
         phdrs
             .chunks_exact(phentsize)

@@ -352,3 +352,26 @@ fn trait_impl_in_this_binary() {
     // closures are covered by the splitting tests only.)
     black_box(f(&Square(3)));
 }
+
+#[test]
+fn vdso_symbols_from_memory() {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if base == 0 {
+        return; // no vDSO (some sandboxes)
+    }
+    let mut s = Symbolizer::new();
+    let mut names = Vec::new();
+    for off in (0..16 * 1024).step_by(16) {
+        let f = physical(s.symbolize(base + off, false)).clone();
+        if f.class == "[vdso]" && !f.function.starts_with("0x") {
+            assert_eq!(f.package, "[vdso]");
+            names.push(f.function);
+        }
+    }
+    names.dedup();
+    assert!(
+        names.iter().any(|n| n.contains("clock_gettime")),
+        "vDSO names: {names:?}"
+    );
+}
