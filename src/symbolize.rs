@@ -72,8 +72,17 @@
 //! - The vDSO is read from memory and named from its dynamic symbols (`__vdso_clock_gettime`,
 //!   class and package `[vdso]`); JIT code and other anonymous executable mappings come out as
 //!   hex.
+//! - With `debug = "line-tables-only"` (our release profile) DWARF keeps only the bare name of
+//!   an inlined function (`push`, no path): such frames have `function` = `method` = the bare
+//!   name, and `class` = `package` = the crate guessed from the source path
+//!   (`/rustc/<hash>/library/alloc/...` -> `alloc`, `.../registry/src/*/serde-1.0.0/...` ->
+//!   `serde`), else the caller's crate. The physical frame has its full path from the symbol
+//!   table. `debug = 1` or more gives full paths for inlined frames too.
 //! - A library unloaded with `dlclose` and another one loaded at the same addresses keeps the
-//!   stale cache entries (the cache is keyed by address only).
+//!   stale cache entries (the cache is keyed by address); call [`Symbolizer::clear_cache`].
+//! - Mappings are re-read at most every 100 ms on a miss, so an address in a library loaded in
+//!   the last 100 ms may come out as hex until a later miss re-reads them (hex results of
+//!   unmapped addresses are dropped from the cache then).
 //! - ELF64 only (x86_64, aarch64); another ELF class assumes file offset = virtual address.
 
 use std::collections::HashMap;
@@ -117,6 +126,9 @@ pub struct Symbolizer {
     /// One entry per distinct file among `mappings`.
     objects: Vec<ObjectState>,
     last_refresh: Option<Instant>,
+    /// Cache keys of addresses that were in no mapping: dropped from the cache when the maps are
+    /// re-read, so a library loaded later is not stuck with hex names.
+    unmapped: Vec<(u64, bool)>,
 }
 
 // The symbolizer is handed between L holders and the CLI's threads: it must stay `Send`.
@@ -178,6 +190,7 @@ impl Symbolizer {
             mappings: Vec::new(),
             objects: Vec::new(),
             last_refresh: None,
+            unmapped: Vec::new(),
         }
     }
 
@@ -209,6 +222,7 @@ impl Symbolizer {
     /// modules; for a caller that bounds memory.
     pub fn clear_cache(&mut self) {
         self.cache.clear();
+        self.unmapped.clear();
         self.cache.shrink_to_fit();
     }
 
@@ -224,6 +238,7 @@ impl Symbolizer {
             found = self.find_mapping(probe);
         }
         let Some(mi) = found else {
+            self.unmapped.push((ip, is_return_address));
             return Box::new([unknown(ip, "")]);
         };
         let (start, offset) = (self.mappings[mi].start, self.mappings[mi].offset);
@@ -368,6 +383,9 @@ impl Symbolizer {
     /// Re-reads `/proc/self/maps`, keeping the state of files already known.
     fn refresh_maps(&mut self) {
         self.last_refresh = Some(Instant::now());
+        for key in self.unmapped.drain(..) {
+            self.cache.remove(&key);
+        }
         let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
             return;
         };

@@ -376,3 +376,23 @@ fn vdso_symbols_from_memory() {
         "vDSO names: {names:?}"
     );
 }
+
+#[test]
+fn library_loaded_later_is_found() {
+    let mut s = Symbolizer::new();
+    let addr = my_fn as *const () as usize as u64;
+    s.symbolize(addr, false); // reads the maps once
+                              // SAFETY: libm is part of glibc; dlopen/dlsym with NUL-terminated names.
+    let f = unsafe {
+        let h = libc::dlopen(c"libm.so.6".as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        libc::dlsym(h, c"cbrt".as_ptr())
+    };
+    assert!(!f.is_null());
+    // Mappings are re-read on a miss at most every 100 ms.
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let frames = s.symbolize(f as u64, false).to_vec();
+    let p = physical(&frames);
+    assert_eq!(p.function, "cbrt", "{frames:#?}");
+    assert_eq!(p.package, "libm.so.6");
+}
