@@ -18,49 +18,52 @@
 //! 0.2.7), in a scratch binary (a PIE) that symbolizes 10 000 distinct addresses spread evenly
 //! over its own text segment, each variant in a fresh process. "first addr" is one cold lookup
 //! (opening and parsing the file), "1st pass" the 10 000 new addresses, "2nd pass" the same
-//! addresses again. Times are process CPU time (the machine had a load average of 8 from other
-//! builds, which made wall times noisy), best of 3 runs, runs within 15 % of each other; "RSS"
-//! is the growth of `RssAnon` over the whole run (file-backed pages of the mapped ELF stayed
-//! under 1.3 MiB), stable to a few KiB. blazesym used `Source::Process` for its own pid with its
-//! defaults (demangling, inlined functions, code info); it caches parsed files, not results.
+//! addresses again. Times are process CPU time (the machine had a load average of 10 from other
+//! builds, which made wall times noisy), best of 3 interleaved runs (spread up to 35 % under that
+//! load); "RSS" is the growth of `RssAnon` over the whole run (file-backed pages of the mapped
+//! ELF stayed under 1.3 MiB), stable to a few KiB. blazesym used `Source::Process` for its own
+//! pid with its defaults (demangling, inlined functions, code info); it caches parsed files, not
+//! results.
 //!
-//! | binary 14.9 MiB, release (line-tables-only)   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
+//! | binary 15.6 MiB, release (line-tables-only)   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
 //! |-----------------------------------------------|-----------:|--------------:|--------------:|---------:|
-//! | this module (addr2line + result cache)        |     7.2 ms |       13.0 µs |       0.09 µs | 47.5 MiB |
-//! | addr2line `Loader` alone, results dropped     |     7.1 ms |        8.6 µs |        2.3 µs | 27.9 MiB |
-//! | blazesym, one call of 10 000 addresses        |     3.1 ms |       14.2 µs |        6.4 µs | 29.0 MiB |
-//! | blazesym, one call per address, results dropped |   3.1 ms |       40.0 µs |       31.8 µs | 23.2 MiB |
+//! | this module (addr2line + result cache)        |     8.0 ms |       14.3 µs |       0.09 µs | 49.8 MiB |
+//! | addr2line `Loader` alone, results dropped     |     7.8 ms |        9.1 µs |        2.4 µs | 29.5 MiB |
+//! | blazesym, one call of 10 000 addresses        |     3.5 ms |       14.3 µs |        6.5 µs | 30.3 MiB |
+//! | blazesym, one call per address, results dropped |   3.4 ms |       42.4 µs |       33.5 µs | 24.5 MiB |
 //!
-//! | binary 39.3 MiB, opt-level 3 with debug = 2   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
+//! | binary 41.7 MiB, opt-level 3 with debug = 2   | first addr | 1st pass/addr | 2nd pass/addr | RSS anon |
 //! |-----------------------------------------------|-----------:|--------------:|--------------:|---------:|
-//! | this module (addr2line + result cache)        |    11.9 ms |       17.3 µs |       0.09 µs | 50.2 MiB |
-//! | addr2line `Loader` alone, results dropped     |    12.5 ms |       13.4 µs |        3.9 µs | 31.7 MiB |
-//! | blazesym, one call of 10 000 addresses        |     6.8 ms |       20.0 µs |        9.4 µs | 35.1 MiB |
-//! | blazesym, one call per address, results dropped |   6.8 ms |       49.1 µs |       40.1 µs | 26.5 MiB |
+//! | this module (addr2line + result cache)        |    12.8 ms |       18.7 µs |       0.09 µs | 51.9 MiB |
+//! | addr2line `Loader` alone, results dropped     |    11.9 ms |       13.9 µs |        3.9 µs | 33.5 MiB |
+//! | blazesym, one call of 10 000 addresses        |     6.8 ms |       20.4 µs |        9.3 µs | 36.6 MiB |
+//! | blazesym, one call per address, results dropped |   7.0 ms |       48.9 µs |       36.0 µs | 27.8 MiB |
 //!
-//! (The module rows predate the separate-debug-file and exported-name support, which reads the
-//! file's `.dynsym` once: its first lookup rose by about 3 ms; re-run at a load average of 10,
-//! the other columns moved within the noise.)
-//!
-//! Both found the same frames (39 169 in release: ~3 inlined per address) and lines for 95.5 %
+//! Both found the same frames (40 606 in release: ~3 inlined per address) and lines for 95.9 %
 //! of them (blazesym 0.3 % more). Our result cache costs about 2 KiB per address (four owned
 //! frames of ~500 bytes: long generic names and `/rustc/<hash>/...` paths), hence
-//! [`Symbolizer::clear_cache`]. The harness (a scratch crate, not committed: `symcmp MODE 10000`
-//! with MODE `a2l`, `a2lraw`, `blaze`, `blaze1`, built with `--release` and with a profile
-//! inheriting release with `debug = 2`) takes every `len/10000`-th byte of its own `r-xp`
-//! mapping.
+//! [`Symbolizer::clear_cache`]. The harness, `examples/symbolize_compare.rs`, takes every
+//! `len/10000`-th byte of its own `r-xp` mapping:
 //!
-//! Choice: addr2line. A new address costs 8.6 vs 14.2 µs (line tables) and 13.4 vs 20.0 µs
+//! ```text
+//! cargo build --release --example symbolize_compare --features compare-blazesym
+//! for m in a2l a2lraw blaze blaze1; do target/release/examples/symbolize_compare $m 10000; done
+//! ```
+//!
+//! and the same with `CARGO_PROFILE_RELEASE_DEBUG=2` for full debug info. (The figures above were
+//! taken with the same code in a scratch crate; the example's binary is somewhat larger.)
+//!
+//! Choice: addr2line. A new address costs 9.1 vs 14.3 µs (line tables) and 13.9 vs 20.4 µs
 //! (full debug info) against blazesym's best case, a batch; blazesym's single-address calls
-//! re-read `/proc/self/maps` each time (40-50 µs), and the L holder's pattern, "symbolize each
+//! re-read `/proc/self/maps` each time (42-49 µs), and the L holder's pattern, "symbolize each
 //! new address once, on a cache miss", does not batch naturally. blazesym's parsed state is
-//! smaller (23.2 vs 27.9 MiB, 26.5 vs 31.7 MiB) and its cold first lookup 4-5 ms faster; both
+//! smaller (24.5 vs 29.5 MiB, 27.8 vs 33.5 MiB) and its cold first lookup 4-5 ms faster; both
 //! are small next to the result cache and a one-time cost. addr2line is what std's own
 //! backtraces use; its `Loader` does the file work (mmap, symbol table with `.dynsym` fallback,
-//! split DWARF) and leaves the process layout (maps, load bias) to us, about 150 lines here.
+//! split DWARF) and leaves the process layout (maps, load bias, vDSO, debug files) to us.
 //! The dependency trees are of the same size (25 crates each, mostly shared: gimli, flate2,
 //! memmap2, both demanglers). What blazesym offers that we do not use yet: address normalization
-//! with build IDs for symbolizing elsewhere, and `.gnu_debuglink`/debug-directory lookup; if
+//! with build IDs for symbolizing elsewhere, and `.gnu_debuglink`/debuginfod lookup; if
 //! symbolization from outside the process is needed, revisit.
 //!
 //! # Gaps
