@@ -42,7 +42,6 @@ mod metadata_registry;
 mod recorder;
 mod repository;
 mod stack;
-#[allow(missing_docs)]
 pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;

@@ -615,7 +615,20 @@ struct State {
     stats: RecorderStats,
     scratch_frames: Vec<u64>,
     pending_symbols: Vec<u64>,
+    /// Classes and methods of the recorder's own commit path (see `OWN_CLASS_PREFIXES`).
+    own_classes: HashSet<u64>,
+    own_frames: HashSet<u64>,
 }
+
+/// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
+const OWN_CLASS_PREFIXES: [&str; 6] = [
+    "recorder::event",
+    "<recorder::event",
+    "recorder::commit",
+    "recorder::unwind",
+    "recorder::stack",
+    "recorder::buffer",
+];
 
 impl State {
     fn new(shared: Arc<Shared>, settings: Settings, dir: PathBuf, start: ClockPair) -> State {
@@ -655,6 +668,8 @@ impl State {
             stats: RecorderStats::default(),
             scratch_frames: Vec::new(),
             pending_symbols: Vec::new(),
+            own_classes: HashSet::new(),
+            own_frames: HashSet::new(),
         }
     }
 
@@ -692,12 +707,23 @@ impl State {
         let name_sym = self.symbol(name);
         let package = if package.is_empty() { 0 } else { self.package(package) };
         let k = self.key();
+        if OWN_CLASS_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            self.own_classes.insert(k);
+        }
         self.class_keys.insert(name.to_owned(), k);
         self.class_defs.insert(k, ClassDef { name: name_sym, package });
         k
     }
 
     fn method(&mut self, class: u64, name: &str) -> u64 {
+        let key = self.method_inner(class, name);
+        if self.own_classes.contains(&class) {
+            self.own_frames.insert(key);
+        }
+        key
+    }
+
+    fn method_inner(&mut self, class: u64, name: &str) -> u64 {
         let name_sym = self.symbol(name);
         if let Some(&k) = self.method_keys.get(&(class, name_sym)) {
             return k;
@@ -868,6 +894,12 @@ impl State {
             let mut frames = Vec::with_capacity(ips.len());
             for (i, &ip) in ips.iter().enumerate() {
                 frames.extend(self.frames_for(ip, i > 0));
+            }
+            // The recorder's own frames never show: the commit API is inlined into its caller, so
+            // the innermost address of an event's stack also names `Event::commit` and friends.
+            let own = frames.iter().take_while(|f| self.own_frames.contains(&f.method)).count();
+            if own < frames.len() {
+                frames.drain(..own);
             }
             self.scratch_frames = ips;
             let truncated = StackKey(key).truncated();
@@ -1065,7 +1097,7 @@ impl State {
             });
         }
         self.known_threads.insert(tid);
-        self.thread_names.entry(tid).or_insert_with(|| "recorder-flush".into());
+        self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
     }
 
     /// Settings of subsystems (the sampler states its mode and rate here).
