@@ -41,6 +41,16 @@ use crate::sync::{
 };
 use std::ptr;
 
+/// Checks a protocol invariant on the L-holder side: always under loom (the models run in
+/// release mode), in debug builds otherwise. Never used on the handler path.
+macro_rules! protocol_assert {
+    ($($t:tt)*) => {
+        if cfg!(any(debug_assertions, loom)) {
+            assert!($($t)*);
+        }
+    };
+}
+
 /// Words in a record header (see [`RecordHeader`]).
 pub const HEADER_WORDS: usize = 5;
 
@@ -412,7 +422,7 @@ impl Core {
     }
 
     fn check_locked(&self, locked: &LockedState) {
-        debug_assert!(
+        protocol_assert!(
             locked.core_id == 0 || locked.core_id == self as *const Core as usize,
             "SamplerLocked of another sampler"
         );
@@ -765,7 +775,7 @@ impl Core {
         let e = b.pos.load(Ordering::Acquire);
         // Relaxed: `flushed_pos` is serialized by L.
         let mut s = b.flushed_pos.load(Ordering::Relaxed);
-        debug_assert!(
+        protocol_assert!(
             s <= e && e <= b.capacity(),
             "I1 violated: flushed_pos {s} pos {e}"
         );
@@ -776,7 +786,7 @@ impl Core {
             if s + len > e {
                 // Corrupt length: cannot happen with a correct owner; skip the rest (I3 still
                 // holds: nothing is handed out twice).
-                debug_assert!(false, "record overruns pos");
+                protocol_assert!(false, "record overruns pos");
                 break;
             }
             let flags = ((w0 >> 16) & 0xff) as u8;
