@@ -858,6 +858,29 @@ impl Core {
         }
     }
 
+    /// Takes a CLEAN buffer off the free list (L held), to hand to a registering thread through a
+    /// lock-free reserve (see `Sampler::register_current_thread`). Returns its index.
+    pub fn take_clean(&self, locked: &mut LockedState) -> Option<u32> {
+        self.check_locked(locked);
+        locked.free.pop()
+    }
+
+    /// Installs CLEAN buffer `index` (from [`Core::take_clean`]) as `slot`'s spare if the spare is
+    /// empty. Normal context, by the slot's registrant. Returns false if it was not installed
+    /// (the caller still owns the buffer).
+    pub fn install_spare(&self, slot: &ThreadSlot, index: u32) -> bool {
+        let Some(buf) = self.buffers.get(index as usize) else {
+            return false;
+        };
+        let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
+        // Release (success): publishes the recycle's resets (which reached us through the
+        // reserve queue's own release/acquire); pairs with the Acquire swap of `spare` in
+        // `write_record`. Relaxed (failure): an L holder filled it first; nothing is read.
+        slot.spare
+            .compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Frees retired slots selected by `is_exited` (seen EXITED before the last queue swap):
     /// reclaims a spare that a refill put there after the retirement, folds the slot's
     /// statistics into the retired totals, marks it FREE.

@@ -168,6 +168,10 @@ mod imp {
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
         registry: parking_lot::Mutex<Registry>,
+        /// CLEAN buffers an L holder set aside so that a registering thread (which does not hold
+        /// L) gets its first buffer at once. Filled by L holders after every pass, popped by
+        /// registrants; never touched by the handler.
+        reserve: crossbeam_queue::ArrayQueue<u32>,
     }
 
     impl Shared {
@@ -191,6 +195,20 @@ mod imp {
             // SAFETY: `wake_fd` is our eventfd, open until `Shared` is dropped after stop's grace
             // period; `one` is 8 readable bytes.
             unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        }
+
+        /// Tops the registration reserve up from the free list (L held).
+        fn top_up_reserve(&self, locked: &mut SamplerLocked) {
+            while !self.reserve.is_full() {
+                let Some(index) = self.core.take_clean(&mut locked.inner) else {
+                    break;
+                };
+                if let Err(index) = self.reserve.push(index) {
+                    // Cannot happen (we checked is_full and only L holders push); keep it CLEAN.
+                    let _ = self.reserve.force_push(index);
+                    break;
+                }
+            }
         }
 
         fn arm(&self, tid: u32, slot: usize) -> io::Result<Source> {
@@ -394,6 +412,7 @@ mod imp {
                 period,
                 mode,
                 generation: *life,
+                reserve: crossbeam_queue::ArrayQueue::new(nslots.clamp(1, 16)),
                 registry: parking_lot::Mutex::new(Registry {
                     entries: (0..nslots).map(|_| None).collect(),
                     excluded: Vec::new(),
@@ -401,6 +420,7 @@ mod imp {
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
+            shared.top_up_reserve(&mut locked);
             signal::install()?;
             let shared = Box::into_raw(shared);
             signal::publish(shared);
@@ -441,6 +461,12 @@ mod imp {
                     io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot")
                 })?;
                 let index = slot.index() as usize;
+                // First buffer now, from the reserve; the rest come from L holders' refills.
+                if let Some(b) = shared.reserve.pop() {
+                    if !shared.core.install_spare(slot, b) {
+                        let _ = shared.reserve.force_push(b);
+                    }
+                }
                 match shared.arm(tid, index) {
                     Ok(source) => {
                         if let Some(e) = reg.entries.get_mut(index) {
@@ -567,19 +593,23 @@ mod imp {
                 }
             }
             shared.core.refill_spares(&mut locked.inner);
+            shared.top_up_reserve(locked);
         }
 
         /// Flusher pass (L held): records in `[flushed_pos, pos)` of every active buffer, then the
         /// full queue (processed, recycled), then reaping and spare refills (§4.3 steps 2-3).
         pub fn drain(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-            let core = &self.shared().core;
-            core.drain_active(&mut locked.inner, f);
-            core.drain_full(&mut locked.inner, f);
+            let shared = self.shared();
+            shared.core.drain_active(&mut locked.inner, f);
+            shared.core.drain_full(&mut locked.inner, f);
+            shared.top_up_reserve(locked);
         }
 
         /// Recorder pass (L held): the full queue only, then reaping and spare refills (§4.4).
         pub fn drain_full(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-            self.shared().core.drain_full(&mut locked.inner, f);
+            let shared = self.shared();
+            shared.core.drain_full(&mut locked.inner, f);
+            shared.top_up_reserve(locked);
         }
 
         /// Sleeps until a handler signals a full buffer / missing spare / new thread, or until

@@ -16,7 +16,7 @@
 
 use super::buffer::{RecordHeader, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
 use super::Shared;
-use crate::sync::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 use libc::{c_int, c_void, siginfo_t};
 use std::ptr;
 
@@ -25,8 +25,6 @@ use std::ptr;
 pub(super) static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
 /// Handlers currently between their increment and decrement (stop's grace period).
 static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
-/// Our handler is installed for SIGPROF.
-static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// The application's previous SIGPROF disposition (`sa_sigaction` value and `sa_flags`).
 static PREV_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
@@ -41,17 +39,18 @@ pub(super) const TIMER_TAG: u64 = 0x5a4d_5052; // "ZMPR"
 const POLL_IN: c_int = 1;
 const POLL_HUP: c_int = 6;
 
-/// Installs the handler once (normal context; caller holds the lifecycle lock).
+/// Installs the handler unless it is already the current SIGPROF action (normal context; caller
+/// holds the lifecycle lock). Whatever else is installed becomes the handler we chain to.
 pub(super) fn install() -> std::io::Result<()> {
-    if INSTALLED.load(Ordering::Relaxed) {
-        // Relaxed: only read and written under the lifecycle lock.
-        return Ok(());
-    }
     // SAFETY: zeroed is a valid `sigaction` (empty mask, no flags, SIG_DFL).
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: query only; `old` is a valid out pointer.
     if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut old) } != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    let ours = on_sigprof as *const () as usize;
+    if old.sa_sigaction == ours {
+        return Ok(());
     }
     // Relaxed: read by the handler only after the sigaction below, which the kernel orders.
     PREV_HANDLER.store(old.sa_sigaction, Ordering::Relaxed);
@@ -60,7 +59,7 @@ pub(super) fn install() -> std::io::Result<()> {
     *PREV_ACTION.lock() = Some(old);
     // SAFETY: zeroed is a valid `sigaction`.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = on_sigprof as *const () as usize;
+    act.sa_sigaction = ours;
     act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: `act.sa_mask` is a valid sigset; SIGPROF itself is blocked during the handler
     // because SA_NODEFER is not set.
@@ -69,8 +68,6 @@ pub(super) fn install() -> std::io::Result<()> {
     if unsafe { libc::sigaction(libc::SIGPROF, &act, ptr::null_mut()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // Relaxed: lifecycle lock.
-    INSTALLED.store(true, Ordering::Relaxed);
     Ok(())
 }
 
@@ -84,11 +81,7 @@ pub(super) fn uninstall() {
         return;
     }
     // SAFETY: `prev` is the action the kernel gave us in `install`.
-    if unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) } == 0 {
-        // Relaxed: lifecycle lock.
-        INSTALLED.store(false, Ordering::Relaxed);
-        *PREV_ACTION.lock() = None;
-    }
+    unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
 }
 
 /// Unpublishes the sampler and waits until no handler can still be using it.
