@@ -37,7 +37,11 @@ struct Seen {
     ids: Vec<u64>,
 }
 
+/// One sampler per process at a time: the tests of this binary take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn run(mode: SamplingMode) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let config = SamplerConfig {
         period: Duration::from_millis(1),
         mode,
