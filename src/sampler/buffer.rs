@@ -336,26 +336,11 @@ pub struct Core {
 
 /// Outcome of [`Core::write_record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Committed into the active buffer.
-    Written,
-    /// Committed after rotating to the spare; the recorder should be woken.
-    WrittenRotated,
-    /// Counted lost; `wake` says whether the recorder should be woken (no spare).
-    Lost {
-        /// The recorder should be woken (a spare is missing).
-        wake: bool,
-    },
-}
-
-impl WriteOutcome {
-    /// Whether the caller must issue the wakeup syscall (`notify_recorder` returned true).
-    pub fn needs_wake(self) -> bool {
-        matches!(
-            self,
-            WriteOutcome::WrittenRotated | WriteOutcome::Lost { wake: true }
-        )
-    }
+pub struct WriteOutcome {
+    /// The record was committed (else it was counted lost).
+    pub committed: bool,
+    /// `recorder_pending` went from clear to set: the caller must post the wakeup syscall.
+    pub wake: bool,
 }
 
 /// Writes the IPs of one record, in order, after the header.
@@ -421,11 +406,26 @@ impl Core {
         locked.core_id = self as *const Core as usize;
     }
 
+    /// # Panics
+    /// If `locked` belongs to another (or a stopped) sampler: its indices would name the wrong
+    /// buffers.
     fn check_locked(&self, locked: &LockedState) {
-        protocol_assert!(
+        assert!(
             locked.core_id == 0 || locked.core_id == self as *const Core as usize,
             "SamplerLocked of another sampler"
         );
+    }
+
+    /// Makes `locked` unusable with any sampler (after stop).
+    pub fn unbind(&self, locked: &mut LockedState) {
+        locked.free.clear();
+        locked.core_id = usize::MAX;
+    }
+
+    /// Returns a CLEAN buffer taken with [`Core::take_clean`] to the free list (L held).
+    pub fn return_clean(&self, locked: &mut LockedState, index: u32) {
+        self.check_locked(locked);
+        locked.free.push(index);
     }
 
     /// The slot table.
@@ -570,7 +570,10 @@ impl Core {
         let len = HEADER_WORDS + nframes;
         if len > self.max_record_words || nframes > u16::MAX as usize {
             Self::count_lost(slot);
-            return WriteOutcome::Lost { wake: false };
+            return WriteOutcome {
+                committed: false,
+                wake: false,
+            };
         }
         // Relaxed: only this thread (the owner) writes `active`.
         let mut b = slot.active.load(Ordering::Relaxed);
@@ -589,7 +592,8 @@ impl Core {
             let n = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
             if n.is_null() {
                 Self::count_lost(slot);
-                return WriteOutcome::Lost {
+                return WriteOutcome {
+                    committed: false,
                     wake: self.notify_recorder(),
                 };
             }
@@ -602,8 +606,9 @@ impl Core {
                 self.push_full(unsafe { &*b });
             }
             b = n;
+            // Relaxed: the recycle's reset is ordered before us by the Acquire swap of `spare`.
             // SAFETY: `n` came from a spare, which only holds pointers into `self.buffers`.
-            p = unsafe { &*n }.pos.load(Ordering::Relaxed); // Relaxed: ordered by the swap above.
+            p = unsafe { &*n }.pos.load(Ordering::Relaxed);
             rotated = true;
         }
         // SAFETY: `b` is non-null here and points into `self.buffers`.
@@ -630,12 +635,10 @@ impl Core {
         // Release: the commit point; publishes the record's words to L holders. Pairs with the
         // Acquire loads of `pos` in `drain_active` / `drain_full`.
         buf.pos.store(p + len, Ordering::Release);
-        if rotated {
-            WriteOutcome::WrittenRotated
-        } else {
-            WriteOutcome::Written
+        WriteOutcome {
+            committed: true,
+            wake: rotated && self.notify_recorder(),
         }
-        .with_wake(rotated && self.notify_recorder())
     }
 
     /// Pushes a FULL buffer on the Treiber stack.
@@ -925,22 +928,6 @@ impl Core {
         self.retired_lost.fetch_add(l, Ordering::Relaxed);
     }
 
-    /// Retires the slot of a thread that no longer exists (L held): there is no owner left, so
-    /// the L holder performs the owner's retirement itself, then drains and reaps the slot.
-    pub fn retire_dead_slot(
-        &self,
-        slot: &ThreadSlot,
-        locked: &mut LockedState,
-        f: &mut dyn FnMut(&SampleRecord<'_>),
-    ) {
-        if slot.state() == SLOT_LIVE {
-            self.retire_slot(slot);
-        }
-        let idx = slot.index as usize;
-        self.drain_queue(locked, f);
-        self.reap_exited(locked, |i| i == idx, f);
-    }
-
     /// Lost samples since the last call, per thread (L held).
     pub fn take_lost(&self, locked: &mut LockedState) -> Vec<(u32, u64)> {
         self.check_locked(locked);
@@ -991,14 +978,5 @@ impl Core {
         self.drain_queue(locked, f);
         self.reap_exited(locked, |_| true, f);
         self.take_pending();
-    }
-}
-
-impl WriteOutcome {
-    fn with_wake(self, wake: bool) -> WriteOutcome {
-        match self {
-            WriteOutcome::WrittenRotated if !wake => WriteOutcome::Written,
-            other => other,
-        }
     }
 }

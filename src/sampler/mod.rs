@@ -204,8 +204,8 @@ mod imp {
                     break;
                 };
                 if let Err(index) = self.reserve.push(index) {
-                    // Cannot happen (we checked is_full and only L holders push); keep it CLEAN.
-                    let _ = self.reserve.force_push(index);
+                    // A registrant pushed one back meanwhile; keep this one on the free list.
+                    self.core.return_clean(&mut locked.inner, index);
                     break;
                 }
             }
@@ -464,7 +464,10 @@ mod imp {
                 // First buffer now, from the reserve; the rest come from L holders' refills.
                 if let Some(b) = shared.reserve.pop() {
                     if !shared.core.install_spare(slot, b) {
-                        let _ = shared.reserve.force_push(b);
+                        // An L holder's refill got there first; hand the buffer back.
+                        // FIXME(sampler): if the reserve refilled to capacity meanwhile, the
+                        // buffer drops out of the pool until stop (bounded, never unsafe).
+                        let _ = shared.reserve.push(b);
                     }
                 }
                 match shared.arm(tid, index) {
@@ -484,17 +487,23 @@ mod imp {
                 }
             }
             shared.post_wake();
-            EXIT_GUARD.with(|g| {
-                *g.borrow_mut() = Some(ExitGuard {
+            // `try_with`: fails only during thread teardown, when there is nothing to guard. A
+            // previous guard is disarmed first so that dropping it cannot unregister us.
+            let _ = EXIT_GUARD.try_with(|g| {
+                let mut g = g.borrow_mut();
+                if let Some(old) = g.as_mut() {
+                    old.generation = 0;
+                }
+                *g = Some(ExitGuard {
                     generation: shared.generation,
-                })
+                });
             });
             Ok(())
         }
 
         /// Stops sampling the calling thread; its buffers go to the full queue (nothing is lost).
         pub fn unregister_current_thread(&self) {
-            EXIT_GUARD.with(|g| {
+            let _ = EXIT_GUARD.try_with(|g| {
                 if let Some(guard) = g.borrow_mut().as_mut() {
                     guard.generation = 0;
                 }
@@ -721,6 +730,7 @@ mod imp {
         if let Some((locked, f)) = fin {
             sh.core.drain_all_final(locked, f);
             report.lost = sh.core.take_lost(locked);
+            sh.core.unbind(locked);
         }
         report.stats = stats_of(sh);
         signal::uninstall();

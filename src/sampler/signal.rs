@@ -232,7 +232,7 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
             walk(&regs, lo, hi, max_depth, |ip| sink.push(ip));
         }
     });
-    if outcome.needs_wake() {
+    if outcome.wake {
         shared.post_wake();
     }
     true

@@ -64,10 +64,8 @@ pub fn produce(core: &Core, i: usize, id: u64) -> bool {
         sample_id: id,
         sp: 0,
     };
-    !matches!(
-        core.write_record(slot, &hdr, 1, |s| s.push(id * 10)),
-        recorder::__loom::buffer::WriteOutcome::Lost { .. }
-    )
+    core.write_record(slot, &hdr, 1, |s| s.push(id * 10))
+        .committed
 }
 
 pub fn collect(out: &mut Vec<(u64, u64)>) -> impl FnMut(&SampleRecord<'_>) + '_ {
