@@ -273,8 +273,22 @@ fn short_lived_threads_leak_no_slots() {
 /// never sampled.
 #[test]
 fn discovered_threads_get_bounds_and_full_stacks() {
+    discovered(SamplingMode::Auto);
+}
+
+/// The same through per-thread CPU timers armed on another thread's clock.
+#[test]
+fn discovered_threads_with_cpu_timers() {
+    discovered(SamplingMode::CpuTimer);
+}
+
+fn discovered(mode: SamplingMode) {
     let _s = serial();
-    let (sampler, mut locked) = Sampler::start(fast_config()).expect("start");
+    let (sampler, mut locked) = Sampler::start(SamplerConfig {
+        mode,
+        ..fast_config()
+    })
+    .expect("start");
     sampler.exclude_current_thread();
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU64::new(0));
@@ -319,10 +333,11 @@ fn discovered_threads_get_bounds_and_full_stacks() {
     worker.join().unwrap();
     sampler.discover_threads(&mut locked); // notices the exit
     sampler.drain(&mut locked, &mut |_| {});
+    let sampler_mode = sampler.mode();
     let report = sampler.stop(&mut locked, &mut |_| {});
     eprintln!(
-        "discovered: leaf-only {leaf_only} full {full} {:?}",
-        report.stats
+        "discovered ({:?}): leaf-only {leaf_only} full {full} {:?}",
+        sampler_mode, report.stats
     );
     assert!(full > 0, "discovered thread never got full stacks");
     assert_eq!(mine, 0, "excluded thread was sampled");

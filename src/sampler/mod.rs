@@ -266,6 +266,7 @@ mod imp {
 
     struct ExitGuard {
         generation: u64,
+        start_time: u64,
     }
 
     impl Drop for ExitGuard {
@@ -276,7 +277,7 @@ mod imp {
             // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
             if let Some(shared) = unsafe { shared.as_ref() } {
                 if shared.generation == self.generation {
-                    unregister(shared, gettid());
+                    unregister(shared, gettid(), self.start_time);
                 }
             }
         }
@@ -317,15 +318,21 @@ mod imp {
         }
     }
 
-    fn unregister(shared: &Shared, tid: u32) {
+    /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
+    /// queue). Called on the thread itself (or, for a dead thread, by whoever noticed).
+    fn unregister(shared: &Shared, tid: u32, start: u64) {
         let mut reg = shared.registry.lock();
-        let Some(index) = reg
-            .entries
-            .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.tid == tid))
-        else {
-            return;
-        };
+        let found = reg.entries.iter().position(|e| {
+            e.as_ref()
+                .is_some_and(|e| e.tid == tid && e.start_time == start)
+        });
+        if let Some(index) = found {
+            retire_entry(shared, &mut reg, index);
+        }
+    }
+
+    /// Disarms entry `index` and retires its slot (registry lock held).
+    fn retire_entry(shared: &Shared, reg: &mut Registry, index: usize) {
         let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) else {
             return;
         };
@@ -333,7 +340,7 @@ mod imp {
             shared.disarm(source);
         }
         if let Some(slot) = shared.core.slot(index) {
-            if shared.core.retire_slot(slot) {
+            if slot.state() == SLOT_LIVE && shared.core.retire_slot(slot) {
                 shared.post_wake();
             }
         }
@@ -437,10 +444,13 @@ mod imp {
             self.shared().period
         }
 
-        /// Starts sampling the calling thread now, with exact stack bounds. Its buffers arrive
-        /// with the next `drain`/`drain_full`/`discover_threads` (the recorder is woken); samples
-        /// before that are counted lost. The thread is unregistered automatically when it exits.
-        /// A no-op for excluded or already registered threads.
+        /// Starts sampling the calling thread now, with exact stack bounds (pthread_getattr_np).
+        /// Its first buffer comes at once from a lock-free reserve that L holders keep topped up;
+        /// its spare arrives with the next `drain`/`drain_full`/`discover_threads` (the recorder
+        /// is woken). The thread is unregistered automatically when it exits (a thread-local
+        /// guard; normal context). A no-op for excluded or already registered threads.
+        ///
+        /// Fails if no slot is free (`max_threads`) or the sampling source cannot be armed.
         pub fn register_current_thread(&self) -> io::Result<()> {
             let shared = self.shared();
             let tid = gettid();
@@ -456,6 +466,19 @@ mod imp {
                         .any(|e| e.tid == tid && e.start_time == start)
                 {
                     return Ok(());
+                }
+                // An entry with our tid but another start time belongs to a dead thread whose
+                // tid we reuse: retire it now rather than at the next discovery.
+                let stale: Vec<usize> = (0..reg.entries.len())
+                    .filter(|&i| {
+                        reg.entries
+                            .get(i)
+                            .and_then(Option::as_ref)
+                            .is_some_and(|e| e.tid == tid && e.start_time != start)
+                    })
+                    .collect();
+                for i in stale {
+                    retire_entry(shared, &mut reg, i);
                 }
                 let slot = shared.core.claim_slot(tid, lo, hi).ok_or_else(|| {
                     io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot")
@@ -496,6 +519,7 @@ mod imp {
                 }
                 *g = Some(ExitGuard {
                     generation: shared.generation,
+                    start_time: start,
                 });
             });
             Ok(())
@@ -508,7 +532,8 @@ mod imp {
                     guard.generation = 0;
                 }
             });
-            unregister(self.shared(), gettid());
+            let tid = gettid();
+            unregister(self.shared(), tid, start_time(tid));
         }
 
         /// Never sample the calling thread (the recorder's own threads call this); unregisters it
@@ -555,16 +580,9 @@ mod imp {
                         continue;
                     }
                     // Vanished (or its tid now names a newer thread): the owner is dead, so no
-                    // handler can run for it; retire the slot on its behalf.
-                    let entry = reg.entries.get_mut(index).and_then(Option::take);
-                    if let Some(source) = entry.and_then(|e| e.source) {
-                        shared.disarm(source);
-                    }
-                    if let Some(slot) = shared.core.slot(index) {
-                        if slot.state() == SLOT_LIVE {
-                            shared.core.retire_slot(slot);
-                        }
-                    }
+                    // handler can run for it; retire the slot on its behalf. Its buffers go to the
+                    // full queue; the next `drain_full` processes them and reaps the slot.
+                    retire_entry(shared, &mut reg, index);
                 }
                 for &(tid, start) in &live {
                     if present.contains(&(tid, start)) || reg.excluded.contains(&(tid, start)) {
