@@ -395,3 +395,40 @@ fn application_handler_is_chained_and_restored() {
     // SAFETY: SIG_IGN is always valid.
     unsafe { libc::signal(libc::SIGPROF, libc::SIG_IGN) };
 }
+
+/// fork while sampling: the child starts "not recording" (no lock held, no sampler published)
+/// and can start, use and stop a sampler of its own; the parent's recording goes on.
+#[test]
+fn fork_child_can_record_on_its_own() {
+    let _s = serial();
+    let (sampler, mut locked) = Sampler::start(fast_config()).expect("start");
+    sampler.register_current_thread().unwrap();
+    burn(20);
+    // SAFETY: the child only runs the code below and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            let (child, mut l) = Sampler::start(fast_config()).expect("start in child");
+            child.register_current_thread().expect("register in child");
+            burn(100);
+            child.unregister_current_thread();
+            let r = child.stop(&mut l, &mut |_| {});
+            r.stats.taken > 0 && r.stats.taken == r.stats.written + r.stats.lost
+        });
+        // SAFETY: leaves the child without running the parent's atexit handlers or destructors.
+        unsafe { libc::_exit(if matches!(ok, Ok(true)) { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    burn(20);
+    sampler.unregister_current_thread();
+    let report = sampler.stop(&mut locked, &mut |_| {});
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child failed: status {status:#x}"
+    );
+    assert!(report.stats.taken > 0);
+    assert_eq!(report.stats.taken, report.stats.written + report.stats.lost);
+}

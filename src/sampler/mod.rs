@@ -255,8 +255,29 @@ mod imp {
         }
     }
 
-    /// Lifecycle lock: serializes start/stop with exit guards of registered threads.
+    /// Lifecycle lock: serializes start/stop with exit guards of registered threads. The value
+    /// is the generation counter of the latest sampler; bit 63 marks the atfork hook as registered.
     static LIFECYCLE: parking_lot::Mutex<u64> = parking_lot::const_mutex(0);
+    const ATFORK_REGISTERED: u64 = 1 << 63;
+
+    /// `pthread_atfork` child hook (design.md §6 "fork"): the child inherits the handler and
+    /// memory but no timers and no other threads. Leave it "not recording" with no lock held:
+    /// forget the parent's sampler and force-release locks a vanished parent thread may hold.
+    /// The parent's `Shared` is leaked in the child (a copy of the parent's memory).
+    extern "C" fn atfork_child() {
+        let shared = signal::forget_in_child();
+        if LIFECYCLE.is_locked() {
+            // SAFETY: the holder was a parent thread that does not exist in the child.
+            unsafe { LIFECYCLE.force_unlock() };
+        }
+        // SAFETY: the parent's `Shared` is still mapped in the child (never freed there).
+        if let Some(shared) = unsafe { shared.as_ref() } {
+            if shared.registry.is_locked() {
+                // SAFETY: as above.
+                unsafe { shared.registry.force_unlock() };
+            }
+        }
+    }
 
     thread_local! {
         /// Unregisters a registered thread when it exits (normal context; never read by the
@@ -409,6 +430,12 @@ mod imp {
             // SAFETY: valid out pointer.
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut nofile) };
             let fd_len = (nofile.rlim_cur as usize).clamp(1024, 1 << 16);
+            if *life & ATFORK_REGISTERED == 0 {
+                // SAFETY: registers a hook that only does atomic stores and lock releases.
+                if unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) } == 0 {
+                    *life |= ATFORK_REGISTERED;
+                }
+            }
             let (core, locked) = Core::new(nslots, nbuffers, capacity_words);
             *life += 1;
             let shared = Box::new(Shared {

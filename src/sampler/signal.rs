@@ -97,6 +97,24 @@ pub(super) fn unpublish_and_wait() {
     }
 }
 
+/// In a forked child (only the forking thread survives): forget the parent's sampler, so the
+/// child starts "not recording" and may start a recording of its own. Returns the parent's
+/// `Shared` (still mapped in the child) so its locks can be released.
+///
+/// # Signal safety
+/// Atomic stores only (it runs in the `pthread_atfork` child hook).
+pub(super) fn forget_in_child() -> *mut Shared {
+    // Relaxed: single-threaded child.
+    let shared = SHARED.swap(ptr::null_mut(), Ordering::Relaxed);
+    // Relaxed: no handler of the parent's other threads exists in the child.
+    IN_HANDLER.store(0, Ordering::Relaxed);
+    if PREV_ACTION.is_locked() {
+        // SAFETY: the holder was a parent thread that does not exist in the child.
+        unsafe { PREV_ACTION.force_unlock() };
+    }
+    shared
+}
+
 /// Publishes a fully initialized sampler.
 pub(super) fn publish(shared: *mut Shared) {
     // Release: publishes the initialized `Shared`; pairs with the Acquire load in `on_sigprof`.
