@@ -2,6 +2,22 @@
 //! flush-safe SamplerBuffer protocol of `sampler-protocol.md` §4.
 //!
 //! # Who calls what
+//! ```text
+//! let (sampler, locked) = Sampler::start(config)?;      // once; Arc<Sampler> if shared
+//! let l = Mutex::new(ChunkWriter { sampler_locked: locked, .. });   // L owns SamplerLocked
+//!
+//! flusher (every flush interval), holding L:
+//!     event buffers -> sampler.drain(&mut w.sampler_locked, &mut |rec| intern + ExecutionSample)
+//!     -> own event buffer -> checkpoint -> header           (sampler pass AFTER event buffers)
+//! recorder thread (sampler.exclude_current_thread() first):
+//!     loop { let work = sampler.wait_pending(timeout);       // without L
+//!            lock L; if work { sampler.drain_full(..) }
+//!            every ~100 ms-1 s: sampler.discover_threads(..); lost = sampler.take_lost(..)
+//!            -> write lost as data-loss events; unlock L }
+//! application threads (optional, zero delay, exact bounds): sampler.register_current_thread()
+//! end: lock L; flush; let report = Arc::into_inner(sampler).stop(&mut locked, &mut |rec| ..);
+//!      write report.lost; final flush
+//! ```
 //! - [`Sampler::start`] returns the [`Sampler`] (shared, `Sync`) and the [`SamplerLocked`] state,
 //!   which the caller keeps *inside* the chunk-writer mutex L, so every method that takes
 //!   `&mut SamplerLocked` is proven to run under L.
@@ -21,13 +37,23 @@
 //! thread whose tid it holds (checked with `gettid` in the handler), so a stale signal after slot
 //! reuse is dropped, not written.
 //!
+//! Locks, all in normal context and never in the handler: L (the caller's; proven by
+//! `&mut SamplerLocked`), the registry lock (slot bookkeeping for register / unregister /
+//! discovery; order L -> registry) and the lifecycle lock (start / stop / thread-exit guards;
+//! order L -> lifecycle -> registry). A registering thread does not hold L, so it takes its first
+//! buffer from a small lock-free reserve (crossbeam `ArrayQueue`) that L holders keep topped up.
+//!
 //! # Signal safety
 //! See `signal.rs`: no allocation, no lock, no formatting, no panic, errno preserved, every
 //! frame-pointer read validated against the thread's stack bounds.
 //!
 //! Stack bounds of discovered threads (suggested answer of design.md §6, taken): until known,
 //! samples carry the leaf PC and the stack pointer only; `discover_threads` looks the last stack
-//! pointer up in /proc/self/maps and stores the mapping as the bounds.
+//! pointer up in /proc/self/maps and stores the mapping as the bounds. Thread exit and tid reuse
+//! (§6, taken): registered threads retire their slot from a thread-local guard at exit;
+//! discovered threads that vanish, or whose tid now has another start time (stat field 22), are
+//! retired by the L holder in `discover_threads` and reaped by the next `drain_full`.
+//! fork (§6): a `pthread_atfork` child hook leaves the child not recording, with no lock held.
 
 pub mod buffer;
 #[cfg(not(loom))]
