@@ -44,6 +44,8 @@ mod repository;
 mod stack;
 pub mod symbolize;
 #[allow(unsafe_code)]
+pub mod sampler;
+#[allow(unsafe_code)]
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 mod thread;
@@ -57,3 +59,11 @@ pub use recorder::{known_event_types, Error, Recorder, RecorderBuilder, Recorder
 pub use event::__field;
 #[doc(hidden)]
 pub use jfr_format as __jfr;
+
+/// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::sampler::buffer;
+}
+
