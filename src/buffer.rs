@@ -52,8 +52,15 @@ impl std::fmt::Debug for EventBuffer {
 impl EventBuffer {
     /// A buffer of `capacity` bytes owned by thread `tid`.
     pub fn new(capacity: usize, tid: u32) -> EventBuffer {
-        let storage = vec![0u8; capacity].into_boxed_slice();
-        let ptr = Box::into_raw(storage) as *mut u8;
+        // Uninitialized: no byte is read before the owner has written it (E2: readers only see
+        // `[flushed, committed)`), so zeroing the buffer (a 64 KiB memset on the committing thread
+        // for every new buffer) would be wasted.
+        let layout = Self::layout(capacity);
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
         EventBuffer {
             ptr,
             capacity,
@@ -64,6 +71,12 @@ impl EventBuffer {
         }
     }
 
+    /// The allocation of a buffer of `capacity` bytes (at least one byte: zero-sized allocations
+    /// are not allowed).
+    fn layout(capacity: usize) -> std::alloc::Layout {
+        std::alloc::Layout::array::<u8>(capacity.max(1)).expect("buffer size fits the address space")
+    }
+
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -71,6 +84,7 @@ impl EventBuffer {
 
     /// Owner only: appends one or more complete records and publishes them. Returns `false` (and
     /// writes nothing) if they do not fit.
+    #[inline]
     pub fn append(&self, records: &[u8]) -> bool {
         // Relaxed: only the owner stores `committed`, so it reads its own last value.
         let at = self.committed.load(Ordering::Relaxed);
@@ -79,7 +93,7 @@ impl EventBuffer {
         }
         // SAFETY: [at, at + len) is inside the allocation (checked above) and at or above
         // `committed`, which only this owner writes and no reader touches (E2).
-        unsafe { std::ptr::copy_nonoverlapping(records.as_ptr(), self.ptr.add(at), records.len()) };
+        unsafe { copy_record(records, self.ptr.add(at)) };
         // Release: publishes the bytes copied above; pairs with the Acquire load of `committed` in
         // `EventBuffer::drain` (L holder).
         self.committed.store(at + records.len(), Ordering::Release);
@@ -128,17 +142,58 @@ impl EventBuffer {
     }
 }
 
+/// Copies `src` to `dst`. A typical event record is 8 to 32 bytes: it is copied as two or four
+/// 8-byte words (overlapping where the length is not a multiple of 8), inline, instead of calling
+/// `memcpy`. (No loop: LLVM turns a word-copy loop back into a `memcpy` call.)
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len()` bytes and not overlap `src`.
+#[inline(always)]
+unsafe fn copy_record(src: &[u8], dst: *mut u8) {
+    let len = src.len();
+    let from = src.as_ptr();
+    if !(8..=32).contains(&len) {
+        // SAFETY: as the caller guarantees.
+        unsafe { std::ptr::copy_nonoverlapping(from, dst, len) };
+        return;
+    }
+    // SAFETY (every call): `at + 8 <= len`, so the word is inside `src` and the destination.
+    let word =
+        |at: usize| unsafe { dst.add(at).cast::<u64>().write_unaligned(from.add(at).cast::<u64>().read_unaligned()) };
+    // [0, 8) and [len - 8, len) cover 8..=16 bytes; with [8, 16) and [len - 16, len - 8), 32.
+    word(0);
+    word(len - 8);
+    if len > 16 {
+        word(8);
+        word(len - 16);
+    }
+}
+
 impl Drop for EventBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `Box::into_raw` of a boxed slice of `capacity` bytes in `new`,
-        // and drop runs once, after every other owner of the buffer is gone.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.capacity))) };
+        // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `new`, and drop runs
+        // once, after every other owner of the buffer is gone.
+        unsafe { std::alloc::dealloc(self.ptr, Self::layout(self.capacity)) };
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_copies_every_length() {
+        let b = EventBuffer::new(8192, 1);
+        let mut expected = Vec::new();
+        for len in 0..=80usize {
+            let record: Vec<u8> = (0..len).map(|i| (len * 7 + i) as u8).collect();
+            assert!(b.append(&record));
+            expected.extend_from_slice(&record);
+        }
+        let mut seen = Vec::new();
+        b.drain(|bytes| seen.extend_from_slice(bytes));
+        assert_eq!(seen, expected);
+    }
 
     #[test]
     fn append_drain_retire() {

@@ -1,20 +1,20 @@
 //! The commit path: what runs on an application thread when it records an event.
 //!
 //! Fast path: one atomic load to see whether a recording runs, the type's settings, an optional
-//! stack walk and interning (no allocation for a known stack), encoding into a reused per-thread
+//! stack walk and interning (no allocation for a known stack; none at all if it is the thread's
+//! previous stack), encoding into a reused per-thread
 //! scratch vector, one copy into the thread's event buffer and a Release store. No lock, no wait
 //! for the flusher. Slow paths: the thread's first commit in a recording (attach: one short lock to
 //! find the recording, a buffer allocation) and a full buffer (retire it, allocate the next within
 //! the memory budget, or count the event as lost).
 
 use crate::buffer::EventBuffer;
-use crate::event::Event;
+use crate::event::{put_u64, Event};
 use crate::stack::{DepthPolicy, StackTable};
 use crate::sync::statics::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
-use jfr_format::write;
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// Generation of the running recording; 0 when none runs.
@@ -87,6 +87,12 @@ struct Local {
     scratch: Vec<u8>,
     frames: Vec<u64>,
     ring: Vec<u64>,
+    /// The last stack this thread interned in this recording (frames, truncated flag) and its key
+    /// (0: none). A loop that commits from one place walks the same stack every time; comparing it
+    /// with the last one costs far less than one trie probe per frame.
+    last_frames: Vec<u64>,
+    last_truncated: bool,
+    last_key: u64,
     tid: u32,
 }
 
@@ -108,6 +114,8 @@ impl Local {
             started: true,
         });
         self.buffer = shared.new_buffer(self.tid, 0);
+        // Keys name nodes of this recording's stack table only.
+        self.last_key = 0;
         self.generation = generation;
         self.shared = Some(shared);
         true
@@ -146,6 +154,9 @@ thread_local! {
             scratch: Vec::new(),
             frames: Vec::new(),
             ring: Vec::new(),
+            last_frames: Vec::new(),
+            last_truncated: false,
+            last_key: 0,
             tid: 0,
         })
     };
@@ -221,30 +232,42 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
         };
         let stack_key = if with_stack {
             let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
-            shared.stacks.intern(&local.frames, truncated).0
+            if local.last_key != 0 && truncated == local.last_truncated && local.frames == local.last_frames {
+                // The table is insert-only: the key interned last time still names this stack.
+                local.last_key
+            } else {
+                let key = shared.stacks.intern(&local.frames, truncated).0;
+                local.last_frames.clone_from(&local.frames);
+                local.last_truncated = truncated;
+                local.last_key = key;
+                key
+            }
         } else {
             0
         };
         local.scratch.clear();
         let out = &mut local.scratch;
-        let token = write::begin_record(out, type_id);
-        write::put_long(out, start);
-        write::put_long(out, duration);
-        write::put_varint(out, u64::from(local.tid));
-        write::put_varint(out, stack_key);
+        // The bytes of `write::begin_record` .. `write::end_record`, without moving the record.
+        out.extend_from_slice(&RESERVED_SIZE);
+        put_u64(out, type_id);
+        put_u64(out, start as u64);
+        put_u64(out, duration as u64);
+        put_u64(out, u64::from(local.tid));
+        put_u64(out, stack_key);
         event.write_fields(out);
-        write::end_record(out, token);
+        let at = finish_record(out);
+        let record = &local.scratch[at..];
         publish_thread_refs(shared);
-        let appended = local.buffer.as_ref().is_some_and(|b| b.append(&local.scratch));
+        let appended = local.buffer.as_ref().is_some_and(|b| b.append(record));
         if !appended {
             if let Some(old) = local.buffer.take() {
                 old.retire();
             }
-            local.buffer = shared.new_buffer(local.tid, local.scratch.len());
+            local.buffer = shared.new_buffer(local.tid, record.len());
             shared.wakeup.notify();
             match local.buffer.as_ref() {
-                Some(b) if b.append(&local.scratch) => {}
-                _ => shared.lose(local.scratch.len()),
+                Some(b) if b.append(record) => {}
+                _ => shared.lose(record.len()),
             }
         }
         true
@@ -254,9 +277,35 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
     }
 }
 
+/// The size slot `write::begin_record` reserves: a 4-byte padded varint.
+const RESERVED_SIZE: [u8; 4] = [0x80, 0x80, 0x80, 0x00];
+
+/// Ends the record that fills `out` (begun with [`RESERVED_SIZE`]) and returns where it starts.
+/// The record is byte for byte what `write::end_record` makes: a record of at most 127 bytes
+/// gets a one-byte size, written just before its type id (so the record starts at 3 and nothing is
+/// moved); a larger one keeps the padded 4-byte size.
+///
+/// # Panics
+/// If the record exceeds 2^28 − 1 bytes, as `write::end_record` does.
+#[inline(always)]
+fn finish_record(out: &mut [u8]) -> usize {
+    let total = out.len();
+    let compact = total - (RESERVED_SIZE.len() - 1);
+    if compact < 0x80 {
+        out[RESERVED_SIZE.len() - 1] = compact as u8;
+        RESERVED_SIZE.len() - 1
+    } else {
+        jfr_format::varint::patch_padded(&mut out[..RESERVED_SIZE.len()], total as u64);
+        0
+    }
+}
+
 thread_local! {
     /// Threads referenced by the fields of the event being encoded on this thread.
     static THREAD_REFS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// `THREAD_REFS` may be non-empty. A plain flag (no destructor, so no registration check on
+    /// access) that lets every commit without `ThreadRef` fields skip `THREAD_REFS`.
+    static THREAD_REFS_PENDING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Notes that a `ThreadRef` to `tid` is being written, so the flusher defines that thread.
@@ -264,18 +313,62 @@ pub(crate) fn note_thread_ref(tid: u32) {
     let _ = THREAD_REFS.try_with(|refs| {
         if let Ok(mut refs) = refs.try_borrow_mut() {
             refs.push(tid);
+            THREAD_REFS_PENDING.set(true);
         }
     });
 }
 
 /// Hands the threads noted while encoding to the flusher (before the record is committed, so a
 /// flusher that copies the record also finds the threads).
+#[inline(always)]
 fn publish_thread_refs(shared: &Shared) {
+    if THREAD_REFS_PENDING.get() {
+        publish_pending_thread_refs(shared);
+    }
+}
+
+#[cold]
+fn publish_pending_thread_refs(shared: &Shared) {
     let _ = THREAD_REFS.try_with(|refs| {
         if let Ok(mut refs) = refs.try_borrow_mut() {
             for tid in refs.drain(..) {
                 shared.thread_refs.push(tid);
             }
+            THREAD_REFS_PENDING.set(false);
         }
     });
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use jfr_format::write;
+
+    /// The commit path's framing and varints write exactly what the format crate's writer does.
+    #[test]
+    fn framing_and_varints_match_the_format_writer() {
+        let mut values = vec![0u64, 1, 0x7f, 0x80, 0x3fff, 0x4000, u64::MAX, i64::MAX as u64, i64::MIN as u64];
+        for shift in 0..64 {
+            let p = 1u64 << shift;
+            values.extend([p - 1, p, p + 1, p.wrapping_neg(), !p]);
+        }
+        for &v in &values {
+            let (mut ours, mut theirs) = (vec![9u8], vec![9u8]);
+            put_u64(&mut ours, v);
+            write::put_varint(&mut theirs, v);
+            assert_eq!(ours, theirs, "varint of {v:#x}");
+        }
+        for payload_len in [0usize, 1, 100, 122, 123, 124, 125, 126, 127, 128, 200, 20_000] {
+            let payload: Vec<u8> = (0..payload_len).map(|i| i as u8).collect();
+            let mut theirs = Vec::new();
+            let token = write::begin_record(&mut theirs, 300);
+            theirs.extend_from_slice(&payload);
+            write::end_record(&mut theirs, token);
+            let mut ours = RESERVED_SIZE.to_vec();
+            put_u64(&mut ours, 300);
+            ours.extend_from_slice(&payload);
+            let at = finish_record(&mut ours);
+            assert_eq!(&ours[at..], &theirs[..], "record with {payload_len} payload bytes");
+        }
+    }
 }

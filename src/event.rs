@@ -23,6 +23,33 @@ pub trait FieldType {
     }
 }
 
+/// Appends the shortest JFR varint of `v`: exactly the bytes of [`jfr_format::varint::write_u64`],
+/// without its byte loop and variable-length copy (a `memcpy` call). The commit path writes every
+/// integer through this: the 7-bit groups are spread into one word (three shift-and-mask steps),
+/// which is appended whole and cut to length.
+#[inline(always)]
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
+    if v >> 56 != 0 {
+        // 9 bytes (the last one of 8 full bits): rare (negative longs), keep the general encoder.
+        return write::put_varint(out, v);
+    }
+    // 2..=8 bytes of 7 bits each; all but the last carry the continuation bit.
+    let len = (64 - v.leading_zeros() as usize).div_ceil(7);
+    // Spread the 56 low bits into 8 bytes of 7 bits: 28-bit halves into 32-bit lanes, 14-bit
+    // quarters into 16-bit lanes, 7-bit groups into bytes.
+    let mut word = (v & 0x0FFF_FFFF) | ((v & 0x00FF_FFFF_F000_0000) << 4);
+    word = (word & 0x0000_3FFF_0000_3FFF) | ((word & 0x0FFF_C000_0FFF_C000) << 2);
+    word = (word & 0x007F_007F_007F_007F) | ((word & 0x3F80_3F80_3F80_3F80) << 1);
+    word |= 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
+    let at = out.len();
+    out.extend_from_slice(&word.to_le_bytes());
+    out.truncate(at + len);
+}
+
 macro_rules! primitive {
     ($t:ty, $id:expr, $put:expr $(, $ann:expr)*) => {
         impl FieldType for $t {
@@ -45,21 +72,21 @@ primitive!(bool, ids::BOOLEAN, write::put_bool);
 primitive!(i8, ids::BYTE, write::put_byte);
 // Unsigned Rust integers widen to the next JFR type, so every reader shows their true value (the JDK
 // prints an `@Unsigned byte` of 200 as -56). u64 keeps its bits in a long marked `@Unsigned`.
-primitive!(u8, ids::SHORT, |o, v| write::put_short(o, i16::from(v)));
-primitive!(i16, ids::SHORT, write::put_short);
-primitive!(u16, ids::INT, |o, v| write::put_int(o, i32::from(v)));
-primitive!(i32, ids::INT, write::put_int);
-primitive!(u32, ids::LONG, |o, v| write::put_long(o, i64::from(v)));
-primitive!(i64, ids::LONG, write::put_long);
-primitive!(u64, ids::LONG, |o, v| write::put_long(o, v as i64), Annotation::marker(ids::UNSIGNED));
-primitive!(usize, ids::LONG, |o, v| write::put_long(o, v as i64), Annotation::marker(ids::UNSIGNED));
-primitive!(isize, ids::LONG, |o, v| write::put_long(o, v as i64));
+primitive!(u8, ids::SHORT, |o, v| put_u64(o, u64::from(v)));
+primitive!(i16, ids::SHORT, |o, v| put_u64(o, u64::from(v as u16)));
+primitive!(u16, ids::INT, |o, v| put_u64(o, u64::from(v)));
+primitive!(i32, ids::INT, |o, v| put_u64(o, u64::from(v as u32)));
+primitive!(u32, ids::LONG, |o, v| put_u64(o, u64::from(v)));
+primitive!(i64, ids::LONG, |o, v| put_u64(o, v as u64));
+primitive!(u64, ids::LONG, put_u64, Annotation::marker(ids::UNSIGNED));
+primitive!(usize, ids::LONG, |o, v| put_u64(o, v as u64), Annotation::marker(ids::UNSIGNED));
+primitive!(isize, ids::LONG, |o, v| put_u64(o, v as u64));
 primitive!(f32, ids::FLOAT, write::put_float);
 primitive!(f64, ids::DOUBLE, write::put_double);
 primitive!(char, ids::CHAR, |o, v| {
     let mut units = [0u16; 2];
     // A JFR char is one UTF-16 code unit; characters outside the BMP keep their first unit.
-    write::put_char(o, v.encode_utf16(&mut units)[0])
+    put_u64(o, u64::from(v.encode_utf16(&mut units)[0]))
 });
 
 impl FieldType for String {
@@ -104,7 +131,7 @@ impl FieldType for std::time::Duration {
         Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESPAN, "NANOSECONDS"))
     }
     fn encode(&self, out: &mut Vec<u8>) {
-        write::put_long(out, i64::try_from(self.as_nanos()).unwrap_or(i64::MAX))
+        put_u64(out, i64::try_from(self.as_nanos()).unwrap_or(i64::MAX) as u64)
     }
 }
 
@@ -118,7 +145,7 @@ impl FieldType for std::time::SystemTime {
             Ok(d) => d.as_millis() as i64,
             Err(e) => -(e.duration().as_millis() as i64),
         };
-        write::put_long(out, ms)
+        put_u64(out, ms as u64)
     }
 }
 
@@ -131,7 +158,7 @@ impl FieldType for Bytes {
         Field::new(name, ids::LONG).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
     }
     fn encode(&self, out: &mut Vec<u8>) {
-        write::put_long(out, self.0 as i64)
+        put_u64(out, self.0)
     }
 }
 
@@ -166,7 +193,7 @@ impl FieldType for ThreadRef {
     }
     fn encode(&self, out: &mut Vec<u8>) {
         crate::commit::note_thread_ref(self.0);
-        write::put_varint(out, u64::from(self.0))
+        put_u64(out, u64::from(self.0))
     }
     fn has_constant_refs() -> bool {
         true
