@@ -16,10 +16,7 @@ use std::time::{Duration, Instant};
 const THREADS: usize = 2;
 
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
@@ -85,11 +82,7 @@ fn workload(hooks: Arc<dyn Hooks>, depth: u32, chunks: u64, chunk_iters: u64) ->
 
 static NOOP_SIGNALS: AtomicU64 = AtomicU64::new(0);
 
-extern "C" fn noop_handler(
-    _sig: libc::c_int,
-    _info: *mut libc::siginfo_t,
-    _ctx: *mut libc::c_void,
-) {
+extern "C" fn noop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     NOOP_SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -136,19 +129,9 @@ impl Hooks for NoopPerf {
         };
         // SAFETY: valid attr; fcntl/ioctl on the fd we just opened (same setup as the sampler).
         unsafe {
-            let fd = libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                tid as i32,
-                -1,
-                -1,
-                8u64,
-            ) as i32;
-            assert!(
-                fd >= 0,
-                "perf_event_open: {}",
-                std::io::Error::last_os_error()
-            );
+            let fd = libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, tid as i32, -1, -1, 8u64)
+                as i32;
+            assert!(fd >= 0, "perf_event_open: {}", std::io::Error::last_os_error());
             let fl = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC | libc::O_NONBLOCK);
             libc::fcntl(fd, 10 /* F_SETSIG */, libc::SIGPROF);
@@ -209,13 +192,7 @@ fn run_ours(period: Duration, depth: u32, chunks: u64, iters: u64) -> OursRun {
     run_ours_buf(period, depth, chunks, iters, 64 * 1024)
 }
 
-fn run_ours_buf(
-    period: Duration,
-    depth: u32,
-    chunks: u64,
-    iters: u64,
-    buffer_bytes: usize,
-) -> OursRun {
+fn run_ours_buf(period: Duration, depth: u32, chunks: u64, iters: u64, buffer_bytes: usize) -> OursRun {
     let config = SamplerConfig {
         period,
         mode: SamplingMode::PerfEvent,
@@ -231,12 +208,7 @@ fn run_ours_buf(
     let drain_ns = Arc::new(AtomicU64::new(0));
     // The recorder thread + a 10 ms flusher in one: the shape the recorder core will have.
     let recorder = {
-        let (sampler, locked, done, drain_ns) = (
-            sampler.clone(),
-            locked.clone(),
-            done.clone(),
-            drain_ns.clone(),
-        );
+        let (sampler, locked, done, drain_ns) = (sampler.clone(), locked.clone(), done.clone(), drain_ns.clone());
         std::thread::spawn(move || {
             sampler.exclude_current_thread();
             let mut sink = 0u64;
@@ -244,9 +216,7 @@ fn run_ours_buf(
                 sampler.wait_pending(Duration::from_millis(10));
                 let mut l = locked.lock().unwrap();
                 let t0 = Instant::now();
-                sampler.drain(&mut l, &mut |r: &SampleRecord<'_>| {
-                    sink = sink.wrapping_add(r.ips.iter().sum::<u64>())
-                });
+                sampler.drain(&mut l, &mut |r: &SampleRecord<'_>| sink = sink.wrapping_add(r.ips.iter().sum::<u64>()));
                 drain_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             black_box(sink);
@@ -269,24 +239,13 @@ fn run_ours_buf(
 fn run_noop(period: Duration, depth: u32, chunks: u64, iters: u64) -> (Duration, u64) {
     NOOP_SIGNALS.store(0, Ordering::Relaxed);
     let cpu = with_noop_handler(|| {
-        workload(
-            Arc::new(NoopPerf {
-                period,
-                fds: Mutex::new(Vec::new()),
-            }),
-            depth,
-            chunks,
-            iters,
-        )
+        workload(Arc::new(NoopPerf { period, fds: Mutex::new(Vec::new()) }), depth, chunks, iters)
     });
     (cpu, NOOP_SIGNALS.load(Ordering::Relaxed))
 }
 
 fn run_pprof(rate: i32, depth: u32, chunks: u64, iters: u64) -> (Duration, u64) {
-    let guard = pprof::ProfilerGuardBuilder::default()
-        .frequency(rate)
-        .build()
-        .expect("pprof");
+    let guard = pprof::ProfilerGuardBuilder::default().frequency(rate).build().expect("pprof");
     let cpu = workload(Arc::new(NoHooks), depth, chunks, iters);
     let report = guard.report().build().expect("pprof report");
     drop(guard);
@@ -346,7 +305,13 @@ fn drain_10k() {
         black_box(r.ips);
     });
     let dt = t0.elapsed();
-    println!("drain: {n} samples ({:.1} frames avg) in {:.2} ms = {:.0} ns/sample -> {:.2} ms per 10 000 samples", frames as f64 / n.max(1) as f64, dt.as_secs_f64() * 1e3, dt.as_nanos() as f64 / n.max(1) as f64, dt.as_secs_f64() * 1e3 * 10_000.0 / n.max(1) as f64);
+    println!(
+        "drain: {n} samples ({:.1} frames avg) in {:.2} ms = {:.0} ns/sample -> {:.2} ms per 10 000 samples",
+        frames as f64 / n.max(1) as f64,
+        dt.as_secs_f64() * 1e3,
+        dt.as_nanos() as f64 / n.max(1) as f64,
+        dt.as_secs_f64() * 1e3 * 10_000.0 / n.max(1) as f64
+    );
     let sampler = Arc::try_unwrap(sampler).expect("sole owner");
     sampler.stop(&mut locked, &mut |_| {});
 }
@@ -368,11 +333,7 @@ fn main() {
     let reps = 3;
     for rate in [100u32, 1000] {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(rate));
-        let base = median(
-            (0..reps)
-                .map(|_| workload(Arc::new(NoHooks), 8, chunks, chunk_iters))
-                .collect(),
-        );
+        let base = median((0..reps).map(|_| workload(Arc::new(NoHooks), 8, chunks, chunk_iters)).collect());
         let mut noop_cpu = Vec::new();
         let mut noop_n = 0;
         let mut ours_cpu = Vec::new();
@@ -395,9 +356,7 @@ fn main() {
         let (noop, oursc, pp) = (median(noop_cpu), median(ours_cpu), median(pp_cpu));
         let ours = ours.unwrap();
         let expected = |cpu: Duration| cpu.as_secs_f64() * f64::from(rate);
-        let pct = |a: Duration, b: Duration| {
-            (a.as_secs_f64() - b.as_secs_f64()) / base.as_secs_f64() * 100.0
-        };
+        let pct = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) / base.as_secs_f64() * 100.0;
         println!("\n== {rate} Hz ==");
         println!("unprofiled          cpu {:>8.3} s", base.as_secs_f64());
         println!(
@@ -422,17 +381,11 @@ fn main() {
     }
     // Per-sample differences are small next to run-to-run noise, so this section samples at
     // 10 kHz (100 us) to put ~10x more samples into the same CPU time, and takes medians of 5.
-    println!(
-        "\n== handler cost by stack depth, 10 kHz: (our CPU - no-op CPU) / samples, median of 5 =="
-    );
+    println!("\n== handler cost by stack depth, 10 kHz: (our CPU - no-op CPU) / samples, median of 5 ==");
     let period = Duration::from_micros(100);
     for depth in [16u32, 128, 1024] {
         let chunks_d = chunks / 2;
-        let noop = median(
-            (0..5)
-                .map(|_| run_noop(period, depth, chunks_d, chunk_iters).0)
-                .collect(),
-        );
+        let noop = median((0..5).map(|_| run_noop(period, depth, chunks_d, chunk_iters).0).collect());
         let mut cpus = Vec::new();
         let mut last = None;
         for _ in 0..5 {

@@ -20,6 +20,8 @@ pub const THREAD_END: u64 = 106;
 pub const JDK_DATA_LOSS: u64 = 107;
 /// `recorder.DataLoss`: events and samples lost, with the reason.
 pub const DATA_LOSS: u64 = 108;
+/// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
+pub const SAMPLER_STATISTICS: u64 = 109;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -166,6 +168,7 @@ pub fn classes() -> Vec<Class> {
 
     out.push(event_class(EventTypeSpec {
         fields: vec![
+            f("thread", ids::THREAD, "Thread").pooled(),
             f("reason", ids::STRING, "Reason"),
             f("events", ids::LONG, "Lost Events"),
             f("samples", ids::LONG, "Lost Samples"),
@@ -179,6 +182,24 @@ pub fn classes() -> Vec<Class> {
             "Recorder Data Loss",
             &["Flight Recorder"],
             "Events or CPU samples that could not be recorded, with the reason (buffers full, write failed, ...)",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("mode", ids::STRING, "Sampling Mode"),
+            f("period", ids::LONG, "Period").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
+            f("rate", ids::DOUBLE, "Effective Rate").with(Annotation::marker(ids::FREQUENCY)),
+            f("taken", ids::LONG, "Samples Taken"),
+            f("lost", ids::LONG, "Samples Lost"),
+            f("threads", ids::LONG, "Sampled Threads"),
+        ],
+        ..spec(
+            SAMPLER_STATISTICS,
+            "recorder.SamplerStatistics",
+            "Sampler Statistics",
+            &["Flight Recorder"],
+            "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
         )
     }));
 

@@ -1,8 +1,8 @@
 //! fork(): the child inherits the recorder's memory but none of its threads or timers. It must be
 //! left "not recording", with no lock held, able to start a recording of its own.
 //!
-//! `pthread_atfork` handlers take the process-wide locks the commit path can need (the current
-//! recording and the type registry) before fork and release them on both sides afterwards, so a
+//! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
+//! the current recording and the type registry) before fork and release them on both sides afterwards, so a
 //! fork can never copy a lock held by another thread. In the child the recording is marked
 //! stopped; the parent's `Recorder` handle, if the child ever drops it, notices the pid change and
 //! does nothing.
@@ -11,6 +11,7 @@
 use std::sync::Once;
 
 extern "C" fn prepare() {
+    crate::recorder::lock_symbolizer_for_fork();
     crate::commit::lock_for_fork();
     crate::metadata_registry::lock_for_fork();
 }
@@ -20,6 +21,7 @@ extern "C" fn parent() {
     unsafe {
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(false);
+        crate::recorder::unlock_symbolizer_after_fork();
     }
 }
 
@@ -28,6 +30,7 @@ extern "C" fn child() {
     unsafe {
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(true);
+        crate::recorder::unlock_symbolizer_after_fork();
     }
 }
 

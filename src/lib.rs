@@ -41,10 +41,10 @@ mod fork;
 mod metadata_registry;
 mod recorder;
 mod repository;
-mod stack;
-pub mod symbolize;
 #[allow(unsafe_code)]
 pub mod sampler;
+mod stack;
+pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
 #[allow(unsafe_code)]
@@ -53,7 +53,8 @@ mod unwind;
 
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
 pub use metadata_registry::{EventSettings, TypeRegistry};
-pub use recorder::{known_event_types, Error, Recorder, RecorderBuilder, RecorderStats, Settings};
+pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
+pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 
 #[doc(hidden)]
 pub use event::__field;
@@ -66,4 +67,3 @@ pub use jfr_format as __jfr;
 pub mod __loom {
     pub use crate::sampler::buffer;
 }
-

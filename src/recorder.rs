@@ -18,11 +18,14 @@ use crate::clock::{self, ClockPair};
 use crate::commit::{Shared, ThreadNote, CURRENT, GENERATION};
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository::{self, ChunkFile, FinishedChunk};
+use crate::sampler::{SampleRecord, Sampler, SamplerConfig, SamplerLocked, SamplerStats, SamplingMode};
 use crate::stack::{as_elided, DepthPolicy, StackKey, StackTable, MAX_DEPTH_PER_END};
 use crate::symbolize::Symbolizer;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, STATE_FINISHED};
-use jfr_format::metadata::{ids, FRAME_TYPES, FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE, THREAD_STATES};
+use jfr_format::metadata::{
+    ids, FRAME_TYPES, FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE, THREAD_STATES, THREAD_STATE_RUNNABLE,
+};
 use jfr_format::varint;
 use jfr_format::write::{self, put_bool, put_int, put_long, put_string, put_varint, Checkpoint, ChunkWriter};
 use parking_lot::Mutex;
@@ -58,6 +61,8 @@ pub enum Error {
     },
     /// The recorder thread could not be started.
     Thread(io::Error),
+    /// The CPU sampler could not be started.
+    Sampler(io::Error),
 }
 
 impl fmt::Display for Error {
@@ -72,6 +77,7 @@ impl fmt::Display for Error {
                 write!(f, "writing {} failed: {source}", path.display())
             }
             Error::Thread(e) => write!(f, "cannot start the recorder thread: {e}"),
+            Error::Sampler(e) => write!(f, "cannot start the CPU sampler: {e}"),
         }
     }
 }
@@ -80,7 +86,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Repository { source, .. } | Error::Write { source, .. } => Some(source),
-            Error::Thread(e) => Some(e),
+            Error::Thread(e) | Error::Sampler(e) => Some(e),
             Error::InvalidSetting(_) | Error::AlreadyRunning => None,
         }
     }
@@ -115,6 +121,8 @@ pub struct Settings {
     pub name: String,
     /// Node capacity of the stack table.
     pub stack_table_capacity: usize,
+    /// CPU sampling (`None`: off). Its `max_depth` follows `depth.inner`.
+    pub sampling: Option<SamplerConfig>,
 }
 
 impl Default for Settings {
@@ -133,6 +141,7 @@ impl Default for Settings {
             periodic_interval: Duration::from_secs(1),
             name: "recorder".into(),
             stack_table_capacity: 1 << 18,
+            sampling: Some(SamplerConfig::default()),
         }
     }
 }
@@ -204,6 +213,34 @@ impl RecorderBuilder {
         self.settings.periodic_interval = d;
         self
     }
+    /// Samples every thread's stack every `period` of its CPU time (default 10 ms; 100 µs to 1 s).
+    pub fn sampling_period(mut self, period: Duration) -> Self {
+        self.settings.sampling.get_or_insert_with(SamplerConfig::default).period = period;
+        self
+    }
+    /// How samples are triggered (default: perf events when the kernel allows them, else CPU-clock
+    /// timers).
+    pub fn sampling_mode(mut self, mode: SamplingMode) -> Self {
+        self.settings.sampling.get_or_insert_with(SamplerConfig::default).mode = mode;
+        self
+    }
+    /// Sampler buffer size in bytes and buffers per thread (defaults 16 KiB and 3).
+    pub fn sampler_buffers(mut self, bytes: usize, per_thread: usize) -> Self {
+        let config = self.settings.sampling.get_or_insert_with(SamplerConfig::default);
+        config.buffer_bytes = bytes;
+        config.buffers_per_thread = per_thread;
+        self
+    }
+    /// Threads that can be sampled at once (default 128).
+    pub fn max_sampled_threads(mut self, n: usize) -> Self {
+        self.settings.sampling.get_or_insert_with(SamplerConfig::default).max_threads = n;
+        self
+    }
+    /// Records no CPU samples (events only).
+    pub fn no_sampling(mut self) -> Self {
+        self.settings.sampling = None;
+        self
+    }
     /// Name of the recording (shown in `jdk.ActiveRecording`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.settings.name = name.into();
@@ -245,6 +282,14 @@ fn validate(s: &Settings) -> Result<(), Error> {
     }
     if s.depth.inner == 0 && s.depth.outer == 0 {
         return bad("stack depth must keep at least one frame".into());
+    }
+    if let Some(sampling) = &s.sampling {
+        if sampling.period < Duration::from_micros(100) || sampling.period > Duration::from_secs(1) {
+            return bad(format!("sampling period {:?} is outside 100 µs ..= 1 s", sampling.period));
+        }
+        if sampling.max_threads == 0 || sampling.max_threads > 65_536 {
+            return bad(format!("max sampled threads {} is outside 1 ..= 65536", sampling.max_threads));
+        }
     }
     if s.periodic_interval < Duration::from_millis(10) {
         return bad(format!("periodic interval {:?} is below 10 ms", s.periodic_interval));
@@ -290,6 +335,19 @@ pub struct RecorderStats {
     pub write_failures: u64,
     /// Stack frames cut because the stack table was full.
     pub stack_table_overflow: u64,
+    /// CPU samples written into chunks.
+    pub samples_written: u64,
+    /// CPU samples lost (sampler buffers full, write failures).
+    pub samples_lost: u64,
+}
+
+/// What a stopped recording did.
+#[derive(Debug, Clone, Default)]
+pub struct FinalReport {
+    /// The recorder's counters.
+    pub stats: RecorderStats,
+    /// The sampler's final counters, if it sampled.
+    pub sampler: Option<SamplerStats>,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -305,6 +363,7 @@ struct Inner {
     state: Mutex<State>,
     stopping: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    sampler_thread: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
     /// The process that started the recording: in a forked child, stop does nothing.
     pid: u32,
@@ -354,12 +413,19 @@ impl Recorder {
             lost_bytes: Default::default(),
             wakeup: Wakeup::default(),
         });
-        let state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
+        let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
+        if let Some(config) = &settings.sampling {
+            let mut config = config.clone();
+            config.max_depth = settings.depth.inner.max(1);
+            let (sampler, locked) = Sampler::start(config).map_err(Error::Sampler)?;
+            state.sampler = Some((Arc::new(sampler), locked));
+        }
         let inner = Arc::new(Inner {
             shared: Arc::clone(&shared),
             state: Mutex::new(state),
             stopping: AtomicBool::new(false),
             flusher: Mutex::new(None),
+            sampler_thread: Mutex::new(None),
             dir,
             pid: std::process::id(),
         });
@@ -373,6 +439,15 @@ impl Recorder {
             .map_err(Error::Thread)?;
         let _ = shared.wakeup.thread.set(handle.thread().clone());
         *inner.flusher.lock() = Some(handle);
+        let sampler = inner.state.lock().sampler.as_ref().map(|(s, _)| Arc::clone(s));
+        if let Some(sampler) = sampler {
+            let thread_inner = Arc::clone(&inner);
+            let handle = std::thread::Builder::new()
+                .name("recorder-sampler".into())
+                .spawn(move || sampler_loop(&thread_inner, &sampler))
+                .map_err(Error::Thread)?;
+            *inner.sampler_thread.lock() = Some(handle);
+        }
         *current = Some(shared);
         // Release: publishes `CURRENT` (and everything set up above); pairs with the Acquire load
         // in `commit_event`.
@@ -405,6 +480,29 @@ impl Recorder {
     pub fn set_event_settings(&self, name: &str, settings: EventSettings) {
         metadata_registry::set_settings(name, settings);
         self.inner.state.lock().settings_changed = true;
+    }
+
+    /// Starts sampling the calling thread at once, with exact stack bounds (threads are also
+    /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
+    pub fn register_current_thread(&self) -> io::Result<()> {
+        let sampler = self.inner.state.lock().sampler.as_ref().map(|(s, _)| Arc::clone(s));
+        match sampler {
+            Some(s) => s.register_current_thread(),
+            None => Ok(()),
+        }
+    }
+
+    /// The CPU sampler's counters (taken = written + lost per thread once drained), if sampling.
+    pub fn sampler_stats(&self) -> Option<SamplerStats> {
+        let state = self.inner.state.lock();
+        state.sampler.as_ref().map(|(s, _)| s.stats()).or_else(|| state.final_sampler_stats.clone())
+    }
+
+    /// Stops the recording like [`Recorder::stop`] and returns the final counters.
+    pub fn stop_with_report(self) -> Result<FinalReport, Error> {
+        self.inner.stop()?;
+        let state = self.inner.state.lock();
+        Ok(FinalReport { stats: state.stats, sampler: state.final_sampler_stats.clone() })
     }
 
     /// Counters so far.
@@ -449,7 +547,12 @@ impl Inner {
             handle.thread().unpark();
             let _ = handle.join();
         }
+        if let Some(handle) = self.sampler_thread.lock().take() {
+            let _ = handle.join();
+        }
         let mut state = self.state.lock();
+        state.flush();
+        state.stop_sampler();
         state.flush();
         state.finish_chunk(true).map_err(|source| Error::Write { path: self.dir.clone(), source })
     }
@@ -475,6 +578,9 @@ fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 fn flusher_loop(inner: &Inner) {
+    if let Some((sampler, _)) = inner.state.lock().sampler.as_ref() {
+        sampler.exclude_current_thread();
+    }
     let (flush_interval, periodic_interval) = {
         let s = inner.state.lock();
         (s.settings.flush_interval, s.settings.periodic_interval)
@@ -513,6 +619,49 @@ fn flusher_loop(inner: &Inner) {
             }
         }
     }
+}
+
+/// The recorder thread (sampler-protocol.md §4.4): woken by the handler when a buffer fills up,
+/// it drains the full queue under L, and every 100 ms discovers new threads and collects lost
+/// samples.
+fn sampler_loop(inner: &Inner, sampler: &Sampler) {
+    sampler.exclude_current_thread();
+    let mut last_discovery = Instant::now() - Duration::from_secs(1);
+    // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
+    while !inner.stopping.load(Ordering::Relaxed) {
+        let work = sampler.wait_pending(Duration::from_millis(50));
+        if inner.stopping.load(Ordering::Relaxed) {
+            break;
+        }
+        let mut state = inner.state.lock();
+        if work {
+            state.drain_samples(true);
+        }
+        if last_discovery.elapsed() >= Duration::from_millis(100) {
+            last_discovery = Instant::now();
+            state.discover_and_collect_losses();
+        }
+    }
+}
+
+/// One symbolizer for the process: its per-module state and its cache outlive a recording, so a
+/// second recording (or a forked child's) does not parse the debug info again. Taken only by L
+/// holders, inside L; `fork` holds it across the fork.
+static SYMBOLIZER: Mutex<Option<Symbolizer>> = Mutex::new(None);
+
+/// Before fork: hold the symbolizer so no other thread holds it while the process is copied.
+pub(crate) fn lock_symbolizer_for_fork() {
+    std::mem::forget(SYMBOLIZER.lock());
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds the symbolizer through [`lock_symbolizer_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_symbolizer_after_fork() {
+    // SAFETY: the caller holds the lock.
+    unsafe { SYMBOLIZER.force_unlock() };
 }
 
 /// Constants already defined in the current chunk.
@@ -563,6 +712,8 @@ struct Loss {
     events: u64,
     samples: u64,
     bytes: u64,
+    /// The thread whose samples were lost (0: not one thread's).
+    thread: u32,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -589,7 +740,6 @@ struct State {
     thread_names: HashMap<u32, String>,
     known_threads: HashSet<u32>,
     pending_notes: Vec<ThreadNote>,
-    symbolizer: Symbolizer,
     frame_cache: HashMap<(u64, bool), Vec<FrameRef>>,
     symbol_keys: HashMap<String, u64>,
     symbol_text: BTreeMap<u64, String>,
@@ -618,6 +768,17 @@ struct State {
     /// Classes and methods of the recorder's own commit path (see `OWN_CLASS_PREFIXES`).
     own_classes: HashSet<u64>,
     own_frames: HashSet<u64>,
+    /// The sampler and the part of its state only L holders touch.
+    sampler: Option<(Arc<Sampler>, SamplerLocked)>,
+    final_sampler_stats: Option<SamplerStats>,
+    /// Constants referenced by samples written into the chunk since the last checkpoint.
+    sample_threads: HashSet<u32>,
+    sample_stacks: HashSet<u64>,
+    /// Samples written into the chunk since the last publish, per thread (lost if that fails).
+    segment_samples: HashMap<u32, u64>,
+    reported_unattributed: u64,
+    samples_since_rate: u64,
+    rate_since: Option<Instant>,
 }
 
 /// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
@@ -644,7 +805,6 @@ impl State {
             thread_names: HashMap::new(),
             known_threads: HashSet::new(),
             pending_notes: Vec::new(),
-            symbolizer: Symbolizer::new(),
             frame_cache: HashMap::new(),
             symbol_keys: HashMap::new(),
             symbol_text: BTreeMap::new(),
@@ -670,6 +830,14 @@ impl State {
             pending_symbols: Vec::new(),
             own_classes: HashSet::new(),
             own_frames: HashSet::new(),
+            sampler: None,
+            final_sampler_stats: None,
+            sample_threads: HashSet::new(),
+            sample_stacks: HashSet::new(),
+            segment_samples: HashMap::new(),
+            reported_unattributed: 0,
+            samples_since_rate: 0,
+            rate_since: None,
         }
     }
 
@@ -744,7 +912,8 @@ impl State {
             let method = self.method(class, &format!("<elided:{k}>"));
             vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }]
         } else {
-            let frames = self.symbolizer.symbolize(ip, is_return_address).to_vec();
+            let frames =
+                SYMBOLIZER.lock().get_or_insert_with(Symbolizer::new).symbolize(ip, is_return_address).to_vec();
             let mut refs = Vec::with_capacity(frames.len());
             for f in frames {
                 let class = self.class(&f.class, &f.package);
@@ -813,7 +982,11 @@ impl State {
             refs_threads.insert(tid);
         }
 
-        // 2. The flusher's own events: thread starts and ends, data loss, settings.
+        // 2. Sampler buffers, after the event buffers: active ones, then the full queue. Their
+        // ExecutionSamples go into the chunk now, before this segment's checkpoint.
+        self.drain_samples(false);
+
+        // 3. The flusher's own events: thread starts and ends, data loss, settings.
         while let Some(note) = self.shared.thread_notes.pop() {
             self.pending_notes.push(note);
         }
@@ -844,7 +1017,7 @@ impl State {
             self.settings_changed = false;
         }
 
-        // 3. Metadata, when the registry changed since this chunk last wrote it. Written after the
+        // 4. Metadata, when the registry changed since this chunk last wrote it. Written after the
         // events so that it covers every type those events use.
         let version = metadata_registry::version();
         let chunk = self.chunk.as_mut().expect("ensured above");
@@ -853,22 +1026,27 @@ impl State {
             chunk.written.metadata_version = version;
         }
 
-        // 4. One checkpoint with every constant the segment needs that the chunk lacks.
+        // 5. One checkpoint with every constant the segment needs that the chunk lacks.
+        refs_threads.extend(self.sample_threads.drain());
+        refs_stacks.extend(self.sample_stacks.drain());
+        self.write_sampler_statistics(now_ticks);
         let checkpoint = self.segment_checkpoint(&refs_threads, &refs_stacks);
         let chunk = self.chunk.as_mut().expect("ensured above");
         chunk.writer.write_checkpoint(&checkpoint, now_ticks, true);
 
-        // 5. Write and publish.
+        // 6. Write and publish.
         let duration = now_ticks - chunk.start.ticks;
         match publish(chunk, &self.dir, duration) {
             Ok(()) => {
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
+                self.stats.samples_written += self.segment_samples.drain().map(|(_, n)| n).sum::<u64>();
                 for (_, loss) in self.unconfirmed_loss.drain(..) {
                     self.total_lost_events += loss.events;
                     self.total_lost_samples += loss.samples;
                     self.total_lost_bytes += loss.bytes;
                     self.stats.events_lost += loss.events;
+                    self.stats.samples_lost += loss.samples;
                 }
             }
             Err(e) => self.write_failed(e, segment_events, segment_bytes),
@@ -1015,7 +1193,12 @@ impl State {
         let events = self.shared.lost_events.load(Ordering::Relaxed);
         let bytes = self.shared.lost_bytes.load(Ordering::Relaxed);
         if events > self.reported_events {
-            let loss = Loss { events: events - self.reported_events, samples: 0, bytes: bytes - self.reported_bytes };
+            let loss = Loss {
+                events: events - self.reported_events,
+                samples: 0,
+                bytes: bytes - self.reported_bytes,
+                thread: 0,
+            };
             self.pending_loss.push(("event buffers full (memory budget reached)".into(), loss));
             self.reported_events = events;
             self.reported_bytes = bytes;
@@ -1027,8 +1210,12 @@ impl State {
             te += loss.events;
             ts += loss.samples;
             tb += loss.bytes;
+            if loss.thread != 0 {
+                self.sample_threads.insert(loss.thread);
+            }
             chunk.writer.write_event(builtin::DATA_LOSS, |o| {
                 put_long(o, now_ticks);
+                put_varint(o, u64::from(loss.thread));
                 put_string(o, Some(&reason));
                 put_long(o, loss.events as i64);
                 put_long(o, loss.samples as i64);
@@ -1102,7 +1289,121 @@ impl State {
 
     /// Settings of subsystems (the sampler states its mode and rate here).
     fn extra_settings(&self) -> Vec<(u64, String, String)> {
-        Vec::new()
+        let Some((sampler, _)) = self.sampler.as_ref() else {
+            return vec![(builtin::EXECUTION_SAMPLE, "enabled".into(), "false".into())];
+        };
+        let mode = match sampler.mode() {
+            SamplingMode::PerfEvent => "perf_event (task-clock per thread)",
+            SamplingMode::CpuTimer => "cpu_timer (POSIX timer on the thread CPU clock)",
+            SamplingMode::Auto => "auto",
+        };
+        vec![
+            (builtin::EXECUTION_SAMPLE, "enabled".into(), "true".into()),
+            (builtin::EXECUTION_SAMPLE, "period".into(), format!("{} us", sampler.period().as_micros())),
+            (builtin::EXECUTION_SAMPLE, "samplingMode".into(), mode.into()),
+        ]
+    }
+
+    /// Hands the sampler's records to the chunk as ExecutionSamples. `full_only`: the recorder
+    /// thread's pass over the full queue; otherwise the flusher's active + full pass.
+    fn drain_samples(&mut self, full_only: bool) {
+        self.ensure_chunk();
+        let State {
+            sampler, chunk, shared, sample_threads, sample_stacks, segment_samples, samples_since_rate, ..
+        } = self;
+        let Some((sampler, locked)) = sampler.as_mut() else { return };
+        let chunk = chunk.as_mut().expect("ensured above");
+        let stacks = &shared.stacks;
+        let mut write = |rec: &SampleRecord<'_>| {
+            write_sample(&mut chunk.writer, stacks, rec, sample_threads, sample_stacks);
+            *segment_samples.entry(rec.tid).or_insert(0) += 1;
+            *samples_since_rate += 1;
+        };
+        if full_only {
+            sampler.drain_full(locked, &mut write);
+        } else {
+            sampler.drain(locked, &mut write);
+        }
+    }
+
+    /// Recorder thread: arm sampling for new threads, collect lost-sample counts.
+    fn discover_and_collect_losses(&mut self) {
+        let Some((sampler, locked)) = self.sampler.as_mut() else { return };
+        sampler.discover_threads(locked);
+        let lost = sampler.take_lost(locked);
+        let unattributed = sampler.stats().unattributed;
+        for (thread, samples) in lost {
+            self.pending_loss.push(("sampler buffers full".into(), Loss { samples, thread, ..Loss::default() }));
+        }
+        if unattributed > self.reported_unattributed {
+            let samples = unattributed - self.reported_unattributed;
+            self.reported_unattributed = unattributed;
+            self.pending_loss
+                .push(("sample of a thread without a sampler slot".into(), Loss { samples, ..Loss::default() }));
+        }
+    }
+
+    /// Stops the sampler: no signal can arrive after this; the last records go into the chunk.
+    fn stop_sampler(&mut self) {
+        let Some((sampler, mut locked)) = self.sampler.take() else { return };
+        // Other holders (`register_current_thread`) let go within moments.
+        let mut sampler = sampler;
+        let owned = loop {
+            match Arc::try_unwrap(sampler) {
+                Ok(s) => break s,
+                Err(shared) => {
+                    sampler = shared;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        self.ensure_chunk();
+        let State { chunk, shared, sample_threads, sample_stacks, segment_samples, .. } = self;
+        let chunk = chunk.as_mut().expect("ensured above");
+        let stacks = &shared.stacks;
+        let report = owned.stop(&mut locked, &mut |rec: &SampleRecord<'_>| {
+            write_sample(&mut chunk.writer, stacks, rec, sample_threads, sample_stacks);
+            *segment_samples.entry(rec.tid).or_insert(0) += 1;
+        });
+        for (thread, samples) in report.lost {
+            self.pending_loss.push(("sampler buffers full".into(), Loss { samples, thread, ..Loss::default() }));
+        }
+        if report.stats.unattributed > self.reported_unattributed {
+            let samples = report.stats.unattributed - self.reported_unattributed;
+            self.reported_unattributed = report.stats.unattributed;
+            self.pending_loss
+                .push(("sample of a thread without a sampler slot".into(), Loss { samples, ..Loss::default() }));
+        }
+        self.final_sampler_stats = Some(report.stats);
+    }
+
+    /// `recorder.SamplerStatistics`: the sampler's mode and its effective rate since the last one.
+    fn write_sampler_statistics(&mut self, now_ticks: i64) {
+        let Some((sampler, _)) = self.sampler.as_ref() else { return };
+        let now = Instant::now();
+        let Some(since) = self.rate_since.replace(now) else { return };
+        let elapsed = now.duration_since(since).as_secs_f64();
+        if elapsed <= 0.0 {
+            return;
+        }
+        let samples = std::mem::take(&mut self.samples_since_rate);
+        let stats = sampler.stats();
+        let mode = match sampler.mode() {
+            SamplingMode::PerfEvent => "perf_event",
+            SamplingMode::CpuTimer => "cpu_timer",
+            SamplingMode::Auto => "auto",
+        };
+        let period_ns = sampler.period().as_nanos() as i64;
+        let chunk = self.chunk.as_mut().expect("a live chunk");
+        chunk.writer.write_event(builtin::SAMPLER_STATISTICS, |o| {
+            put_long(o, now_ticks);
+            put_string(o, Some(mode));
+            put_long(o, period_ns);
+            write::put_double(o, samples as f64 / elapsed);
+            put_long(o, stats.taken as i64);
+            put_long(o, stats.lost as i64);
+            put_long(o, stats.slots_in_use as i64);
+        });
     }
 
     /// Periodic built-in events: CPU load and resident set size.
@@ -1161,7 +1462,10 @@ impl State {
         self.pending_loss.extend(unconfirmed);
         if let Some(mut chunk) = self.chunk.take() {
             // The events of the segment and the flusher's own records did not reach the disk.
-            self.pending_loss.push((format!("write failed: {e}"), Loss { events, samples: 0, bytes }));
+            self.pending_loss.push((format!("write failed: {e}"), Loss { events, samples: 0, bytes, thread: 0 }));
+            for (thread, samples) in self.segment_samples.drain() {
+                self.pending_loss.push((format!("write failed: {e}"), Loss { samples, thread, ..Loss::default() }));
+            }
             let duration = (now - chunk.start.ticks).max(1);
             if let Some(mut header) = chunk.published {
                 // Overwriting the header needs no new disk space: close the chunk at its last
@@ -1271,6 +1575,26 @@ impl State {
         }
         Ok(out)
     }
+}
+
+/// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE.
+fn write_sample(
+    writer: &mut ChunkWriter,
+    stacks: &StackTable,
+    rec: &SampleRecord<'_>,
+    threads: &mut HashSet<u32>,
+    stack_keys: &mut HashSet<u64>,
+) {
+    // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
+    let key = stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+    writer.write_event(builtin::EXECUTION_SAMPLE, |o| {
+        put_long(o, rec.ticks);
+        put_varint(o, u64::from(rec.tid));
+        put_varint(o, key.0);
+        put_varint(o, THREAD_STATE_RUNNABLE);
+    });
+    threads.insert(rec.tid);
+    stack_keys.insert(key.0);
 }
 
 /// Writes the live chunk's pending bytes and publishes its header.

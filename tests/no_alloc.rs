@@ -28,11 +28,7 @@ fn cell(tid: u32) -> Option<&'static AtomicU64> {
         if t == tid {
             return Some(&COUNTS[i]);
         }
-        if t == 0
-            && TIDS[i]
-                .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
+        if t == 0 && TIDS[i].compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return Some(&COUNTS[i]);
         }
         if TIDS[i].load(Ordering::Acquire) == tid {
@@ -130,12 +126,7 @@ fn burst(mode: SamplingMode) {
         }
         let after = my_count();
         black_box(v);
-        let taken = s2
-            .stats()
-            .threads
-            .iter()
-            .find(|t| t.tid == tid)
-            .map_or(0, |t| t.taken);
+        let taken = s2.stats().threads.iter().find(|t| t.tid == tid).map_or(0, |t| t.taken);
         s2.unregister_current_thread();
         (after - before, taken)
     })
@@ -146,10 +137,7 @@ fn burst(mode: SamplingMode) {
     let sampler = Arc::try_unwrap(sampler).expect("sole owner");
     let report = sampler.stop(&mut locked.lock().unwrap(), &mut |_| {});
     eprintln!("{mode:?}: allocations on the sampled thread during the burst: {allocs}; samples taken on it: {taken_on_me}; {:?}", report.stats);
-    assert!(
-        taken_on_me > 10,
-        "the handler must have run on the thread ({taken_on_me})"
-    );
+    assert!(taken_on_me > 10, "the handler must have run on the thread ({taken_on_me})");
     assert_eq!(allocs, 0, "the signal handler allocated");
 }
 

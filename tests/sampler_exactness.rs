@@ -74,10 +74,7 @@ fn run(mode: SamplingMode) {
                 s.zero_leaf += 1;
             }
             s.max_depth_seen = s.max_depth_seen.max(r.ips.len());
-            if r.ips
-                .iter()
-                .any(|&ip| (ip >= hot && ip < hot + 4096) || (ip >= leaf && ip < leaf + 4096))
-            {
+            if r.ips.iter().any(|&ip| (ip >= hot && ip < hot + 4096) || (ip >= leaf && ip < leaf + 4096)) {
                 s.hot_hits += 1;
             }
         }
@@ -91,13 +88,8 @@ fn run(mode: SamplingMode) {
     let registered = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..nthreads {
-        let (sampler, stop_work, parked, release, registered) = (
-            sampler.clone(),
-            stop_work.clone(),
-            parked.clone(),
-            release.clone(),
-            registered.clone(),
-        );
+        let (sampler, stop_work, parked, release, registered) =
+            (sampler.clone(), stop_work.clone(), parked.clone(), release.clone(), registered.clone());
         workers.push(std::thread::spawn(move || {
             sampler.register_current_thread().expect("register");
             registered.fetch_add(1, Ordering::SeqCst);
@@ -170,10 +162,7 @@ fn run(mode: SamplingMode) {
     assert_eq!(s.total, stats.written);
     assert_eq!(s.zero_leaf, 0, "ips[0] must never be 0");
     assert!(s.hot_hits > 0, "no sample inside hot_fn/hot_leaf");
-    assert!(
-        s.max_depth_seen > 2,
-        "frame-pointer walk never went deeper than 2 frames"
-    );
+    assert!(s.max_depth_seen > 2, "frame-pointer walk never went deeper than 2 frames");
     let mut ids = s.ids.clone();
     ids.sort_unstable();
     ids.dedup();

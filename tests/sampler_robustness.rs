@@ -69,8 +69,7 @@ fn garbage_frame_pointer_never_faults() {
     let done = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(AtomicU64::new(0));
     let drainer = {
-        let (sampler, locked, done, seen) =
-            (sampler.clone(), locked.clone(), done.clone(), seen.clone());
+        let (sampler, locked, done, seen) = (sampler.clone(), locked.clone(), done.clone(), seen.clone());
         std::thread::spawn(move || {
             sampler.exclude_current_thread();
             while !done.load(Ordering::Relaxed) {
@@ -88,16 +87,7 @@ fn garbage_frame_pointer_never_faults() {
         s2.register_current_thread().unwrap();
         let local = 0u64;
         let here = &local as *const u64 as u64;
-        let bads = [
-            0xdead_beef_u64,
-            here + 3,
-            0xffff_8000_0000_1000,
-            0,
-            here,
-            here - 4096,
-            u64::MAX - 15,
-            8,
-        ];
+        let bads = [0xdead_beef_u64, here + 3, 0xffff_8000_0000_1000, 0, here, here - 4096, u64::MAX - 15, 8];
         let t0 = Instant::now();
         let mut i = 0;
         while t0.elapsed() < Duration::from_secs(2) {
@@ -114,16 +104,8 @@ fn garbage_frame_pointer_never_faults() {
     let report = sampler.stop(&mut locked.lock().unwrap(), &mut |_| {
         seen.fetch_add(1, Ordering::Relaxed);
     });
-    eprintln!(
-        "garbage fp: {:?}, seen {}",
-        report.stats,
-        seen.load(Ordering::Relaxed)
-    );
-    assert!(
-        report.stats.taken > 100,
-        "the worker was sampled (taken {})",
-        report.stats.taken
-    );
+    eprintln!("garbage fp: {:?}, seen {}", report.stats, seen.load(Ordering::Relaxed));
+    assert!(report.stats.taken > 100, "the worker was sampled (taken {})", report.stats.taken);
     assert_eq!(report.stats.taken, report.stats.written + report.stats.lost);
 }
 
@@ -154,10 +136,7 @@ fn stop_start_cycles_with_signals_in_flight() {
     }
     let mut total = 0;
     for cycle in 0..20 {
-        let config = SamplerConfig {
-            period: Duration::from_micros(100),
-            ..fast_config()
-        };
+        let config = SamplerConfig { period: Duration::from_micros(100), ..fast_config() };
         let (sampler, mut locked) = Sampler::start(config).expect("start");
         let sampler = Arc::new(sampler);
         *current.lock().unwrap() = Some(sampler.clone());
@@ -180,11 +159,7 @@ fn stop_start_cycles_with_signals_in_flight() {
             }
         };
         let report = sampler.stop(&mut locked, &mut |_| {});
-        assert_eq!(
-            report.stats.taken,
-            report.stats.written + report.stats.lost,
-            "cycle {cycle}"
-        );
+        assert_eq!(report.stats.taken, report.stats.written + report.stats.lost, "cycle {cycle}");
         total += report.stats.taken;
     }
     burn(100); // stray signals after the last stop must be harmless
@@ -201,22 +176,14 @@ fn stop_start_cycles_with_signals_in_flight() {
 #[test]
 fn short_lived_threads_leak_no_slots() {
     let _s = serial();
-    let config = SamplerConfig {
-        max_threads: 32,
-        ..fast_config()
-    };
+    let config = SamplerConfig { max_threads: 32, ..fast_config() };
     let (sampler, locked) = Sampler::start(config).expect("start");
     let sampler = Arc::new(sampler);
     let locked = Arc::new(Mutex::new(locked));
     let done = Arc::new(AtomicBool::new(false));
     let max_in_use = Arc::new(AtomicUsize::new(0));
     let drainer = {
-        let (sampler, locked, done, max_in_use) = (
-            sampler.clone(),
-            locked.clone(),
-            done.clone(),
-            max_in_use.clone(),
-        );
+        let (sampler, locked, done, max_in_use) = (sampler.clone(), locked.clone(), done.clone(), max_in_use.clone());
         std::thread::spawn(move || {
             sampler.exclude_current_thread();
             while !done.load(Ordering::Relaxed) {
@@ -251,15 +218,9 @@ fn short_lived_threads_leak_no_slots() {
     let mut l = locked.lock().unwrap();
     sampler.drain(&mut l, &mut |_| {});
     let stats = sampler.stats();
-    eprintln!(
-        "short-lived: {stats:?} max slots in use {}",
-        max_in_use.load(Ordering::Relaxed)
-    );
+    eprintln!("short-lived: {stats:?} max slots in use {}", max_in_use.load(Ordering::Relaxed));
     assert_eq!(failures.load(Ordering::Relaxed), 0, "slot table exhausted");
-    assert_eq!(
-        stats.slots_in_use, 0,
-        "every exited thread's slot was reaped"
-    );
+    assert_eq!(stats.slots_in_use, 0, "every exited thread's slot was reaped");
     assert_eq!(stats.taken, stats.written + stats.lost);
     assert!(stats.taken > 0);
     drop(l);
@@ -284,11 +245,7 @@ fn discovered_threads_with_cpu_timers() {
 
 fn discovered(mode: SamplingMode) {
     let _s = serial();
-    let (sampler, mut locked) = Sampler::start(SamplerConfig {
-        mode,
-        ..fast_config()
-    })
-    .expect("start");
+    let (sampler, mut locked) = Sampler::start(SamplerConfig { mode, ..fast_config() }).expect("start");
     sampler.exclude_current_thread();
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU64::new(0));
@@ -296,10 +253,7 @@ fn discovered(mode: SamplingMode) {
         let (stop, tid) = (stop.clone(), tid.clone());
         std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
-            tid.store(
-                unsafe { libc::syscall(libc::SYS_gettid) } as u64,
-                Ordering::SeqCst,
-            );
+            tid.store(unsafe { libc::syscall(libc::SYS_gettid) } as u64, Ordering::SeqCst);
             while !stop.load(Ordering::Relaxed) {
                 burn(5);
             }
@@ -335,10 +289,7 @@ fn discovered(mode: SamplingMode) {
     sampler.drain(&mut locked, &mut |_| {});
     let sampler_mode = sampler.mode();
     let report = sampler.stop(&mut locked, &mut |_| {});
-    eprintln!(
-        "discovered ({:?}): leaf-only {leaf_only} full {full} {:?}",
-        sampler_mode, report.stats
-    );
+    eprintln!("discovered ({:?}): leaf-only {leaf_only} full {full} {:?}", sampler_mode, report.stats);
     assert!(full > 0, "discovered thread never got full stacks");
     assert_eq!(mine, 0, "excluded thread was sampled");
     assert_eq!(report.stats.taken, report.stats.written + report.stats.lost);
@@ -380,16 +331,8 @@ fn application_handler_is_chained_and_restored() {
     unsafe { libc::raise(libc::SIGPROF) };
     sampler.unregister_current_thread();
     let report = sampler.stop(&mut locked, &mut |_| {});
-    assert_eq!(
-        APP_CALLS.load(Ordering::Relaxed),
-        before + 1,
-        "foreign SIGPROF chained exactly once"
-    );
-    assert_eq!(
-        current_sigprof_handler(),
-        app_handler as *const () as usize,
-        "application handler restored"
-    );
+    assert_eq!(APP_CALLS.load(Ordering::Relaxed), before + 1, "foreign SIGPROF chained exactly once");
+    assert_eq!(current_sigprof_handler(), app_handler as *const () as usize, "application handler restored");
     assert!(report.stats.taken > 0);
     // Leave the process with a harmless disposition for the other tests.
     // SAFETY: SIG_IGN is always valid.
@@ -425,10 +368,7 @@ fn fork_child_can_record_on_its_own() {
     burn(20);
     sampler.unregister_current_thread();
     let report = sampler.stop(&mut locked, &mut |_| {});
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child failed: status {status:#x}"
-    );
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child failed: status {status:#x}");
     assert!(report.stats.taken > 0);
     assert_eq!(report.stats.taken, report.stats.written + report.stats.lost);
 }

@@ -33,11 +33,7 @@ fn commit_vs_active_pass() {
         owner.join().unwrap();
         flusher.join().unwrap();
         check_exact(&m, &[1, 2]);
-        assert_eq!(
-            m.l.lock().unwrap().out.len(),
-            2,
-            "nothing may be lost: both fit one buffer"
-        );
+        assert_eq!(m.l.lock().unwrap().out.len(), 2, "nothing may be lost: both fit one buffer");
     });
 }
 
@@ -64,10 +60,7 @@ fn rotation_vs_active_pass_and_recorder() {
         flusher.join().unwrap();
         check_exact(&m, &[0, 1, 2]);
         let g = m.l.lock().unwrap();
-        assert!(
-            g.out.iter().any(|&(id, _)| id == 1),
-            "r1 had a spare and must not be lost"
-        );
+        assert!(g.out.iter().any(|&(id, _)| id == 1), "r1 had a spare and must not be lost");
     });
 }
 
@@ -91,10 +84,7 @@ fn empty_spare_counts_lost() {
         });
         owner.join().unwrap();
         flusher.join().unwrap();
-        assert!(
-            m.core.take_pending(),
-            "a missing spare must wake the recorder"
-        );
+        assert!(m.core.take_pending(), "a missing spare must wake the recorder");
         check_exact(&m, &[0, 1]);
         let g = m.l.lock().unwrap();
         assert_eq!(g.out, vec![(0, 0)]);

@@ -57,13 +57,7 @@ impl ChunkWriter {
         {
             // Split borrows: run the drain with a callback that only touches local vectors, then
             // fold them in (same effect as processing inline).
-            let ChunkWriter {
-                locked,
-                dedup,
-                next_id,
-                seen,
-                ..
-            } = self;
+            let ChunkWriter { locked, dedup, next_id, seen, .. } = self;
             let mut f = |r: &SampleRecord<'_>| {
                 let key = r.ips[0];
                 let id = match dedup.iter().find(|(k, _)| *k == key) {
@@ -121,18 +115,12 @@ impl ChunkWriter {
                 match item {
                     Item::Event(_, id) => open.push(*id),
                     Item::Def(id) => {
-                        assert!(
-                            !defined.contains(id),
-                            "stack {id} defined twice in a chunk: {chunk:?}"
-                        );
+                        assert!(!defined.contains(id), "stack {id} defined twice in a chunk: {chunk:?}");
                         defined.push(*id);
                     }
                     Item::Checkpoint => {
                         for id in open.drain(..) {
-                            assert!(
-                                defined.contains(&id),
-                                "event references undefined stack {id}: {chunk:?}"
-                            );
+                            assert!(defined.contains(&id), "event references undefined stack {id}: {chunk:?}");
                         }
                     }
                 }
@@ -144,11 +132,7 @@ impl ChunkWriter {
         let n = seen.len();
         seen.dedup();
         assert_eq!(n, seen.len(), "a sample was drained twice");
-        let events: usize = self
-            .chunks
-            .iter()
-            .map(|c| c.iter().filter(|i| matches!(i, Item::Event(..))).count())
-            .sum();
+        let events: usize = self.chunks.iter().map(|c| c.iter().filter(|i| matches!(i, Item::Event(..))).count()).sum();
         assert_eq!(events, n, "every drained sample is in exactly one chunk");
         for id in &seen {
             assert!(attempted.contains(id));
@@ -219,11 +203,7 @@ fn recorder_vs_flush(recorder_takes_l: bool) {
         });
         let (c, s, l2) = (core.clone(), state.clone(), l.clone());
         let recorder = thread::spawn(move || {
-            let _g = if recorder_takes_l {
-                Some(l2.lock().unwrap())
-            } else {
-                None
-            };
+            let _g = if recorder_takes_l { Some(l2.lock().unwrap()) } else { None };
             // SAFETY (model): exclusive only while L is held - which is what this test checks.
             s.with_mut(|w| unsafe { (*w).recorder(&c) });
         });

@@ -28,16 +28,10 @@
 //! - I11: owner code outside the handler raises `suppress` with a compiler fence first.
 //! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
 //!   and is accessed through a raw pointer only in a range the accessor owns.
-#![deny(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::sync::{
-    compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
-    UnsafeCell,
+    compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, UnsafeCell,
 };
 use std::ptr;
 
@@ -371,16 +365,11 @@ impl Core {
     /// # Panics
     /// If `capacity_words < HEADER_WORDS + 1` or a count exceeds `u32::MAX`.
     pub fn new(nslots: usize, nbuffers: usize, capacity_words: usize) -> (Core, LockedState) {
-        assert!(
-            capacity_words > HEADER_WORDS,
-            "buffer too small for one record"
-        );
+        assert!(capacity_words > HEADER_WORDS, "buffer too small for one record");
         assert!(nslots <= u32::MAX as usize && nbuffers <= u32::MAX as usize);
         let core = Core {
             slots: (0..nslots).map(|i| ThreadSlot::new(i as u32)).collect(),
-            buffers: (0..nbuffers)
-                .map(|i| SamplerBuffer::new(i as u32, capacity_words))
-                .collect(),
+            buffers: (0..nbuffers).map(|i| SamplerBuffer::new(i as u32, capacity_words)).collect(),
             full_head: AtomicPtr::new(ptr::null_mut()),
             recorder_pending: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
@@ -485,11 +474,7 @@ impl Core {
             // Acquire (success): pairs with the Release store of FREE in `reap_exited`, so the
             // reaper's resets of the counters and buffer pointers are visible. Relaxed (failure):
             // nothing is read.
-            if slot
-                .state
-                .compare_exchange(SLOT_FREE, SLOT_LIVE, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
+            if slot.state.compare_exchange(SLOT_FREE, SLOT_LIVE, Ordering::Acquire, Ordering::Relaxed).is_err() {
                 continue;
             }
             // Relaxed: published by the Release store of `suppress` below.
@@ -570,10 +555,7 @@ impl Core {
         let len = HEADER_WORDS + nframes;
         if len > self.max_record_words || nframes > u16::MAX as usize {
             Self::count_lost(slot);
-            return WriteOutcome {
-                committed: false,
-                wake: false,
-            };
+            return WriteOutcome { committed: false, wake: false };
         }
         // Relaxed: only this thread (the owner) writes `active`.
         let mut b = slot.active.load(Ordering::Relaxed);
@@ -592,10 +574,7 @@ impl Core {
             let n = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
             if n.is_null() {
                 Self::count_lost(slot);
-                return WriteOutcome {
-                    committed: false,
-                    wake: self.notify_recorder(),
-                };
+                return WriteOutcome { committed: false, wake: self.notify_recorder() };
             }
             // Release: the new buffer's clean positions (and this slot's switch) are visible to
             // an L holder's Acquire load of `active` in `drain_active`. Stored before the old
@@ -623,11 +602,7 @@ impl Core {
         buf.write_word(p + 2, u64::from(hdr.tid) | (u64::from(slot.index) << 32));
         buf.write_word(p + 3, hdr.sample_id);
         buf.write_word(p + 4, hdr.sp);
-        let mut sink = FrameSink {
-            buf,
-            at: p + HEADER_WORDS,
-            end: p + len,
-        };
+        let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
         while sink.at < sink.end {
             sink.push(0);
@@ -635,10 +610,7 @@ impl Core {
         // Release: the commit point; publishes the record's words to L holders. Pairs with the
         // Acquire loads of `pos` in `drain_active` / `drain_full`.
         buf.pos.store(p + len, Ordering::Release);
-        WriteOutcome {
-            committed: true,
-            wake: rotated && self.notify_recorder(),
-        }
+        WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
     }
 
     /// Pushes a FULL buffer on the Treiber stack.
@@ -651,12 +623,7 @@ impl Core {
             b.next.store(head, Ordering::Relaxed);
             // Release (success): publishes `next` and the buffer's final `pos`/words; pairs with
             // the Acquire swap of `full_head` in `drain_full`. Relaxed (failure): retry.
-            match self.full_head.compare_exchange_weak(
-                head,
-                bp,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
+            match self.full_head.compare_exchange_weak(head, bp, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(h) => head = h,
             }
@@ -768,20 +735,12 @@ impl Core {
     }
 
     /// Parses `[flushed_pos, pos)` of `b` (L held).
-    fn process(
-        &self,
-        b: &SamplerBuffer,
-        locked: &mut LockedState,
-        f: &mut dyn FnMut(&SampleRecord<'_>),
-    ) {
+    fn process(&self, b: &SamplerBuffer, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         // Acquire: pairs with the owner's Release commit in `write_record`; words below are final.
         let e = b.pos.load(Ordering::Acquire);
         // Relaxed: `flushed_pos` is serialized by L.
         let mut s = b.flushed_pos.load(Ordering::Relaxed);
-        protocol_assert!(
-            s <= e && e <= b.capacity(),
-            "I1 violated: flushed_pos {s} pos {e}"
-        );
+        protocol_assert!(s <= e && e <= b.capacity(), "I1 violated: flushed_pos {s} pos {e}");
         while s + HEADER_WORDS <= e {
             let w0 = b.read_word(s);
             let nframes = (w0 & 0xffff) as usize;
@@ -851,11 +810,7 @@ impl Core {
             // Release (success): publishes the recycle's resets; pairs with the Acquire swap of
             // `spare` in `write_record`. Relaxed (failure): the owner cannot fill it, so failure
             // means another L holder did - impossible under L, kept for robustness.
-            if slot
-                .spare
-                .compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
+            if slot.spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok() {
                 locked.free.pop();
             }
         }
@@ -879,9 +834,7 @@ impl Core {
         // Release (success): publishes the recycle's resets (which reached us through the
         // reserve queue's own release/acquire); pairs with the Acquire swap of `spare` in
         // `write_record`. Relaxed (failure): an L holder filled it first; nothing is read.
-        slot.spare
-            .compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
+        slot.spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok()
     }
 
     /// Frees retired slots selected by `is_exited` (seen EXITED before the last queue swap):

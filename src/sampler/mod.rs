@@ -369,10 +369,7 @@ mod imp {
     /// queue). Called on the thread itself (or, for a dead thread, by whoever noticed).
     fn unregister(shared: &Shared, tid: u32, start: u64) {
         let mut reg = shared.registry.lock();
-        let found = reg.entries.iter().position(|e| {
-            e.as_ref()
-                .is_some_and(|e| e.tid == tid && e.start_time == start)
-        });
+        let found = reg.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.tid == tid && e.start_time == start));
         if let Some(index) = found {
             retire_entry(shared, &mut reg, index);
         }
@@ -420,10 +417,7 @@ mod imp {
             let mut life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE.
             if !signal::SHARED.load(Ordering::Relaxed).is_null() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    "a sampler is already running",
-                ));
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a sampler is already running"));
             }
             let period = config.period.max(Duration::from_micros(100));
             let max_depth = config.max_depth.clamp(1, 2048);
@@ -437,10 +431,7 @@ mod imp {
                 }
                 SamplingMode::Auto => SamplingMode::CpuTimer,
                 SamplingMode::PerfEvent => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "perf_event_open is not permitted here",
-                    ));
+                    return Err(io::Error::new(io::ErrorKind::Unsupported, "perf_event_open is not permitted here"));
                 }
                 SamplingMode::CpuTimer => SamplingMode::CpuTimer,
             };
@@ -449,10 +440,7 @@ mod imp {
             if wake_fd < 0 {
                 return Err(io::Error::last_os_error());
             }
-            let mut nofile = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
+            let mut nofile = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             // SAFETY: valid out pointer.
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut nofile) };
             let fd_len = (nofile.rlim_cur as usize).clamp(1024, 1 << 16);
@@ -512,11 +500,7 @@ mod imp {
             {
                 let mut reg = shared.registry.lock();
                 if reg.excluded.contains(&(tid, start))
-                    || reg
-                        .entries
-                        .iter()
-                        .flatten()
-                        .any(|e| e.tid == tid && e.start_time == start)
+                    || reg.entries.iter().flatten().any(|e| e.tid == tid && e.start_time == start)
                 {
                     return Ok(());
                 }
@@ -533,9 +517,10 @@ mod imp {
                 for i in stale {
                     retire_entry(shared, &mut reg, i);
                 }
-                let slot = shared.core.claim_slot(tid, lo, hi).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot")
-                })?;
+                let slot = shared
+                    .core
+                    .claim_slot(tid, lo, hi)
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))?;
                 let index = slot.index() as usize;
                 // First buffer now, from the reserve; the rest come from L holders' refills.
                 if let Some(b) = shared.reserve.pop() {
@@ -549,11 +534,7 @@ mod imp {
                 match shared.arm(tid, index) {
                     Ok(source) => {
                         if let Some(e) = reg.entries.get_mut(index) {
-                            *e = Some(Entry {
-                                tid,
-                                start_time: start,
-                                source: Some(source),
-                            });
+                            *e = Some(Entry { tid, start_time: start, source: Some(source) });
                         }
                     }
                     Err(err) => {
@@ -570,10 +551,7 @@ mod imp {
                 if let Some(old) = g.as_mut() {
                     old.generation = 0;
                 }
-                *g = Some(ExitGuard {
-                    generation: shared.generation,
-                    start_time: start,
-                });
+                *g = Some(ExitGuard { generation: shared.generation, start_time: start });
             });
             Ok(())
         }
@@ -648,11 +626,7 @@ mod imp {
                     match shared.arm(tid, index) {
                         Ok(source) => {
                             if let Some(e) = reg.entries.get_mut(index) {
-                                *e = Some(Entry {
-                                    tid,
-                                    start_time: start,
-                                    source: Some(source),
-                                });
+                                *e = Some(Entry { tid, start_time: start, source: Some(source) });
                             }
                         }
                         Err(_) => {
@@ -664,9 +638,7 @@ mod imp {
             if !need_bounds.is_empty() {
                 if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
                     for (index, sp) in need_bounds {
-                        if let (Some((lo, hi)), Some(slot)) =
-                            (mapping_containing(&maps, sp), shared.core.slot(index))
-                        {
+                        if let (Some((lo, hi)), Some(slot)) = (mapping_containing(&maps, sp), shared.core.slot(index)) {
                             slot.set_stack_bounds(lo, hi);
                         }
                     }
@@ -699,11 +671,7 @@ mod imp {
             if shared.core.take_pending() {
                 return true;
             }
-            let mut pfd = libc::pollfd {
-                fd: shared.wake_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
+            let mut pfd = libc::pollfd { fd: shared.wake_fd, events: libc::POLLIN, revents: 0 };
             let ts = libc::timespec {
                 tv_sec: timeout.as_secs() as libc::time_t,
                 tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -731,11 +699,7 @@ mod imp {
         /// Disarms every source, waits until no handler can touch the sampler, hands every record
         /// still buffered to `f`, restores the application's SIGPROF handler (or leaves a harmless
         /// one installed if there was none) and frees the pools.
-        pub fn stop(
-            self,
-            locked: &mut SamplerLocked,
-            f: &mut dyn FnMut(&SampleRecord<'_>),
-        ) -> StopReport {
+        pub fn stop(self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) -> StopReport {
             let shared = self.shared;
             std::mem::forget(self);
             // SAFETY: `shared` came from `Box::into_raw` in `start`; this is the only release.
@@ -770,12 +734,7 @@ mod imp {
             st.written += s.written;
             st.lost += s.lost;
             st.slots_in_use += 1;
-            st.threads.push(ThreadStats {
-                tid: s.tid,
-                taken: s.taken,
-                written: s.written,
-                lost: s.lost,
-            });
+            st.threads.push(ThreadStats { tid: s.tid, taken: s.taken, written: s.written, lost: s.lost });
         }
         st
     }
@@ -816,10 +775,7 @@ mod imp {
         for line in maps.lines() {
             let range = line.split_whitespace().next()?;
             let (a, b) = range.split_once('-')?;
-            let (lo, hi) = (
-                usize::from_str_radix(a, 16).ok()?,
-                usize::from_str_radix(b, 16).ok()?,
-            );
+            let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
             if lo <= addr && addr < hi {
                 return Some((lo, hi));
             }

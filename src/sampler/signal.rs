@@ -7,12 +7,7 @@
 //! preallocated table), check the slot belongs to this thread, walk, `Core::write_record`, post
 //! the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
 //! SIGPROF handler, if it had one.
-#![deny(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::buffer::{RecordHeader, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
 use super::Shared;
@@ -159,8 +154,7 @@ fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let flags = PREV_FLAGS.load(Ordering::Relaxed) as c_int;
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed `h` with SA_SIGINFO, so it has this signature.
-        let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(h) };
+        let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
         f(sig, info, ctx);
     } else {
         // SAFETY: without SA_SIGINFO the handler takes the signal number only.
@@ -297,12 +291,8 @@ pub(super) fn walk(
         }
         // SAFETY: `fp` is 8-byte aligned and `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped
         // part of this thread's stack (bounds from registration or /proc/self/maps).
-        let (next, ret) = unsafe {
-            (
-                ptr::read_volatile(fp as *const usize),
-                ptr::read_volatile((fp + 8) as *const usize),
-            )
-        };
+        let (next, ret) =
+            unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
         if ret == 0 {
             return (n, false);
         }
@@ -354,11 +344,7 @@ mod arch {
         // SAFETY: for an SA_SIGINFO handler the third argument is the thread's `ucontext_t`.
         let uc = unsafe { ctx.cast::<libc::ucontext_t>().as_ref() }?;
         let m = &uc.uc_mcontext;
-        Some(Registers {
-            pc: m.pc as usize,
-            fp: *m.regs.get(29)? as usize,
-            sp: m.sp as usize,
-        })
+        Some(Registers { pc: m.pc as usize, fp: *m.regs.get(29)? as usize, sp: m.sp as usize })
     }
 }
 

@@ -101,16 +101,9 @@ pub(super) fn perf_enable(fd: c_int, tid: u32) -> io::Result<()> {
     // SAFETY: `fd` is an open perf event fd we own; these fcntls take integer/struct arguments.
     unsafe {
         let fl = cvt(libc::fcntl(fd, libc::F_GETFL))?;
-        cvt(libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            fl | libc::O_ASYNC | libc::O_NONBLOCK,
-        ))?;
+        cvt(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC | libc::O_NONBLOCK))?;
         cvt(libc::fcntl(fd, F_SETSIG, libc::SIGPROF))?;
-        let owner = FOwnerEx {
-            type_: F_OWNER_TID,
-            pid: tid as libc::pid_t,
-        };
+        let owner = FOwnerEx { type_: F_OWNER_TID, pid: tid as libc::pid_t };
         cvt(libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx))?;
         cvt(libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0))?;
     }
@@ -143,20 +136,13 @@ pub(super) fn timer_arm(tid: u32, slot: usize, period: Duration) -> io::Result<S
     sev.sigev_notify = libc::SIGEV_THREAD_ID;
     sev.sigev_signo = libc::SIGPROF;
     sev.sigev_notify_thread_id = tid as c_int;
-    sev.sigev_value = libc::sigval {
-        sival_ptr: ((TIMER_TAG << 32) | slot as u64) as usize as *mut libc::c_void,
-    };
+    sev.sigev_value = libc::sigval { sival_ptr: ((TIMER_TAG << 32) | slot as u64) as usize as *mut libc::c_void };
     let mut timer: libc::timer_t = std::ptr::null_mut();
     // SAFETY: valid sigevent and out pointer; the clock names a thread of this process.
     cvt(unsafe { libc::timer_create(thread_cpu_clock(tid), &mut sev, &mut timer) })?;
-    let ts = libc::timespec {
-        tv_sec: period.as_secs() as libc::time_t,
-        tv_nsec: period.subsec_nanos() as libc::c_long,
-    };
-    let spec = libc::itimerspec {
-        it_interval: ts,
-        it_value: ts,
-    };
+    let ts =
+        libc::timespec { tv_sec: period.as_secs() as libc::time_t, tv_nsec: period.subsec_nanos() as libc::c_long };
+    let spec = libc::itimerspec { it_interval: ts, it_value: ts };
     // SAFETY: `timer` was just created by us.
     if let Err(e) = cvt(unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) }) {
         // SAFETY: as above.

@@ -3,9 +3,7 @@
 #![allow(dead_code)]
 
 use loom::sync::{Arc, Mutex};
-use recorder::__loom::buffer::{
-    Core, LockedState, RecordHeader, SampleRecord, ThreadSlot, HEADER_WORDS,
-};
+use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, ThreadSlot, HEADER_WORDS};
 
 /// One record of one frame.
 pub const REC_WORDS: usize = HEADER_WORDS + 1;
@@ -33,13 +31,7 @@ impl Model {
             core.claim_slot(TID_BASE + i as u32, 0, 0).expect("slot");
         }
         core.refill_spares(&mut locked);
-        Model {
-            core: Arc::new(core),
-            l: Arc::new(Mutex::new(Chunk {
-                locked,
-                out: Vec::new(),
-            })),
-        }
+        Model { core: Arc::new(core), l: Arc::new(Mutex::new(Chunk { locked, out: Vec::new() })) }
     }
 
     pub fn slot(&self, i: usize) -> &ThreadSlot {
@@ -55,17 +47,8 @@ pub fn produce(core: &Core, i: usize, id: u64) -> bool {
     if !core.admit(slot, tid) {
         return false;
     }
-    let hdr = RecordHeader {
-        ticks: id as i64,
-        tid,
-        flags: 0,
-        frag_index: 0,
-        frag_count: 1,
-        sample_id: id,
-        sp: 0,
-    };
-    core.write_record(slot, &hdr, 1, |s| s.push(id * 10))
-        .committed
+    let hdr = RecordHeader { ticks: id as i64, tid, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0 };
+    core.write_record(slot, &hdr, 1, |s| s.push(id * 10)).committed
 }
 
 pub fn collect(out: &mut Vec<(u64, u64)>) -> impl FnMut(&SampleRecord<'_>) + '_ {
