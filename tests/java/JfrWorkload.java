@@ -1,6 +1,8 @@
 // A JVM workload for the CLI tests and scripts/bench-cli.sh: custom events with fields of every
 // kind, allocation and CPU work on several threads (so jdk.ExecutionSample events with stack
-// traces are recorded). Usage: java JfrWorkload EVENTS_PER_THREAD THREADS
+// traces are recorded). Usage: java JfrWorkload EVENTS_PER_THREAD THREADS SPIN_PER_EVENT ROUNDS
+// The events of each thread are spread over ROUNDS rounds with a 1.2 s pause after each, so that
+// the JVM's once-a-second chunk-size check rotates chunks even in a short run.
 import jdk.jfr.Category;
 import jdk.jfr.DataAmount;
 import jdk.jfr.Description;
@@ -52,6 +54,8 @@ public class JfrWorkload {
     };
     static final Class<?>[] CLASSES = {String.class, JfrWorkload.class, int[].class, null, Thread.class};
     static volatile long sink;
+    static int spinPerEvent = 2000;
+    static int pauseEvery = 0;
 
     static long spin(int n) {
         long acc = 17;
@@ -68,7 +72,7 @@ public class JfrWorkload {
             work.begin();
             byte[] block = new byte[256 + (i % 64) * 32];
             keep[i % keep.length] = block;
-            sink += spin(2000);
+            sink += spin(spinPerEvent);
             work.iteration = i;
             work.allocated = block.length;
             work.phase = (i % 2 == 0) ? "even" : "odd";
@@ -91,6 +95,13 @@ public class JfrWorkload {
             e.amount = (long) v * 4096;
             e.commit();
 
+            if (pauseEvery > 0 && i % pauseEvery == pauseEvery - 1) {
+                try {
+                    Thread.sleep(1200);
+                } catch (InterruptedException ex) {
+                    return;
+                }
+            }
             if (i % 4 == 0) {
                 NoStack ns = new NoStack();
                 ns.sequence = ((long) t << 32) | i;
@@ -102,6 +113,9 @@ public class JfrWorkload {
     public static void main(String[] args) throws Exception {
         int perThread = args.length > 0 ? Integer.parseInt(args[0]) : 5000;
         int threads = args.length > 1 ? Integer.parseInt(args[1]) : 3;
+        spinPerEvent = args.length > 2 ? Integer.parseInt(args[2]) : 2000;
+        int rounds = args.length > 3 ? Integer.parseInt(args[3]) : 1;
+        pauseEvery = rounds > 1 ? Math.max(1, perThread / rounds) : 0;
         Thread[] workers = new Thread[threads];
         for (int t = 0; t < threads; t++) {
             final int id = t;

@@ -171,14 +171,13 @@ fn for_each_event(
         if !kept {
             continue;
         }
-        match chunk.items(record.offset).next() {
-            Some(Ok(Item::Event(event))) => {
-                if !f(event)? {
-                    break;
-                }
-            }
+        let event = match chunk.items(record.offset).next() {
+            Some(Ok(Item::Event(event))) => event,
             Some(Err(e)) => return Err(e),
-            _ => {}
+            _ => continue,
+        };
+        if !f(event)? {
+            break;
         }
     }
     Ok(())
