@@ -1,13 +1,13 @@
 //! `recorder print`: every event with its fields, thread and stack trace, as text or JSON lines.
 //!
-//! Chunks are rendered in parallel (constant keys are chunk-local, so each chunk renders on its
-//! own with its own caches) and written in recording order: worker threads take chunks in order
-//! and hand their output in pieces through one bounded channel per chunk; the main thread drains
-//! the channels in chunk order. Memory stays bounded by the channel depth, and the chunk the main
-//! thread waits for is always being rendered (workers take chunks in increasing order), so the
-//! pipeline cannot deadlock.
+//! Work is split into units (a chunk, or a ~2 MB run of a large chunk's records) that are rendered
+//! in parallel, each with its own caches (constant keys are chunk-local), and written in recording
+//! order: worker threads take units in order and hand their output in pieces through one bounded
+//! channel per unit; the main thread drains the channels in unit order. Memory stays bounded by
+//! the channel depth, and the unit the main thread waits for is always being rendered (workers
+//! take units in increasing order), so the pipeline cannot deadlock.
 
-use crate::args::{PrintConfig, TypeFilter};
+use crate::args::PrintConfig;
 use crate::render::{HumanRenderer, JsonRenderer, TypeInfo};
 use crate::source::{self, Damage, SourceChunk};
 use crate::Outcome;
@@ -48,27 +48,113 @@ pub fn run(cfg: &PrintConfig) -> anyhow::Result<Outcome> {
     })
 }
 
+/// A piece of work: the records of one chunk in `[from, to)` (chunk-relative offsets, record
+/// boundaries). Large chunks are split so that both cores stay busy even on one-chunk files.
+struct Unit<'a> {
+    sc: &'a SourceChunk,
+    info: &'a TypeInfo,
+    /// `keep[class index]`: the class is an event type the filter keeps.
+    keep: &'a [bool],
+    from: usize,
+    to: usize,
+}
+
+/// Units are cut at the first record boundary after this many bytes.
+const UNIT_BYTES: usize = 2 * 1024 * 1024;
+
+/// Reads the size and type id of the record at `pos`; `None` if they are not well-formed (the
+/// reader then reports the problem precisely).
+fn record_header(data: &[u8], pos: usize, end: usize) -> Option<(usize, u64)> {
+    let (size, n) = jfr_format::varint::read_u64(data.get(pos..end)?)?;
+    let (type_id, _) = jfr_format::varint::read_u64(data.get(pos + n..end)?)?;
+    let size = usize::try_from(size).ok()?;
+    if size <= n || pos.checked_add(size)? > end {
+        return None;
+    }
+    Some((size, type_id))
+}
+
+fn plan_units<'a>(
+    chunks: &'a [SourceChunk],
+    infos: &'a [(TypeInfo, Vec<bool>)],
+    info_of: &[usize],
+) -> Vec<Unit<'a>> {
+    let mut units = Vec::new();
+    for (sc, &i) in chunks.iter().zip(info_of) {
+        let (info, keep) = &infos[i];
+        if !keep.contains(&true) {
+            continue;
+        }
+        let data = sc.chunk.bytes();
+        let end = data.len();
+        let mut from = HEADER_SIZE;
+        let mut pos = HEADER_SIZE;
+        while pos < end {
+            let Some((size, _)) = record_header(data, pos, end) else {
+                break; // the unit that reaches here reports the damage
+            };
+            pos += size;
+            if pos - from >= UNIT_BYTES && pos < end {
+                units.push(Unit {
+                    sc,
+                    info,
+                    keep,
+                    from,
+                    to: pos,
+                });
+                from = pos;
+            }
+        }
+        units.push(Unit {
+            sc,
+            info,
+            keep,
+            from,
+            to: end,
+        });
+    }
+    units
+}
+
 /// Renders every chunk in order into `out`; returns the first damage found inside a chunk.
 fn print_chunks(
     chunks: &[SourceChunk],
     cfg: &PrintConfig,
     out: &mut impl Write,
 ) -> std::io::Result<Option<Damage>> {
+    // One rendering plan per distinct type table (consecutive chunks usually share one).
+    let mut infos: Vec<(TypeInfo, Vec<bool>)> = Vec::new();
+    let mut info_of = Vec::with_capacity(chunks.len());
+    let mut last: Option<&std::sync::Arc<jfr_format::read::TypeTable>> = None;
+    for sc in chunks {
+        let types = sc.chunk.types();
+        if !last.is_some_and(|l| std::sync::Arc::ptr_eq(l, types)) {
+            let keep = types
+                .classes()
+                .iter()
+                .map(|c| c.is_event() && cfg.filter.keeps(&c.name))
+                .collect();
+            infos.push((TypeInfo::new(types), keep));
+            last = Some(types);
+        }
+        info_of.push(infos.len() - 1);
+    }
+    let units = plan_units(chunks, &infos, &info_of);
     let threads = std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(1)
-        .min(chunks.len());
+        .min(units.len());
     if threads <= 1 {
-        for sc in chunks {
+        for unit in &units {
             let mut io_result = Ok(());
             let mut send = |piece: Vec<u8>| {
                 io_result = out.write_all(&piece);
                 io_result.is_ok()
             };
-            let rendered = render_chunk(sc, cfg, &mut send);
+            let rendered = render_unit(unit, cfg.json, &mut send);
             io_result?;
             if let Err(e) = rendered {
-                return Ok(Some(Damage::in_chunk(&sc.file, e)));
+                return Ok(Some(Damage::in_chunk(&unit.sc.file, e)));
             }
         }
         return Ok(None);
@@ -76,7 +162,7 @@ fn print_chunks(
 
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..chunks.len())
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..units.len())
         .map(|_| {
             let (tx, rx) = sync_channel::<Msg>(PIECES_IN_FLIGHT);
             (Mutex::new(Some(tx)), rx)
@@ -84,10 +170,10 @@ fn print_chunks(
         .unzip();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| worker(chunks, cfg, &next, &stop, &senders));
+            s.spawn(|| worker(&units, cfg.json, &next, &stop, &senders));
         }
-        let result = drain(chunks, receivers, out);
-        // Relaxed: only tells idle workers not to start another chunk; the dropped receivers
+        let result = drain(&units, receivers, out);
+        // Relaxed: only tells idle workers not to start another unit; the dropped receivers
         // make any send of a running worker fail, which stops it.
         stop.store(true, Ordering::Relaxed);
         result
@@ -95,8 +181,8 @@ fn print_chunks(
 }
 
 fn worker(
-    chunks: &[SourceChunk],
-    cfg: &PrintConfig,
+    units: &[Unit<'_>],
+    json: bool,
     next: &AtomicUsize,
     stop: &AtomicBool,
     senders: &[Mutex<Option<SyncSender<Msg>>>],
@@ -104,97 +190,85 @@ fn worker(
     // Relaxed: `next` only hands out indexes; `stop` is advisory (see `print_chunks`).
     while !stop.load(Ordering::Relaxed) {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let (Some(sc), Some(slot)) = (chunks.get(i), senders.get(i)) else {
+        let (Some(unit), Some(slot)) = (units.get(i), senders.get(i)) else {
             return;
         };
         let Some(tx) = slot.lock().ok().and_then(|mut s| s.take()) else {
             return;
         };
         let mut send = |piece: Vec<u8>| tx.send(Msg::Data(piece)).is_ok();
-        if let Err(e) = render_chunk(sc, cfg, &mut send) {
+        if let Err(e) = render_unit(unit, json, &mut send) {
             let _ = tx.send(Msg::Damage(e));
         }
     }
 }
 
-/// Writes the pieces of each chunk in order; stops at the first damage.
+/// Writes the pieces of each unit in order; stops at the first damage.
 fn drain(
-    chunks: &[SourceChunk],
+    units: &[Unit<'_>],
     receivers: Vec<Receiver<Msg>>,
     out: &mut impl Write,
 ) -> std::io::Result<Option<Damage>> {
-    for (sc, rx) in chunks.iter().zip(receivers) {
+    for (unit, rx) in units.iter().zip(receivers) {
         for msg in rx {
             match msg {
                 Msg::Data(piece) => out.write_all(&piece)?,
-                Msg::Damage(e) => return Ok(Some(Damage::in_chunk(&sc.file, e))),
+                Msg::Damage(e) => return Ok(Some(Damage::in_chunk(&unit.sc.file, e))),
             }
         }
     }
     Ok(None)
 }
 
-/// The events of one chunk that `filter` keeps, in file order. `f` returns false to stop.
+/// The kept events of a unit, in file order. `f` returns false to stop.
 fn for_each_event(
-    sc: &SourceChunk,
-    filter: &TypeFilter,
+    unit: &Unit<'_>,
     mut f: impl FnMut(Event) -> jfr_format::Result<bool>,
 ) -> jfr_format::Result<()> {
-    let chunk = &sc.chunk;
-    if *filter == TypeFilter::All {
-        for event in chunk.events() {
-            if !f(event?)? {
+    let chunk = &unit.sc.chunk;
+    let data = chunk.bytes();
+    let types = chunk.types();
+    let mut pos = unit.from;
+    while pos < unit.to {
+        let Some((size, type_id)) = record_header(data, pos, unit.to) else {
+            // Malformed: let the reader say what is wrong, and where.
+            return match chunk.items(pos as u64).next() {
+                Some(Err(e)) => Err(e),
+                _ => Err(jfr_format::Error::Invalid {
+                    offset: chunk.base() + pos as u64,
+                    expected: "a record inside its chunk",
+                    found: 0,
+                }),
+            };
+        };
+        let kept = type_id > 1 && types.class_index(type_id).is_some_and(|i| unit.keep[i]);
+        if kept {
+            // The record at `pos` is an event of a declared type: the reader decodes exactly it.
+            let event = match chunk.items(pos as u64).next() {
+                Some(Ok(Item::Event(event))) => event,
+                Some(Err(e)) => return Err(e),
+                _ => break,
+            };
+            if !f(event)? {
                 break;
             }
         }
-        return Ok(());
-    }
-    let keep: Vec<bool> = chunk
-        .types()
-        .classes()
-        .iter()
-        .map(|c| c.is_event() && filter.keeps(&c.name))
-        .collect();
-    if !keep.contains(&true) {
-        return Ok(());
-    }
-    // Only the kept records are decoded; the others are skipped by their size.
-    for record in chunk.records() {
-        let record = record?;
-        if record.type_id < 2 || record.offset < HEADER_SIZE as u64 {
-            continue;
-        }
-        let kept = chunk
-            .types()
-            .class_index(record.type_id)
-            .is_some_and(|i| keep[i]);
-        if !kept {
-            continue;
-        }
-        let event = match chunk.items(record.offset).next() {
-            Some(Ok(Item::Event(event))) => event,
-            Some(Err(e)) => return Err(e),
-            _ => continue,
-        };
-        if !f(event)? {
-            break;
-        }
+        pos += size;
     }
     Ok(())
 }
 
-/// Renders one chunk, handing output to `send` in pieces. Stops early when `send` returns false.
-fn render_chunk(
-    sc: &SourceChunk,
-    cfg: &PrintConfig,
+/// Renders one unit, handing output to `send` in pieces. Stops early when `send` returns false.
+fn render_unit(
+    unit: &Unit<'_>,
+    json: bool,
     send: &mut dyn FnMut(Vec<u8>) -> bool,
 ) -> jfr_format::Result<()> {
-    let info = TypeInfo::new(sc.chunk.types());
     let mut open = true;
-    if cfg.json {
-        let mut renderer = JsonRenderer::new(&sc.chunk, &info);
+    if json {
+        let mut renderer = JsonRenderer::new(&unit.sc.chunk, unit.info);
         let mut buf = Vec::with_capacity(PIECE_BYTES + 4096);
-        let result = for_each_event(sc, &cfg.filter, |event| {
+        let result = for_each_event(unit, |event| {
             renderer.event(&event, &mut buf)?;
             if buf.len() >= PIECE_BYTES {
                 open = send(std::mem::replace(
@@ -209,9 +283,9 @@ fn render_chunk(
         }
         result
     } else {
-        let mut renderer = HumanRenderer::new(&sc.chunk, &info);
+        let mut renderer = HumanRenderer::new(&unit.sc.chunk, unit.info);
         let mut buf = String::with_capacity(PIECE_BYTES + 4096);
-        let result = for_each_event(sc, &cfg.filter, |event| {
+        let result = for_each_event(unit, |event| {
             renderer.event(&event, &mut buf)?;
             if buf.len() >= PIECE_BYTES {
                 let piece = std::mem::replace(&mut buf, String::with_capacity(PIECE_BYTES + 4096));
