@@ -168,6 +168,14 @@ fn damaged_event_record_prints_the_events_before_it() {
         printed.starts_with(&before) && printed.len() > before.len(),
         "all earlier chunks and part of the damaged one are printed"
     );
+    // The same when the chunks are rendered in many small parallel units.
+    let split = std::process::Command::new(env!("CARGO_BIN_EXE_recorder"))
+        .args(["print", "--json", path.to_str().unwrap()])
+        .env("RECORDER_PRINT_UNIT_BYTES", "20000")
+        .output()
+        .unwrap();
+    assert_one_line_error(&split, &path, &[&format!("offset {pos:#x}")]);
+    assert!(String::from_utf8(split.stdout).unwrap() == printed);
     let out = recorder(&["summary", path.to_str().unwrap()]);
     assert_one_line_error(&out, &path, &[&format!("offset {pos:#x}")]);
 }

@@ -491,3 +491,21 @@ fn every_subcommand_help_has_examples() {
         );
     }
 }
+
+#[test]
+fn output_order_survives_splitting_chunks_into_small_units() {
+    let rec = jvm_recording().to_str().unwrap();
+    for args in [vec!["print", "--json", rec], vec!["print", rec]] {
+        let whole = recorder_ok(&args);
+        let split = Command::new(env!("CARGO_BIN_EXE_recorder"))
+            .args(&args)
+            .env("RECORDER_PRINT_UNIT_BYTES", "20000")
+            .output()
+            .unwrap();
+        assert!(split.status.success());
+        assert!(
+            whole == String::from_utf8(split.stdout).unwrap(),
+            "same output for {args:?}"
+        );
+    }
+}

@@ -62,6 +62,16 @@ struct Unit<'a> {
 /// Units are cut at the first record boundary after this many bytes.
 const UNIT_BYTES: usize = 2 * 1024 * 1024;
 
+/// [`UNIT_BYTES`], unless the environment variable `RECORDER_PRINT_UNIT_BYTES` sets another size
+/// (a test hook: the tests cut small units to check that output order survives the split).
+fn unit_bytes() -> usize {
+    std::env::var("RECORDER_PRINT_UNIT_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(UNIT_BYTES)
+}
+
 /// Reads the size and type id of the record at `pos`; `None` if they are not well-formed (the
 /// reader then reports the problem precisely).
 fn record_header(data: &[u8], pos: usize, end: usize) -> Option<(usize, u64)> {
@@ -79,6 +89,7 @@ fn plan_units<'a>(
     infos: &'a [(TypeInfo, Vec<bool>)],
     info_of: &[usize],
 ) -> Vec<Unit<'a>> {
+    let unit_bytes = unit_bytes();
     let mut units = Vec::new();
     for (sc, &i) in chunks.iter().zip(info_of) {
         let (info, keep) = &infos[i];
@@ -94,7 +105,7 @@ fn plan_units<'a>(
                 break; // the unit that reaches here reports the damage
             };
             pos += size;
-            if pos - from >= UNIT_BYTES && pos < end {
+            if pos - from >= unit_bytes && pos < end {
                 units.push(Unit {
                     sc,
                     info,
