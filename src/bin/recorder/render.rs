@@ -27,12 +27,18 @@ enum Conv {
     TimespanTicks,
     /// `@Timespan(unit)`: multiply by this many ns.
     TimespanScale(i64),
+    /// `@DataAmount("BYTES")`: shown as kB/MB/GB in text, raw in JSON.
+    Bytes,
+    /// `@MemoryAddress`: shown in hex in text, raw in JSON.
+    Address,
+    /// `@Percentage` (a fraction): shown as a percentage in text, raw in JSON.
+    Percent,
 }
 
 impl Conv {
     fn apply(self, header: &ChunkHeader, v: i64) -> i64 {
         match self {
-            Conv::None => v,
+            Conv::None | Conv::Bytes | Conv::Address | Conv::Percent => v,
             Conv::TimestampTicks => header.ticks_to_epoch_nanos(v),
             Conv::TimestampMillis => v.saturating_mul(1_000_000),
             Conv::TimespanTicks => header.ticks_to_nanos(v),
@@ -87,6 +93,9 @@ impl TypeInfo {
         };
         let timestamp = id_of("jdk.jfr.Timestamp");
         let timespan = id_of("jdk.jfr.Timespan");
+        let data_amount = id_of("jdk.jfr.DataAmount");
+        let address = id_of("jdk.jfr.MemoryAddress");
+        let percentage = id_of("jdk.jfr.Percentage");
         let classes = types
             .classes()
             .iter()
@@ -113,6 +122,12 @@ impl TypeInfo {
                                     "SECONDS" => Conv::TimespanScale(1_000_000_000),
                                     _ => Conv::None,
                                 };
+                            } else if Some(a.type_id) == data_amount && unit == "BYTES" {
+                                conv = Conv::Bytes;
+                            } else if Some(a.type_id) == address {
+                                conv = Conv::Address;
+                            } else if Some(a.type_id) == percentage {
+                                conv = Conv::Percent;
                             }
                         }
                         let mut json_key = Vec::with_capacity(f.name.len() + 3);
@@ -460,6 +475,10 @@ impl<'c> HumanRenderer<'c> {
                 out.push_str(&time::iso_nanos(v2));
             } else if conv.is_timespan() {
                 out.push_str(&time::human_span(v2));
+            } else if conv == Conv::Bytes {
+                out.push_str(&human_bytes(v2));
+            } else if conv == Conv::Address {
+                let _ = write!(out, "{v2:#x}");
             } else {
                 let _ = write!(out, "{v2}");
             }
@@ -476,6 +495,12 @@ impl<'c> HumanRenderer<'c> {
             Value::Char(c) => {
                 let ch = char::from_u32(u32::from(*c)).unwrap_or(char::REPLACEMENT_CHARACTER);
                 let _ = write!(out, "{ch:?}");
+            }
+            Value::Float(f) if conv == Conv::Percent => {
+                let _ = write!(out, "{:.2}%", f * 100.0);
+            }
+            Value::Double(d) if conv == Conv::Percent => {
+                let _ = write!(out, "{:.2}%", d * 100.0);
             }
             Value::Float(f) => {
                 let _ = write!(out, "{f:?}");
@@ -584,5 +609,32 @@ impl<'c> HumanRenderer<'c> {
 fn pad(out: &mut String, indent: usize) {
     for _ in 0..indent {
         out.push_str("  ");
+    }
+}
+
+/// `840 bytes`, `4.0 kB`, `17.8 MB` (powers of 1024, as `jfr print` shows data amounts).
+fn human_bytes(v: i64) -> String {
+    const UNITS: [&str; 5] = ["kB", "MB", "GB", "TB", "PB"];
+    if v.unsigned_abs() < 1024 {
+        return format!("{v} bytes");
+    }
+    let mut x = v as f64 / 1024.0;
+    let mut unit = 0;
+    while x.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    format!("{x:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn data_amounts_use_binary_units() {
+        assert_eq!(human_bytes(840), "840 bytes");
+        assert_eq!(human_bytes(4096), "4.0 kB");
+        assert_eq!(human_bytes(18_664_652), "17.8 MB");
     }
 }
