@@ -6,7 +6,12 @@ use std::path::PathBuf;
 
 /// Inspect and filter JFR recordings: files of one or more chunks, or chunk repositories.
 #[derive(Debug, Parser)]
-#[command(name = "recorder", version, about, long_about = None)]
+#[command(
+    name = "recorder",
+    version,
+    about = "Inspect and filter JFR recordings: files of one or more chunks, or chunk repositories",
+    after_help = TOP_EXAMPLES
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -24,6 +29,15 @@ pub enum Command {
     #[command(after_long_help = DUMP_EXAMPLES, after_help = DUMP_EXAMPLES)]
     Dump(DumpArgs),
 }
+
+const TOP_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder summary app.jfr
+    recorder print --json app.jfr | head
+    recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
+
+Exit codes: 0 ok, 1 problems found, 2 error (missing, unreadable or damaged input; what was
+readable before the damage is still printed).";
 
 const SUMMARY_EXAMPLES: &str = "\
 EXAMPLES:
@@ -180,7 +194,12 @@ impl DumpArgs {
             (None, Some(n)) => TypeFilter::Except(clean(n)),
             (None, None) => TypeFilter::All,
         };
-        if self.output == self.source.path {
+        let same_file = self.output == self.source.path
+            || matches!(
+                (self.output.canonicalize(), self.source.path.canonicalize()),
+                (Ok(a), Ok(b)) if a == b
+            );
+        if same_file {
             anyhow::bail!(
                 "{}: the output would overwrite the input",
                 self.output.display()

@@ -28,20 +28,28 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             }
         }
     }
-    let file =
-        std::fs::File::create(&cfg.output).with_context(|| format!("{}", cfg.output.display()))?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    let last = encoded.len().saturating_sub(1);
-    for (i, mut chunk) in encoded.into_iter().enumerate() {
-        if i == last {
-            // Flags are the big-endian u16 at 66; the JDK reads byte 67.
-            chunk[67] |= FLAG_FINAL_CHUNK as u8;
+    // Written under a temporary name and renamed, so OUT is never a half-written recording.
+    let mut partial = cfg.output.clone().into_os_string();
+    partial.push(".part");
+    let partial = std::path::PathBuf::from(partial);
+    let written = (|| -> std::io::Result<()> {
+        let file = std::fs::File::create(&partial)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        let last = encoded.len().saturating_sub(1);
+        for (i, mut chunk) in encoded.into_iter().enumerate() {
+            if i == last {
+                // Flags are the big-endian u16 at 66; the JDK reads byte 67.
+                chunk[67] |= FLAG_FINAL_CHUNK as u8;
+            }
+            out.write_all(&chunk)?;
         }
-        out.write_all(&chunk)
-            .with_context(|| format!("{}", cfg.output.display()))?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&partial, &cfg.output)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e).with_context(|| format!("{}", cfg.output.display()));
     }
-    out.flush()
-        .with_context(|| format!("{}", cfg.output.display()))?;
     source.report_damage();
     Ok(if source.damage.is_empty() {
         Outcome::Clean
