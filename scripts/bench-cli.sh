@@ -3,6 +3,7 @@
 # JVM-made recording (>= 20 MB, profile settings, default chunk size) and prints the ratios.
 #
 # Usage: scripts/bench-cli.sh [RECORDING.jfr]
+#   The speedup is wall time, best of the runs; CPU time (user + sys) is shown beside it.
 #   Without an argument the recording is made once under target/bench-cli/ and reused.
 #   Timing: hyperfine when installed, else best of 3 runs with `date +%s%N`; output to /dev/null.
 # Environment: BENCH_EVENTS (events per worker thread, default 72000), BENCH_RUNS (default 3).
@@ -13,7 +14,11 @@ for tool in java javac jfr cargo; do
     command -v "$tool" >/dev/null || { echo "bench-cli: '$tool' not found (a JDK 17+ is required)" >&2; exit 2; }
 done
 
-cargo build --release --quiet --bin recorder
+# Quiet unless the build fails (warnings of other crates would bury the table).
+if ! build_log=$(cargo build --release --quiet --bin recorder 2>&1); then
+    echo "$build_log" >&2
+    exit 2
+fi
 REC_BIN="$PWD/target/release/recorder"
 WORK="$PWD/target/bench-cli"
 mkdir -p "$WORK"
@@ -34,43 +39,53 @@ if (( SIZE < MIN_BYTES )); then
     exit 2
 fi
 
-# best_ms CMD...: best wall time of $RUNS runs in milliseconds, output discarded.
-best_ms() {
-    local best="" start end ms
+# best CMD...: "WALL_MS CPU_MS" of the run with the best wall time among $RUNS runs, output
+# discarded. CPU time (user + sys, from /usr/bin/time when present, else -1) is printed too because
+# wall times on a shared 2-core machine move with the load.
+best() {
+    local best="" best_cpu=-1 start end ms cpu
     for _ in $(seq "$RUNS"); do
+        cpu=-1
         start=$(date +%s%N)
-        "$@" >/dev/null
-        end=$(date +%s%N)
+        if [[ -x /usr/bin/time ]]; then
+            /usr/bin/time -f "%U %S" -o "$WORK/time.txt" "$@" >/dev/null
+            end=$(date +%s%N)
+            cpu=$(awk '{ printf "%d", ($1 + $2) * 1000 }' "$WORK/time.txt")
+        else
+            "$@" >/dev/null
+            end=$(date +%s%N)
+        fi
         ms=$(( (end - start) / 1000000 ))
-        if [[ -z "$best" ]] || (( ms < best )); then best=$ms; fi
+        if [[ -z "$best" ]] || (( ms < best )); then best=$ms; best_cpu=$cpu; fi
     done
-    echo "$best"
+    echo "$best $best_cpu"
 }
 
-hyperfine_ms() {
+hyperfine_best() {
     local json="$WORK/hyperfine.json"
     hyperfine --warmup 1 --runs "$RUNS" --export-json "$json" --output=null "$1" >/dev/null
-    python3 -c 'import json,sys; print(round(min(json.load(open(sys.argv[1]))["results"][0]["times"])*1000))' "$json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print(round(min(r["times"])*1000), round((r["user"]+r["system"])*1000))' "$json"
 }
 
 measure() {
     if command -v hyperfine >/dev/null && command -v python3 >/dev/null; then
-        hyperfine_ms "$*"
+        hyperfine_best "$*"
     else
-        best_ms "$@"
+        best "$@"
     fi
 }
 
 echo "recording: $REC ($((SIZE / 1024 / 1024)) MiB, $("$REC_BIN" summary --json "$REC" | sed 's/.*"chunks": \([0-9]*\).*/\1/') chunks)"
 echo "timing: $(command -v hyperfine >/dev/null && echo hyperfine || echo "best of $RUNS"), output to /dev/null, $(nproc) cores"
-rs=$(measure "$REC_BIN" summary "$REC")
-js=$(measure jfr summary "$REC")
-rp=$(measure "$REC_BIN" print --json "$REC")
-jp=$(measure jfr print --json "$REC")
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+read -r rs rs_cpu < <(measure "$REC_BIN" summary "$REC")
+read -r js js_cpu < <(measure jfr summary "$REC")
+read -r rp rp_cpu < <(measure "$REC_BIN" print --json "$REC")
+read -r jp jp_cpu < <(measure jfr print --json "$REC")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b < 1) b = 1; printf "%.1f", a / b }'; }
-printf '%-28s %10s %10s %8s\n' "command" "jfr (ms)" "ours (ms)" "speedup"
-printf '%-28s %10d %10d %7sx\n' "summary" "$js" "$rs" "$(ratio "$js" "$rs")"
-printf '%-28s %10d %10d %7sx\n' "print --json" "$jp" "$rp" "$(ratio "$jp" "$rp")"
+printf '%-14s %10s %10s %8s %14s %14s %8s\n' "command" "jfr ms" "ours ms" "speedup" "jfr cpu ms" "ours cpu ms" "cpu x"
+printf '%-14s %10d %10d %7sx %14d %14d %7sx\n' "summary" "$js" "$rs" "$(ratio "$js" "$rs")" "$js_cpu" "$rs_cpu" "$(ratio "$js_cpu" "$rs_cpu")"
+printf '%-14s %10d %10d %7sx %14d %14d %7sx\n' "print --json" "$jp" "$rp" "$(ratio "$jp" "$rp")" "$jp_cpu" "$rp_cpu" "$(ratio "$jp_cpu" "$rp_cpu")"
 if awk -v a="$jp" -v b="$rp" 'BEGIN { exit !(a / (b < 1 ? 1 : b) >= 20) }'; then
     echo "goal met: print --json is at least 20x faster than jfr print --json"
 else
