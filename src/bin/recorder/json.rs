@@ -67,7 +67,6 @@ pub fn uint(out: &mut Vec<u8>, v: u64) {
 /// Appends a float: the shortest decimal that reads back to the same value. JSON has no NaN or
 /// infinities, so those become the strings `"NaN"`, `"Infinity"` and `"-Infinity"` (Java's names).
 pub fn float(out: &mut Vec<u8>, v: f64, single: bool) {
-    use std::io::Write;
     if v.is_nan() {
         out.extend_from_slice(b"\"NaN\"");
     } else if v.is_infinite() {
@@ -77,10 +76,11 @@ pub fn float(out: &mut Vec<u8>, v: f64, single: bool) {
             b"\"-Infinity\""
         });
     } else if single {
-        // Debug switches to exponent form for very large and small magnitudes (valid JSON).
-        let _ = write!(out, "{:?}", v as f32);
+        // serde_json writes the shortest round-trip form, in exponent form for very large and
+        // small magnitudes, and much faster than `{:?}`.
+        let _ = serde_json::to_writer(&mut *out, &(v as f32));
     } else {
-        let _ = write!(out, "{v:?}");
+        let _ = serde_json::to_writer(&mut *out, &v);
     }
 }
 

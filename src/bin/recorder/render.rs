@@ -77,13 +77,46 @@ struct ClassInfo {
 #[derive(Debug)]
 pub struct TypeInfo {
     classes: Vec<ClassInfo>,
+    /// Class index by type id for ids below [`DENSE_IDS`] (`u32::MAX`: undeclared): a lookup per
+    /// event without hashing. Larger ids go through the type table's map.
+    dense: Vec<u32>,
+    types: std::sync::Arc<TypeTable>,
     thread_type: Option<u64>,
     class_type: Option<u64>,
     stack_trace_type: Option<u64>,
 }
 
+/// Type ids below this are looked up in [`TypeInfo::dense`] (JDK and our ids are small).
+const DENSE_IDS: u64 = 1 << 16;
+
 impl TypeInfo {
-    pub fn new(types: &TypeTable) -> TypeInfo {
+    /// Index of the class with id `type_id`.
+    pub fn class_index(&self, type_id: u64) -> Option<usize> {
+        if type_id < DENSE_IDS {
+            match self.dense.get(type_id as usize) {
+                Some(&i) if i != u32::MAX => Some(i as usize),
+                _ => None,
+            }
+        } else {
+            self.types.class_index(type_id)
+        }
+    }
+
+    pub fn new(types_arc: &std::sync::Arc<TypeTable>) -> TypeInfo {
+        let types: &TypeTable = types_arc;
+        let max_dense = types
+            .classes()
+            .iter()
+            .map(|c| c.id)
+            .filter(|&id| id < DENSE_IDS)
+            .max()
+            .map_or(0, |m| m as usize + 1);
+        let mut dense = vec![u32::MAX; max_dense];
+        for (i, c) in types.classes().iter().enumerate() {
+            if c.id < DENSE_IDS && dense[c.id as usize] == u32::MAX {
+                dense[c.id as usize] = i as u32;
+            }
+        }
         let id_of = |name: &str| {
             types
                 .classes()
@@ -155,6 +188,8 @@ impl TypeInfo {
             .collect();
         TypeInfo {
             classes,
+            dense,
+            types: std::sync::Arc::clone(types_arc),
             thread_type: id_of("java.lang.Thread"),
             class_type: id_of("java.lang.Class"),
             stack_trace_type: id_of("jdk.types.StackTrace"),
@@ -187,9 +222,7 @@ impl<'c> JsonRenderer<'c> {
     /// Appends one line: `{"type", "start_ns", "duration_ns"?, "fields", "thread"?, "stack"?}`.
     pub fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> jfr_format::Result<()> {
         let info = self.info;
-        let Some(class) = self
-            .chunk
-            .types()
+        let Some(class) = info
             .class_index(event.type_id)
             .and_then(|i| info.classes.get(i))
         else {
@@ -308,9 +341,7 @@ impl<'c> JsonRenderer<'c> {
             }
             Value::Object(o) => {
                 let info = self.info;
-                let class = self
-                    .chunk
-                    .types()
+                let class = info
                     .class_index(o.type_id)
                     .and_then(|i| info.classes.get(i));
                 out.push(b'{');

@@ -238,7 +238,6 @@ fn for_each_event(
 ) -> jfr_format::Result<()> {
     let chunk = &unit.sc.chunk;
     let data = chunk.bytes();
-    let types = chunk.types();
     let mut pos = unit.from;
     while pos < unit.to {
         let Some((size, type_id)) = record_header(data, pos, unit.to) else {
@@ -252,7 +251,7 @@ fn for_each_event(
                 }),
             };
         };
-        let kept = type_id > 1 && types.class_index(type_id).is_some_and(|i| unit.keep[i]);
+        let kept = type_id > 1 && unit.info.class_index(type_id).is_some_and(|i| unit.keep[i]);
         if kept {
             // The record at `pos` is an event of a declared type: the reader decodes exactly it.
             let event = match chunk.items(pos as u64).next() {
