@@ -103,6 +103,17 @@ fn truncated_file_prints_the_readable_chunks_then_fails_with_the_offset() {
     let out = recorder(&["print", t]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(out.stdout, recorder_ok(&["print", c]).into_bytes());
+
+    // dump writes the readable chunks as a valid recording, and still reports the damage.
+    let dumped = scratch_dir().join("dumped-truncated.jfr");
+    let out = recorder(&["dump", t, "-o", dumped.to_str().unwrap()]);
+    assert_one_line_error(&out, &truncated, &[&format!("offset {cut:#x}")]);
+    let d = dumped.to_str().unwrap();
+    jfr_ok(&["summary", d]);
+    assert_eq!(
+        recorder_ok(&["print", "--json", d]),
+        recorder_ok(&["print", "--json", c])
+    );
 }
 
 #[test]

@@ -17,38 +17,46 @@ use std::io::Write;
 pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     let mut source = source::load(&cfg.path)?;
     source::check_type_names(cfg.filter.names(), &source.chunks)?;
-    // A damaged chunk is not written: the output holds the chunks that were fully readable.
-    let mut encoded = Vec::with_capacity(source.chunks.len());
-    for sc in &source.chunks {
-        match rewrite_chunk(sc, cfg) {
-            Ok(bytes) => encoded.push(bytes),
-            Err(e) => {
-                source.damage.insert(0, Damage::in_chunk(&sc.file, e));
-                break;
-            }
-        }
-    }
-    // Written under a temporary name and renamed, so OUT is never a half-written recording.
+    // Chunks are re-encoded and written one at a time; the last one is held back until we know
+    // it is the last (it gets the final flag). A damaged chunk is not written: the output holds
+    // the chunks that were fully readable. OUT is written under a temporary name and renamed, so
+    // it is never a half-written recording.
     let mut partial = cfg.output.clone().into_os_string();
     partial.push(".part");
     let partial = std::path::PathBuf::from(partial);
+    let mut chunk_damage = None;
     let written = (|| -> std::io::Result<()> {
-        let file = std::fs::File::create(&partial)?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        let last = encoded.len().saturating_sub(1);
-        for (i, mut chunk) in encoded.into_iter().enumerate() {
-            if i == last {
-                // Flags are the big-endian u16 at 66; the JDK reads byte 67.
-                chunk[67] |= FLAG_FINAL_CHUNK as u8;
+        let mut out = None;
+        let mut held: Option<Vec<u8>> = None;
+        for sc in &source.chunks {
+            let bytes = match rewrite_chunk(sc, cfg) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    chunk_damage = Some(Damage::in_chunk(&sc.file, e));
+                    break;
+                }
+            };
+            if let Some(previous) = held.replace(bytes) {
+                output(&mut out, &partial)?.write_all(&previous)?;
             }
-            out.write_all(&chunk)?;
         }
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let Some(mut last) = held else {
+            return Ok(()); // nothing readable: no output file
+        };
+        // Flags are the big-endian u16 at 66; the JDK reads byte 67.
+        last[67] |= FLAG_FINAL_CHUNK as u8;
+        let out = output(&mut out, &partial)?;
+        out.write_all(&last)?;
+        out.flush()?;
+        out.get_ref().sync_all()?;
         std::fs::rename(&partial, &cfg.output)
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(e).with_context(|| format!("{}", cfg.output.display()));
+    }
+    if let Some(d) = chunk_damage {
+        source.damage.insert(0, d);
     }
     source.report_damage();
     Ok(if source.damage.is_empty() {
@@ -56,6 +64,18 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Damaged
     })
+}
+
+/// The output file, created on first use.
+fn output<'o>(
+    out: &'o mut Option<std::io::BufWriter<std::fs::File>>,
+    path: &std::path::Path,
+) -> std::io::Result<&'o mut std::io::BufWriter<std::fs::File>> {
+    let writer = match out.take() {
+        Some(w) => w,
+        None => std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?),
+    };
+    Ok(out.insert(writer))
 }
 
 /// Re-encodes one chunk with only the kept events. The final flag is left clear.
