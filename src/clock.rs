@@ -20,18 +20,13 @@ pub fn epoch_nanos() -> i64 {
 
 #[inline]
 fn read(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; both clock ids exist on every Linux kernel.
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
         return 0;
     }
-    (ts.tv_sec as i64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as i64)
+    (ts.tv_sec as i64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as i64)
 }
 
 /// A pair of readings taken together: the wall clock and the tick clock at the same moment, the
@@ -50,10 +45,7 @@ impl ClockPair {
         let before = ticks();
         let epoch_nanos = epoch_nanos();
         let after = ticks();
-        ClockPair {
-            epoch_nanos,
-            ticks: before + (after - before) / 2,
-        }
+        ClockPair { epoch_nanos, ticks: before + (after - before) / 2 }
     }
 
     /// The epoch time of `t` ticks on this line.

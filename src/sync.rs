@@ -5,8 +5,7 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    compiler_fence, fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
-    AtomicUsize, Ordering,
+    compiler_fence, fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
