@@ -222,6 +222,16 @@ fn directory_of_chunk_files_reads_like_the_file() {
     }
     std::fs::write(sub.join("notes.txt"), "ignored").unwrap();
     std::fs::write(sub.join("2026_11_29_16_37_00.jfr"), b"").unwrap(); // just created: skipped
+                                                                       // A live chunk that has published its header but no metadata yet: skipped in a directory (as
+                                                                       // the JDK's repository reader does), an error when named as a file.
+    let mut live = data[..200].to_vec();
+    live[8..16].copy_from_slice(&200u64.to_be_bytes()); // size
+    live[16..32].fill(0); // no checkpoint, no metadata
+    live[64] = 1; // in progress
+    let live_path = sub.join("2026_11_29_16_37_01.jfr");
+    std::fs::write(&live_path, &live).unwrap();
+    let out = recorder(&["summary", live_path.to_str().unwrap()]);
+    assert_one_line_error(&out, &live_path, &["no metadata"]);
     let file = jvm_recording().to_str().unwrap();
     for dir in [&root, &sub] {
         let d = dir.to_str().unwrap();
@@ -257,5 +267,5 @@ fn empty_directory_is_an_error() {
     let dir = scratch_dir().join("empty-dir");
     std::fs::create_dir_all(&dir).unwrap();
     let out = recorder(&["summary", dir.to_str().unwrap()]);
-    assert_one_line_error(&out, &dir, &["no .jfr"]);
+    assert_one_line_error(&out, &dir, &["no readable .jfr"]);
 }

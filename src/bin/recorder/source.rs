@@ -82,7 +82,10 @@ pub fn load(path: &Path) -> anyhow::Result<Source> {
         // the sort is stable, so chunks of one file keep their order.
         source.chunks.sort_by_key(|c| c.chunk.header().start_nanos);
         if source.chunks.is_empty() && source.damage.is_empty() {
-            anyhow::bail!("{}: no .jfr chunk files in this directory", path.display());
+            anyhow::bail!(
+                "{}: no readable .jfr chunk files in this directory (a live repository may not have published one yet)",
+                path.display()
+            );
         }
     } else {
         load_file(path, false, &mut source);
@@ -157,7 +160,32 @@ fn map_file(path: &Path) -> std::io::Result<Bytes> {
     }
 }
 
+/// How often a chunk whose header is being rewritten (guard byte set) is read again, and the pause
+/// between tries. A writer holds the guard for a few microseconds.
+const LOCKED_RETRIES: u32 = 50;
+const LOCKED_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
 fn load_file(path: &Path, in_directory: bool, source: &mut Source) {
+    for _ in 0..LOCKED_RETRIES {
+        let mut attempt = Source::default();
+        load_file_once(path, in_directory, &mut attempt);
+        let locked = attempt.damage.iter().any(|d| {
+            matches!(
+                d.problem.downcast_ref::<jfr_format::Error>(),
+                Some(jfr_format::Error::HeaderLocked { .. })
+            )
+        });
+        if !locked {
+            source.chunks.extend(attempt.chunks);
+            source.damage.extend(attempt.damage);
+            return;
+        }
+        std::thread::sleep(LOCKED_PAUSE);
+    }
+    load_file_once(path, in_directory, source);
+}
+
+fn load_file_once(path: &Path, in_directory: bool, source: &mut Source) {
     let file = Arc::new(path.to_path_buf());
     let data = match map_file(path) {
         Ok(d) => d,
@@ -187,12 +215,28 @@ fn load_file(path: &Path, in_directory: bool, source: &mut Source) {
         });
         return;
     }
-    for chunk in jfr_format::chunks(data) {
+    let mut read_any = false;
+    let in_progress = |offset: u64| {
+        data.get(offset as usize..)
+            .and_then(|rest| jfr_format::ChunkHeader::parse(rest, offset).ok())
+            .is_some_and(|h| !h.is_finished())
+    };
+    for chunk in jfr_format::chunks(data.clone()) {
         match chunk {
-            Ok(chunk) => source.chunks.push(SourceChunk {
-                file: Arc::clone(&file),
-                chunk,
-            }),
+            Ok(chunk) => {
+                read_any = true;
+                source.chunks.push(SourceChunk {
+                    file: Arc::clone(&file),
+                    chunk,
+                })
+            }
+            // A live repository's newest chunk publishes its header before its first metadata
+            // record; the JDK's repository reader skips it until it has one, and so do we.
+            Err(jfr_format::Error::NoMetadata { offset })
+                if in_directory && !read_any && in_progress(offset) =>
+            {
+                break
+            }
             Err(e) => {
                 source.damage.push(Damage::in_chunk(&file, e));
                 break;
