@@ -509,3 +509,15 @@ fn output_order_survives_splitting_chunks_into_small_units() {
         );
     }
 }
+
+#[test]
+fn print_rejects_unknown_types_and_lists_the_known_ones() {
+    let rec = jvm_recording().to_str().unwrap();
+    let out = recorder(&["print", "--json", "--events", "jdk.NoSuchEvent", rec]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown event type jdk.NoSuchEvent; known types: "));
+    assert!(err.contains("recorder.test.Work"));
+}
