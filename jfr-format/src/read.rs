@@ -314,9 +314,11 @@ impl TypeTable {
                     _ => Value::Null,
                 },
             },
-            Kind::Ref(type_id) => match cur.varint("a constant pool key")? {
-                0 => Value::Null,
-                key => Value::Ref { type_id, key },
+            // Key 0 stays a reference: it is null only when the pool lacks it, as in the JDK's
+            // ConstantMap. HotSpot's FrameType pool uses key 0 for "Interpreted".
+            Kind::Ref(type_id) => Value::Ref {
+                type_id,
+                key: cur.varint("a constant pool key")?,
             },
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {

@@ -88,7 +88,9 @@ impl fmt::Display for Text {
 /// One decoded value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// A null string or a constant reference with key 0.
+    /// A null string (a constant reference is null when its pool lacks the key, see
+    /// `Chunk::resolve`; key 0 is used that way by convention, but HotSpot's FrameType pool
+    /// defines key 0).
     Null,
     /// `boolean`.
     Boolean(bool),

@@ -1,0 +1,305 @@
+//! Where chunks come from: a `.jfr` file (chunks back to back) or a directory of chunk files, the
+//! JDK repository layout included (`<dir>/<yyyy_MM_dd_HH_mm_ss>_<pid>/*.jfr`).
+//!
+//! Files are memory-mapped and handed to `jfr_format` as `Bytes` that own the mapping, so events
+//! and strings borrow the file (zero-copy). Damage does not stop loading: every chunk that could
+//! be read before it is kept, and the damage is kept as a one-line message naming the file, the
+//! byte offset and the problem.
+
+use anyhow::Context;
+use bytes::Bytes;
+use jfr_format::header::HEADER_SIZE;
+use jfr_format::Chunk;
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A chunk and the file it came from.
+#[derive(Debug)]
+pub struct SourceChunk {
+    /// The file holding the chunk.
+    pub file: Arc<PathBuf>,
+    /// The parsed chunk.
+    pub chunk: Chunk,
+}
+
+/// A problem in the input: the file and what went wrong there (with the byte offset when the
+/// problem is in the bytes).
+#[derive(Debug)]
+pub struct Damage {
+    /// The file.
+    pub file: Arc<PathBuf>,
+    /// The problem.
+    pub problem: anyhow::Error,
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {:#}", self.file.display(), self.problem)
+    }
+}
+
+impl Damage {
+    /// Damage found while decoding the chunk `chunk` of `file`.
+    pub fn in_chunk(file: &Arc<PathBuf>, err: jfr_format::Error) -> Damage {
+        Damage {
+            file: Arc::clone(file),
+            problem: anyhow::Error::new(err),
+        }
+    }
+}
+
+/// Everything readable in a path, in recording order, and the damage found.
+#[derive(Debug, Default)]
+pub struct Source {
+    /// Chunks ordered by their header's `startNanos` (file order within a file).
+    pub chunks: Vec<SourceChunk>,
+    /// Problems, one per file at most, in the order found.
+    pub damage: Vec<Damage>,
+}
+
+impl Source {
+    /// Reports every damage on stderr (one line each).
+    pub fn report_damage(&self) {
+        for d in &self.damage {
+            eprintln!("error: {d}");
+        }
+    }
+}
+
+/// Loads `path`: a file of chunks, or a directory of chunk files. A path that cannot be opened at
+/// all is an error; damage inside files is collected in [`Source::damage`].
+pub fn load(path: &Path) -> anyhow::Result<Source> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    let mut source = Source::default();
+    if meta.is_dir() {
+        let files = repository_files(path)?;
+        for file in files {
+            load_file(&file, true, &mut source);
+        }
+        // Recording order is the chunks' start time (the JDK's RepositoryFiles does the same);
+        // the sort is stable, so chunks of one file keep their order.
+        source.chunks.sort_by_key(|c| c.chunk.header().start_nanos);
+        if source.chunks.is_empty() && source.damage.is_empty() {
+            anyhow::bail!(
+                "{}: no readable .jfr chunk files in this directory (a live repository may not have published one yet)",
+                path.display()
+            );
+        }
+    } else {
+        load_file(path, false, &mut source);
+    }
+    Ok(source)
+}
+
+/// The `.jfr` files of a directory and of its JDK repository subdirectories, sorted by name.
+fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut subdirs = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
+        let entry = entry.with_context(|| format!("{}", dir.display()))?;
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if kind.is_dir() && is_repository_dir_name(&name) {
+            subdirs.push(path);
+        } else if !kind.is_dir() && name.ends_with(".jfr") {
+            files.push(path);
+        }
+    }
+    for sub in subdirs {
+        for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
+            let entry = entry.with_context(|| format!("{}", sub.display()))?;
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|k| !k.is_dir())
+                && entry.file_name().to_string_lossy().ends_with(".jfr")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// `yyyy_MM_dd_HH_mm_ss_<pid>`: the JVM's repository directory names.
+fn is_repository_dir_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.len() < 21 {
+        return false;
+    }
+    let date_ok = b[..19].iter().enumerate().all(|(i, &c)| {
+        if matches!(i, 4 | 7 | 10 | 13 | 16) {
+            c == b'_'
+        } else {
+            c.is_ascii_digit()
+        }
+    });
+    date_ok && b[19] == b'_' && b[20..].iter().all(u8::is_ascii_digit)
+}
+
+/// Maps a file into `Bytes` that own the mapping.
+fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the mapping is read-only and private to this process. Another process may append to
+    // the file (a live repository chunk grows); we only read the bytes that existed when we
+    // mapped it, up to the published chunk size in each header. A process that truncates the
+    // file while we read it could make a read fault (SIGBUS); JFR writers never truncate.
+    match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(map) => Ok(Bytes::from_owner(map)),
+        // Files that cannot be mapped (pipes, some special file systems) are read instead.
+        Err(_) => std::fs::read(path).map(Bytes::from),
+    }
+}
+
+/// How often a chunk whose header is being rewritten (guard byte set) is read again, and the pause
+/// between tries. A writer holds the guard for a few microseconds.
+const LOCKED_RETRIES: u32 = 50;
+const LOCKED_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+fn load_file(path: &Path, in_directory: bool, source: &mut Source) {
+    for _ in 0..LOCKED_RETRIES {
+        let mut attempt = Source::default();
+        load_file_once(path, in_directory, &mut attempt);
+        let locked = attempt.damage.iter().any(|d| {
+            matches!(
+                d.problem.downcast_ref::<jfr_format::Error>(),
+                Some(jfr_format::Error::HeaderLocked { .. })
+            )
+        });
+        if !locked {
+            source.chunks.extend(attempt.chunks);
+            source.damage.extend(attempt.damage);
+            return;
+        }
+        std::thread::sleep(LOCKED_PAUSE);
+    }
+    load_file_once(path, in_directory, source);
+}
+
+fn load_file_once(path: &Path, in_directory: bool, source: &mut Source) {
+    let file = Arc::new(path.to_path_buf());
+    let data = match map_file(path) {
+        Ok(d) => d,
+        Err(e) => {
+            source.damage.push(Damage {
+                file,
+                problem: anyhow::Error::new(e),
+            });
+            return;
+        }
+    };
+    if data.len() < HEADER_SIZE {
+        // The JDK's repository reader skips files too short for a header (a chunk just created).
+        if in_directory {
+            return;
+        }
+        source.damage.push(Damage {
+            file,
+            problem: if data.is_empty() {
+                anyhow::anyhow!("at offset 0x0: empty file, not a JFR recording")
+            } else {
+                anyhow::Error::new(jfr_format::Error::UnexpectedEof {
+                    offset: data.len() as u64,
+                    expected: "a 68-byte chunk header",
+                })
+            },
+        });
+        return;
+    }
+    let mut read_any = false;
+    let in_progress = |offset: u64| {
+        data.get(offset as usize..)
+            .and_then(|rest| jfr_format::ChunkHeader::parse(rest, offset).ok())
+            .is_some_and(|h| !h.is_finished())
+    };
+    for chunk in jfr_format::chunks(data.clone()) {
+        match chunk {
+            Ok(chunk) => {
+                read_any = true;
+                source.chunks.push(SourceChunk {
+                    file: Arc::clone(&file),
+                    chunk,
+                })
+            }
+            // A live repository's newest chunk publishes its header before its first metadata
+            // record; the JDK's repository reader skips it until it has one, and so do we.
+            Err(jfr_format::Error::NoMetadata { offset })
+                if in_directory && !read_any && in_progress(offset) =>
+            {
+                break
+            }
+            Err(e) => {
+                source.damage.push(Damage::in_chunk(&file, e));
+                break;
+            }
+        }
+    }
+}
+
+/// The event type names declared in any chunk, sorted.
+pub fn known_event_types(chunks: &[SourceChunk]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut last: Option<&Arc<jfr_format::read::TypeTable>> = None;
+    for c in chunks {
+        let types = c.chunk.types();
+        if last.is_some_and(|l| Arc::ptr_eq(l, types)) {
+            continue;
+        }
+        last = Some(types);
+        names.extend(
+            types
+                .classes()
+                .iter()
+                .filter(|class| class.is_event())
+                .map(|class| class.name.clone()),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Checks that every name in `wanted` is an event type of the recording; the error lists the known
+/// types.
+pub fn check_type_names(wanted: &[String], chunks: &[SourceChunk]) -> anyhow::Result<()> {
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let known = known_event_types(chunks);
+    let unknown: Vec<&str> = wanted
+        .iter()
+        .filter(|w| known.binary_search(w).is_err())
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "unknown event type{} {}; known types: {}",
+        if unknown.len() > 1 { "s" } else { "" },
+        unknown.join(", "),
+        known.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repository_dir_names_follow_the_jvm_pattern() {
+        assert!(is_repository_dir_name("2026_11_29_16_36_53_10829"));
+        assert!(!is_repository_dir_name("2026_11_29_16_36_53"));
+        assert!(!is_repository_dir_name("2026-11-29_16_36_53_10829"));
+        assert!(!is_repository_dir_name("2026_11_29_16_36_53_10x29"));
+    }
+}
