@@ -95,7 +95,7 @@ fn lookup_cache(keys: u64) -> u64 {
     let mut hits = 0;
     for k in 0..keys {
         let key = k.wrapping_mul(0x9e37_79b9) % 1000;
-        if key % 7 == 0 {
+        if key % 211 == 0 {
             CacheMiss { key }.commit();
         } else {
             hits += 1;
@@ -106,7 +106,9 @@ fn lookup_cache(keys: u64) -> u64 {
 }
 
 #[inline(never)]
-fn worker(index: usize, stop: &AtomicBool, requests: &AtomicU64) {
+fn worker(recorder: &Recorder, index: usize, stop: &AtomicBool, requests: &AtomicU64) {
+    // Sampled from its first instruction, with exact stack bounds (discovery would take ~100 ms).
+    let _ = recorder.register_current_thread();
     let name = format!("demo-worker-{index}");
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + index as u32) as u8).collect();
     let mut round = 0u64;
@@ -145,7 +147,7 @@ pub fn run_with(recorder: &Recorder, options: &DemoOptions) -> DemoReport {
             let (stop, requests) = (&stop, &requests);
             std::thread::Builder::new()
                 .name(format!("demo-worker-{i}"))
-                .spawn_scoped(s, move || worker(i, stop, requests))
+                .spawn_scoped(s, move || worker(recorder, i, stop, requests))
                 .expect("spawn a demo worker");
         }
         while started.elapsed() < options.duration {

@@ -12,10 +12,7 @@ fn assert_one_line_error(out: &std::process::Output, file: &Path, needles: &[&st
     assert_eq!(out.status.code(), Some(2), "exit code; stderr: {err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.starts_with("error: "), "{err}");
-    assert!(
-        err.contains(&file.display().to_string()),
-        "names the file: {err}"
-    );
+    assert!(err.contains(&file.display().to_string()), "names the file: {err}");
     for n in needles {
         assert!(err.contains(n), "{n:?} in {err}");
     }
@@ -25,11 +22,7 @@ fn assert_one_line_error(out: &std::process::Output, file: &Path, needles: &[&st
 #[test]
 fn missing_path_is_an_error() {
     let path = scratch_dir().join("does-not-exist.jfr");
-    for args in [
-        vec!["summary"],
-        vec!["print", "--json"],
-        vec!["dump", "-o", "/dev/null"],
-    ] {
+    for args in [vec!["summary"], vec!["print", "--json"], vec!["dump", "-o", "/dev/null"]] {
         let mut args = args.clone();
         args.insert(1, path.to_str().unwrap());
         let out = recorder(&args);
@@ -41,11 +34,7 @@ fn missing_path_is_an_error() {
 #[test]
 fn non_jfr_file_is_an_error_at_offset_zero() {
     let path = scratch_dir().join("not-jfr.jfr");
-    std::fs::write(
-        &path,
-        "this is plain text, not a flight recording\n".repeat(4),
-    )
-    .unwrap();
+    std::fs::write(&path, "this is plain text, not a flight recording\n".repeat(4)).unwrap();
     let out = recorder(&["summary", "--json", path.to_str().unwrap()]);
     assert_one_line_error(&out, &path, &["offset 0x0", "not a JFR chunk"]);
     let out = recorder(&["print", path.to_str().unwrap()]);
@@ -94,11 +83,7 @@ fn truncated_file_prints_the_readable_chunks_then_fails_with_the_offset() {
     assert_one_line_error(&out, &truncated, &[&format!("offset {cut:#x}")]);
     let printed = String::from_utf8(out.stdout).unwrap();
     assert!(!printed.is_empty());
-    assert_eq!(
-        printed,
-        recorder_ok(&["print", "--json", c]),
-        "events up to the damage"
-    );
+    assert_eq!(printed, recorder_ok(&["print", "--json", c]), "events up to the damage");
 
     let out = recorder(&["print", t]);
     assert_eq!(out.status.code(), Some(2));
@@ -110,10 +95,7 @@ fn truncated_file_prints_the_readable_chunks_then_fails_with_the_offset() {
     assert_one_line_error(&out, &truncated, &[&format!("offset {cut:#x}")]);
     let d = dumped.to_str().unwrap();
     jfr_ok(&["summary", d]);
-    assert_eq!(
-        recorder_ok(&["print", "--json", d]),
-        recorder_ok(&["print", "--json", c])
-    );
+    assert_eq!(recorder_ok(&["print", "--json", d]), recorder_ok(&["print", "--json", c]));
 }
 
 #[test]
@@ -125,16 +107,9 @@ fn damaged_chunk_header_names_its_offset() {
     let path = scratch_dir().join("bad-magic.jfr");
     std::fs::write(&path, &data).unwrap();
     let out = recorder(&["print", "--json", path.to_str().unwrap()]);
-    assert_one_line_error(
-        &out,
-        &path,
-        &[&format!("offset {second:#x}"), "not a JFR chunk"],
-    );
+    assert_one_line_error(&out, &path, &[&format!("offset {second:#x}"), "not a JFR chunk"]);
     let first = prefix_file("first-chunk.jfr", 1);
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        recorder_ok(&["print", "--json", first.to_str().unwrap()])
-    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), recorder_ok(&["print", "--json", first.to_str().unwrap()]));
 }
 
 #[test]
@@ -170,11 +145,7 @@ fn damaged_event_record_prints_the_events_before_it() {
     let out = recorder(&["print", "--json", path.to_str().unwrap()]);
     assert_one_line_error(&out, &path, &[&format!("offset {pos:#x}")]);
     let printed = String::from_utf8(out.stdout).unwrap();
-    let before = recorder_ok(&[
-        "print",
-        "--json",
-        prefix_file("before.jfr", last - 1).to_str().unwrap(),
-    ]);
+    let before = recorder_ok(&["print", "--json", prefix_file("before.jfr", last - 1).to_str().unwrap()]);
     assert!(
         printed.starts_with(&before) && printed.len() > before.len(),
         "all earlier chunks and part of the damaged one are printed"
@@ -235,24 +206,15 @@ fn directory_of_chunk_files_reads_like_the_file() {
     let file = jvm_recording().to_str().unwrap();
     for dir in [&root, &sub] {
         let d = dir.to_str().unwrap();
-        assert_eq!(
-            recorder_ok(&["summary", "--json", d]),
-            recorder_ok(&["summary", "--json", file])
-        );
-        assert_eq!(
-            recorder_ok(&["print", "--json", d]),
-            recorder_ok(&["print", "--json", file])
-        );
+        assert_eq!(recorder_ok(&["summary", "--json", d]), recorder_ok(&["summary", "--json", file]));
+        assert_eq!(recorder_ok(&["print", "--json", d]), recorder_ok(&["print", "--json", file]));
     }
     let out = scratch_dir().join("from-dir.jfr");
     recorder_ok(&["dump", root.to_str().unwrap(), "-o", out.to_str().unwrap()]);
-    let (orig, dumped) = (
-        recorder_ok(&["summary", "--json", file]),
-        recorder_ok(&["summary", "--json", out.to_str().unwrap()]),
-    );
-    let counts = |s: &str| -> serde_json::Value {
-        serde_json::from_str::<serde_json::Value>(s).unwrap()["events"].clone()
-    };
+    let (orig, dumped) =
+        (recorder_ok(&["summary", "--json", file]), recorder_ok(&["summary", "--json", out.to_str().unwrap()]));
+    let counts =
+        |s: &str| -> serde_json::Value { serde_json::from_str::<serde_json::Value>(s).unwrap()["events"].clone() };
     let (a, b) = (counts(&orig), counts(&dumped));
     for (name, row) in a.as_object().unwrap() {
         if name != "jdk.CheckPoint" {

@@ -13,13 +13,8 @@ const CUSTOM: &str = "recorder.test.AllKinds,recorder.test.Work,recorder.test.No
 /// `jfr summary`'s table: type name to (count, bytes); and the chunk count.
 fn jfr_summary(path: &str) -> (u64, BTreeMap<String, (u64, u64)>) {
     let text = jfr_ok(&["summary", path]);
-    let chunks = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Chunks:"))
-        .expect("a Chunks line")
-        .trim()
-        .parse()
-        .unwrap();
+    let chunks =
+        text.lines().find_map(|l| l.trim().strip_prefix("Chunks:")).expect("a Chunks line").trim().parse().unwrap();
     let mut rows = BTreeMap::new();
     let mut in_table = false;
     for line in text.lines() {
@@ -32,10 +27,7 @@ fn jfr_summary(path: &str) -> (u64, BTreeMap<String, (u64, u64)>) {
         }
         let cols: Vec<&str> = line.split_whitespace().collect();
         if let [name, count, bytes] = cols[..] {
-            rows.insert(
-                name.to_owned(),
-                (count.parse().unwrap(), bytes.parse().unwrap()),
-            );
+            rows.insert(name.to_owned(), (count.parse().unwrap(), bytes.parse().unwrap()));
         }
     }
     assert!(rows.len() > 10, "parsed jfr summary table: {text}");
@@ -49,15 +41,7 @@ fn our_summary(path: &str) -> Json {
 }
 
 fn jfr_events(path: &str, types: &str) -> Vec<Json> {
-    let text = jfr_ok(&[
-        "print",
-        "--json",
-        "--stack-depth",
-        "10000",
-        "--events",
-        types,
-        path,
-    ]);
+    let text = jfr_ok(&["print", "--json", "--stack-depth", "10000", "--events", types, path]);
     let mut doc: Json = serde_json::from_str(&text).expect("jfr print --json is JSON");
     match doc["recording"]["events"].take() {
         Json::Array(events) => events,
@@ -90,11 +74,7 @@ fn same_value(path: &str, ours: &Json, jdk: &Json, float32: bool) -> Result<(), 
                 return if a == b { Ok(()) } else { fail() };
             }
             let (x, y) = (a.as_f64().unwrap(), b.as_f64().unwrap());
-            let equal = if float32 {
-                (x as f32).to_bits() == (y as f32).to_bits()
-            } else {
-                x == y
-            };
+            let equal = if float32 { (x as f32).to_bits() == (y as f32).to_bits() } else { x == y };
             if equal {
                 Ok(())
             } else {
@@ -106,9 +86,7 @@ fn same_value(path: &str, ours: &Json, jdk: &Json, float32: bool) -> Result<(), 
                 return Err(format!("{path}: keys differ: ours {ours} jdk {jdk}"));
             }
             for (k, bv) in b {
-                let av = a
-                    .get(k)
-                    .ok_or_else(|| format!("{path}.{k} missing in ours"))?;
+                let av = a.get(k).ok_or_else(|| format!("{path}.{k} missing in ours"))?;
                 same_value(&format!("{path}.{k}"), av, bv, float32)?;
             }
             Ok(())
@@ -137,10 +115,7 @@ fn same_value(path: &str, ours: &Json, jdk: &Json, float32: bool) -> Result<(), 
 /// parsers were built while the metadata does not change, and HotSpot samples the two header
 /// clocks a few ns apart, so later chunks can differ by some ns.
 fn assert_same_time(ours: i64, jdk: i64, what: &str) {
-    assert!(
-        (ours - jdk).abs() <= 1_000,
-        "{what}: ours {ours}, jdk {jdk}"
-    );
+    assert!((ours - jdk).abs() <= 1_000, "{what}: ours {ours}, jdk {jdk}");
 }
 
 fn thread_id(thread: &Json) -> i64 {
@@ -149,10 +124,7 @@ fn thread_id(thread: &Json) -> i64 {
 
 /// A key that identifies a custom event of the workload: type, thread, and its unique field.
 fn custom_key(kind: &str, thread: &Json, fields: &Json) -> (String, i64, i64) {
-    let id = ["intValue", "iteration", "sequence"]
-        .iter()
-        .find_map(|f| fields[*f].as_i64())
-        .expect("an id field");
+    let id = ["intValue", "iteration", "sequence"].iter().find_map(|f| fields[*f].as_i64()).expect("an id field");
     (kind.to_owned(), thread_id(thread), id)
 }
 
@@ -161,26 +133,17 @@ fn summary_json_counts_match_jfr_summary() {
     let rec = jvm_recording().to_str().unwrap();
     let (jdk_chunks, jdk_rows) = jfr_summary(rec);
     let ours = our_summary(rec);
-    assert!(
-        jdk_chunks >= 2,
-        "the workload should make several chunks, made {jdk_chunks}"
-    );
+    assert!(jdk_chunks >= 2, "the workload should make several chunks, made {jdk_chunks}");
     assert_eq!(ours["chunks"].as_u64(), Some(jdk_chunks));
     assert!(ours["start_ns"].as_i64().unwrap() > 1_600_000_000_000_000_000);
     assert!(ours["duration_ns"].as_i64().unwrap() > 0);
     let events = ours["events"].as_object().unwrap();
     for (name, (count, bytes)) in &jdk_rows {
-        let row = events
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} missing from summary --json"));
+        let row = events.get(name).unwrap_or_else(|| panic!("{name} missing from summary --json"));
         assert_eq!(row["count"].as_u64(), Some(*count), "count of {name}");
         assert_eq!(row["bytes"].as_u64(), Some(*bytes), "bytes of {name}");
     }
-    assert_eq!(
-        events.len(),
-        jdk_rows.len(),
-        "same event types as jfr summary"
-    );
+    assert_eq!(events.len(), jdk_rows.len(), "same event types as jfr summary");
     for name in ["jdk.Metadata", "jdk.CheckPoint", "jdk.ExecutionSample"] {
         assert!(events[name]["count"].as_u64().unwrap() > 0, "{name} rows");
     }
@@ -190,18 +153,10 @@ fn summary_json_counts_match_jfr_summary() {
 fn summary_text_has_the_jfr_layout() {
     let rec = jvm_recording().to_str().unwrap();
     let text = recorder_ok(&["summary", rec]);
-    for needle in [
-        " Version: 2.1",
-        " Chunks: ",
-        " Start: ",
-        " Duration: ",
-        "Event Type",
-    ] {
+    for needle in [" Version: 2.1", " Chunks: ", " Start: ", " Duration: ", "Event Type"] {
         assert!(text.contains(needle), "{needle:?} in {text}");
     }
-    assert!(text
-        .lines()
-        .any(|l| l.starts_with(" recorder.test.AllKinds ")));
+    assert!(text.lines().any(|l| l.starts_with(" recorder.test.AllKinds ")));
 }
 
 #[test]
@@ -223,9 +178,7 @@ fn print_json_custom_fields_match_jfr_print() {
         let kind = o["type"].as_str().unwrap();
         *types_seen.entry(kind.to_owned()).or_insert(0) += 1;
         let key = custom_key(kind, &o["thread"], &o["fields"]);
-        let j = jdk_by_key
-            .remove(&key)
-            .unwrap_or_else(|| panic!("no jfr event for {key:?}"));
+        let j = jdk_by_key.remove(&key).unwrap_or_else(|| panic!("no jfr event for {key:?}"));
         let jv = &j["values"];
         assert_same_time(
             o["start_ns"].as_i64().unwrap(),
@@ -246,13 +199,8 @@ fn print_json_custom_fields_match_jfr_print() {
         let fields = o["fields"].as_object().unwrap();
         assert_eq!(fields.len(), expected.len(), "fields of {key:?}");
         for (name, jdk_value) in &expected {
-            same_value(
-                name,
-                &fields[name],
-                jdk_value,
-                name.as_str() == "floatValue",
-            )
-            .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+            same_value(name, &fields[name], jdk_value, name.as_str() == "floatValue")
+                .unwrap_or_else(|e| panic!("{key:?}: {e}"));
         }
         // Stack frames too (the custom events have stack traces except NoStack).
         match &jv["stackTrace"] {
@@ -261,18 +209,11 @@ fn print_json_custom_fields_match_jfr_print() {
         }
     }
     assert!(jdk_by_key.is_empty());
-    assert_eq!(
-        types_seen.len(),
-        3,
-        "all three custom types: {types_seen:?}"
-    );
+    assert_eq!(types_seen.len(), 3, "all three custom types: {types_seen:?}");
 }
 
 fn assert_frames_match(ours: &Json, jdk: &Json, what: &str) {
-    assert_eq!(
-        ours["truncated"], jdk["truncated"],
-        "truncated flag of {what}"
-    );
+    assert_eq!(ours["truncated"], jdk["truncated"], "truncated flag of {what}");
     let of = ours["frames"].as_array().unwrap();
     let jf = jdk["frames"].as_array().unwrap();
     assert_eq!(of.len(), jf.len(), "frame count of {what}");
@@ -299,16 +240,9 @@ fn execution_sample_stacks_match_jfr_print() {
     let mut jdk = jfr_events(rec, "jdk.ExecutionSample");
     let mut ours = our_events(rec, "jdk.ExecutionSample");
     assert_eq!(ours.len(), jdk.len(), "number of samples");
-    assert!(
-        ours.len() >= 20,
-        "the workload should be sampled: {}",
-        ours.len()
-    );
+    assert!(ours.len() >= 20, "the workload should be sampled: {}", ours.len());
     let jdk_key = |e: &Json| {
-        (
-            parse_iso_nanos(e["values"]["startTime"].as_str().unwrap()),
-            thread_id(&e["values"]["sampledThread"]),
-        )
+        (parse_iso_nanos(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
     };
     let our_key = |e: &Json| (e["start_ns"].as_i64().unwrap(), thread_id(&e["thread"]));
     jdk.sort_by_key(jdk_key);
@@ -320,12 +254,8 @@ fn execution_sample_stacks_match_jfr_print() {
         assert_same_time(ot, jt, "sample time");
         assert_eq!(o["fields"]["state"], j["values"]["state"]);
         assert_frames_match(&o["stack"], &j["values"]["stackTrace"], "sample");
-        workload_frames += o["stack"]["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["class"] == "JfrWorkload")
-            .count();
+        workload_frames +=
+            o["stack"]["frames"].as_array().unwrap().iter().filter(|f| f["class"] == "JfrWorkload").count();
     }
     assert!(workload_frames > 0, "samples in the workload's own code");
 }
@@ -334,11 +264,7 @@ fn execution_sample_stacks_match_jfr_print() {
 fn print_text_shows_fields_threads_and_stacks() {
     let rec = jvm_recording().to_str().unwrap();
     let text = recorder_ok(&["print", "--events", "recorder.test.Work", rec]);
-    assert!(
-        text.starts_with("recorder.test.Work {\n"),
-        "{}",
-        &text[..200]
-    );
+    assert!(text.starts_with("recorder.test.Work {\n"), "{}", &text[..200]);
     for needle in [
         "  startTime = 20",
         "  duration = ",
@@ -387,9 +313,7 @@ fn dump_keeps_only_the_chosen_types() {
     assert_eq!(chunks, orig_chunks);
     for (name, (count, _)) in &rows {
         let expected = match name.as_str() {
-            "recorder.test.Work" | "jdk.ExecutionSample" | "jdk.Metadata" | "jdk.CheckPoint" => {
-                orig[name].0
-            }
+            "recorder.test.Work" | "jdk.ExecutionSample" | "jdk.Metadata" | "jdk.CheckPoint" => orig[name].0,
             _ => 0,
         };
         assert_eq!(*count, expected, "count of {name} after dump");
@@ -414,14 +338,7 @@ fn dump_excludes_types() {
     let rec = jvm_recording().to_str().unwrap();
     let out = scratch_dir().join("excluded.jfr");
     let out = out.to_str().unwrap();
-    recorder_ok(&[
-        "dump",
-        rec,
-        "-o",
-        out,
-        "--exclude-events",
-        "recorder.test.AllKinds,jdk.ObjectAllocationSample",
-    ]);
+    recorder_ok(&["dump", rec, "-o", out, "--exclude-events", "recorder.test.AllKinds,jdk.ObjectAllocationSample"]);
     let (_, orig) = jfr_summary(rec);
     let (_, rows) = jfr_summary(out);
     for (name, (count, _)) in &rows {
@@ -432,24 +349,14 @@ fn dump_excludes_types() {
         assert_eq!(*count, expected, "count of {name} after dump");
     }
     let printed = jfr_ok(&["print", "--events", "recorder.test.Work", out]);
-    assert_eq!(
-        printed.matches("recorder.test.Work {").count() as u64,
-        orig["recorder.test.Work"].0
-    );
+    assert_eq!(printed.matches("recorder.test.Work {").count() as u64, orig["recorder.test.Work"].0);
 }
 
 #[test]
 fn dump_rejects_unknown_types_and_lists_the_known_ones() {
     let rec = jvm_recording().to_str().unwrap();
     let out = scratch_dir().join("unknown.jfr");
-    let result = recorder(&[
-        "dump",
-        rec,
-        "-o",
-        out.to_str().unwrap(),
-        "--events",
-        "recorder.test.Work,no.such.Type",
-    ]);
+    let result = recorder(&["dump", rec, "-o", out.to_str().unwrap(), "--events", "recorder.test.Work,no.such.Type"]);
     assert_eq!(result.status.code(), Some(2));
     let err = String::from_utf8_lossy(&result.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -472,11 +379,7 @@ fn closed_stdout_is_success() {
     child.stdout.take().unwrap().read_exact(&mut first).unwrap();
     // stdout is closed here, like `| head -c 1000`.
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty());
 }
 
@@ -485,10 +388,7 @@ fn every_subcommand_help_has_examples() {
     for sub in ["summary", "print", "dump"] {
         let help = recorder_ok(&[sub, "--help"]);
         assert!(help.contains("EXAMPLES:"), "{sub} --help: {help}");
-        assert!(
-            help.contains(&format!("recorder {sub} ")),
-            "{sub} --help: {help}"
-        );
+        assert!(help.contains(&format!("recorder {sub} ")), "{sub} --help: {help}");
     }
 }
 
@@ -503,10 +403,7 @@ fn output_order_survives_splitting_chunks_into_small_units() {
             .output()
             .unwrap();
         assert!(split.status.success());
-        assert!(
-            whole == String::from_utf8(split.stdout).unwrap(),
-            "same output for {args:?}"
-        );
+        assert!(whole == String::from_utf8(split.stdout).unwrap(), "same output for {args:?}");
     }
 }
 

@@ -316,10 +316,7 @@ impl TypeTable {
             },
             // Key 0 stays a reference: it is null only when the pool lacks it, as in the JDK's
             // ConstantMap. HotSpot's FrameType pool uses key 0 for "Interpreted".
-            Kind::Ref(type_id) => Value::Ref {
-                type_id,
-                key: cur.varint("a constant pool key")?,
-            },
+            Kind::Ref(type_id) => Value::Ref { type_id, key: cur.varint("a constant pool key")? },
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {
                     return Err(Error::NestingTooDeep { offset: cur.offset() });

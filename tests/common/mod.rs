@@ -115,10 +115,7 @@ pub fn jfr_summary_counts(path: &Path) -> std::collections::BTreeMap<String, u64
 
 /// Runs the `recorder` binary.
 pub fn recorder(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_recorder"))
-        .args(args)
-        .output()
-        .expect("running the recorder binary")
+    Command::new(env!("CARGO_BIN_EXE_recorder")).args(args).output().expect("running the recorder binary")
 }
 
 /// Runs `recorder` and insists on success; returns stdout.
@@ -143,24 +140,18 @@ pub fn jdk_tool(name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os("PATH") {
         dirs.extend(std::env::split_paths(&path));
     }
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "the JDK tool `{name}` was not found on PATH or in $JAVA_HOME/bin: the CLI tests \
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!(
+            "the JDK tool `{name}` was not found on PATH or in $JAVA_HOME/bin: the CLI tests \
                  need a JDK 17+ (java, javac, jfr); install one (e.g. apt-get install \
                  openjdk-17-jdk-headless)"
-            )
-        })
+        )
+    })
 }
 
 /// Runs `jfr` and insists on success; returns stdout.
 pub fn jfr_ok(args: &[&str]) -> String {
-    let out = Command::new(jdk_tool("jfr"))
-        .args(args)
-        .output()
-        .expect("running jfr");
+    let out = Command::new(jdk_tool("jfr")).args(args).output().expect("running jfr");
     assert!(
         out.status.success(),
         "jfr {args:?} failed ({}): {}{}",
@@ -188,19 +179,11 @@ pub fn jvm_recording() -> &'static Path {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating the JVM scratch dir");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/JfrWorkload.java");
-        let status = Command::new(jdk_tool("javac"))
-            .arg("-d")
-            .arg(&dir)
-            .arg(&source)
-            .status()
-            .expect("running javac");
+        let status = Command::new(jdk_tool("javac")).arg("-d").arg(&dir).arg(&source).status().expect("running javac");
         assert!(status.success(), "javac failed on {}", source.display());
         let recording = dir.join("workload.jfr");
         let out = Command::new(jdk_tool("java"))
-            .arg(format!(
-                "-XX:StartFlightRecording=filename={},settings=profile",
-                recording.display()
-            ))
+            .arg(format!("-XX:StartFlightRecording=filename={},settings=profile", recording.display()))
             .arg("-XX:FlightRecorderOptions=maxchunksize=1m")
             .arg("-cp")
             .arg(&dir)
@@ -254,9 +237,7 @@ pub fn parse_iso_nanos(s: &str) -> i64 {
 
 /// An ISO-8601 duration as `jfr print --json` writes it (`PT0.000001S`, `PT1M2.5S`, `PT0S`) to ns.
 pub fn parse_iso_duration_nanos(s: &str) -> i64 {
-    let rest = s
-        .strip_prefix("PT")
-        .unwrap_or_else(|| panic!("not a duration: {s}"));
+    let rest = s.strip_prefix("PT").unwrap_or_else(|| panic!("not a duration: {s}"));
     let mut total: f64 = 0.0;
     let mut number = String::new();
     for c in rest.chars() {
@@ -277,10 +258,7 @@ pub fn parse_iso_duration_nanos(s: &str) -> i64 {
 #[test]
 fn iso_helpers_parse_jfr_output() {
     assert_eq!(parse_iso_nanos("1970-01-01T00:00:01.5Z"), 1_500_000_000);
-    assert_eq!(
-        parse_iso_nanos("2026-11-29T16:59:14.957127984Z"),
-        1_795_971_554_957_127_984
-    );
+    assert_eq!(parse_iso_nanos("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
     assert_eq!(parse_iso_duration_nanos("PT0.000001S"), 1_000);
     assert_eq!(parse_iso_duration_nanos("PT1M2.5S"), 62_500_000_000);
 }

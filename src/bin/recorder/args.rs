@@ -4,12 +4,12 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-/// Inspect and filter JFR recordings: files of one or more chunks, or chunk repositories.
+/// A flight recorder for native processes: inspect, filter and produce JFR recordings.
 #[derive(Debug, Parser)]
 #[command(
     name = "recorder",
     version,
-    about = "Inspect and filter JFR recordings: files of one or more chunks, or chunk repositories",
+    about = "A flight recorder for native processes: inspect, filter and produce JFR recordings (files of chunks or chunk repositories)",
     after_help = TOP_EXAMPLES
 )]
 pub struct Cli {
@@ -28,6 +28,63 @@ pub enum Command {
     /// Write a copy of a recording that keeps only some event types (like `jfr scrub`).
     #[command(after_long_help = DUMP_EXAMPLES, after_help = DUMP_EXAMPLES)]
     Dump(DumpArgs),
+    /// Record a built-in multi-threaded workload for a few seconds and show the result.
+    #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
+    Demo(DemoArgs),
+}
+
+const DEMO_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder demo
+    recorder demo --seconds 10 --period 1ms -o demo.jfr
+    recorder demo --repository /tmp/rec --stack-depth 64 --stack-depth-outer 16";
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How long the workload runs, in seconds.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub seconds: u64,
+    /// Base directory of the repository (default: a per-user directory under the temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub repository: Option<PathBuf>,
+    /// Also write everything recorded into this single .jfr file at the end.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// CPU sampling period, e.g. 10ms, 1ms, 500us (100us ..= 1s).
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    pub period: std::time::Duration,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub threads: usize,
+    /// Innermost stack frames kept per sample and event.
+    #[arg(long, value_name = "N")]
+    pub stack_depth: Option<usize>,
+    /// Outermost stack frames kept per sample and event.
+    #[arg(long, value_name = "M")]
+    pub stack_depth_outer: Option<usize>,
+    /// Hottest functions shown.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+}
+
+/// Parses `10ms`, `500us`, `1s`, `2m`, `100ns` (a bare number is milliseconds).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration such as 10ms"))?;
+    let nanos_per = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "" | "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s or m)")),
+    };
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("`{text}` is not a duration such as 10ms"));
+    }
+    Ok(std::time::Duration::from_nanos((value * nanos_per) as u64))
 }
 
 const TOP_EXAMPLES: &str = "\
@@ -35,6 +92,7 @@ EXAMPLES:
     recorder summary app.jfr
     recorder print --json app.jfr | head
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
+    recorder demo -o demo.jfr
 
 Exit codes: 0 ok, 1 problems found, 2 error (missing, unreadable or damaged input; what was
 readable before the damage is still printed).";
@@ -95,12 +153,7 @@ pub struct DumpArgs {
     #[arg(short, long, value_name = "OUT.jfr")]
     pub output: PathBuf,
     /// Keep only these event types (comma-separated full names).
-    #[arg(
-        long,
-        value_name = "T1,T2",
-        value_delimiter = ',',
-        conflicts_with = "exclude_events"
-    )]
+    #[arg(long, value_name = "T1,T2", value_delimiter = ',', conflicts_with = "exclude_events")]
     pub events: Option<Vec<String>>,
     /// Keep every event type except these (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
@@ -138,11 +191,7 @@ impl TypeFilter {
 }
 
 fn clean(names: Vec<String>) -> Vec<String> {
-    names
-        .into_iter()
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty())
-        .collect()
+    names.into_iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect()
 }
 
 #[derive(Debug)]
@@ -167,10 +216,7 @@ pub struct DumpConfig {
 
 impl SummaryArgs {
     pub fn into_config(self) -> SummaryConfig {
-        SummaryConfig {
-            path: self.source.path,
-            json: self.json,
-        }
+        SummaryConfig { path: self.source.path, json: self.json }
     }
 }
 
@@ -200,15 +246,8 @@ impl DumpArgs {
                 (Ok(a), Ok(b)) if a == b
             );
         if same_file {
-            anyhow::bail!(
-                "{}: the output would overwrite the input",
-                self.output.display()
-            );
+            anyhow::bail!("{}: the output would overwrite the input", self.output.display());
         }
-        Ok(DumpConfig {
-            path: self.source.path,
-            output: self.output,
-            filter,
-        })
+        Ok(DumpConfig { path: self.source.path, output: self.output, filter })
     }
 }

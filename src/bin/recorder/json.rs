@@ -70,11 +70,7 @@ pub fn float(out: &mut Vec<u8>, v: f64, single: bool) {
     if v.is_nan() {
         out.extend_from_slice(b"\"NaN\"");
     } else if v.is_infinite() {
-        out.extend_from_slice(if v > 0.0 {
-            b"\"Infinity\""
-        } else {
-            b"\"-Infinity\""
-        });
+        out.extend_from_slice(if v > 0.0 { b"\"Infinity\"" } else { b"\"-Infinity\"" });
     } else if single {
         // serde_json writes the shortest round-trip form, in exponent form for very large and
         // small magnitudes, and much faster than `{:?}`.

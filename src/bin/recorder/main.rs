@@ -1,4 +1,4 @@
-//! `recorder`: inspect and filter JFR recordings (files of chunks or chunk repositories).
+//! `recorder`: inspect, filter and produce JFR recordings (files of chunks or chunk repositories).
 //!
 //! `main` only decides exit codes: 0 ok, 1 problems found (reserved), 2 error. A closed stdout
 //! (`recorder print rec.jfr | head`) is success.
@@ -39,6 +39,7 @@ fn run(cli: args::Cli) -> anyhow::Result<ExitCode> {
         args::Command::Summary(a) => commands::summary::run(&a.into_config())?,
         args::Command::Print(a) => commands::print::run(&a.into_config())?,
         args::Command::Dump(a) => commands::dump::run(&a.into_config()?)?,
+        args::Command::Demo(a) => commands::demo::run(&a)?,
     };
     Ok(match outcome {
         Outcome::Clean => ExitCode::SUCCESS,
@@ -47,9 +48,6 @@ fn run(cli: args::Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    err.chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }

@@ -104,26 +104,15 @@ impl TypeInfo {
 
     pub fn new(types_arc: &std::sync::Arc<TypeTable>) -> TypeInfo {
         let types: &TypeTable = types_arc;
-        let max_dense = types
-            .classes()
-            .iter()
-            .map(|c| c.id)
-            .filter(|&id| id < DENSE_IDS)
-            .max()
-            .map_or(0, |m| m as usize + 1);
+        let max_dense =
+            types.classes().iter().map(|c| c.id).filter(|&id| id < DENSE_IDS).max().map_or(0, |m| m as usize + 1);
         let mut dense = vec![u32::MAX; max_dense];
         for (i, c) in types.classes().iter().enumerate() {
             if c.id < DENSE_IDS && dense[c.id as usize] == u32::MAX {
                 dense[c.id as usize] = i as u32;
             }
         }
-        let id_of = |name: &str| {
-            types
-                .classes()
-                .iter()
-                .find(|c| c.name == name)
-                .map(|c| c.id)
-        };
+        let id_of = |name: &str| types.classes().iter().find(|c| c.name == name).map(|c| c.id);
         let timestamp = id_of("jdk.jfr.Timestamp");
         let timespan = id_of("jdk.jfr.Timespan");
         let data_amount = id_of("jdk.jfr.DataAmount");
@@ -166,11 +155,7 @@ impl TypeInfo {
                         let mut json_key = Vec::with_capacity(f.name.len() + 3);
                         json::string(&mut json_key, &f.name);
                         json_key.push(b':');
-                        FieldInfo {
-                            name: f.name.clone(),
-                            json_key,
-                            conv,
-                        }
+                        FieldInfo { name: f.name.clone(), json_key, conv }
                     })
                     .collect();
                 let index_of = |n: &str| fields.iter().position(|f| f.name == n);
@@ -210,22 +195,13 @@ pub struct JsonRenderer<'c> {
 
 impl<'c> JsonRenderer<'c> {
     pub fn new(chunk: &'c Chunk, info: &'c TypeInfo) -> JsonRenderer<'c> {
-        JsonRenderer {
-            chunk,
-            info,
-            header: *chunk.header(),
-            refs: HashMap::new(),
-            stacks: HashMap::new(),
-        }
+        JsonRenderer { chunk, info, header: *chunk.header(), refs: HashMap::new(), stacks: HashMap::new() }
     }
 
     /// Appends one line: `{"type", "start_ns", "duration_ns"?, "fields", "thread"?, "stack"?}`.
     pub fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> jfr_format::Result<()> {
         let info = self.info;
-        let Some(class) = info
-            .class_index(event.type_id)
-            .and_then(|i| info.classes.get(i))
-        else {
+        let Some(class) = info.class_index(event.type_id).and_then(|i| info.classes.get(i)) else {
             return Ok(());
         };
         out.extend_from_slice(b"{\"type\":");
@@ -240,10 +216,7 @@ impl<'c> JsonRenderer<'c> {
         out.extend_from_slice(b",\"fields\":{");
         let mut first = true;
         for (i, (field, value)) in class.fields.iter().zip(&event.values).enumerate() {
-            if i == 0
-                || (i == 1 && class.has_duration)
-                || Some(i) == class.event_thread
-                || Some(i) == class.stack_trace
+            if i == 0 || (i == 1 && class.has_duration) || Some(i) == class.event_thread || Some(i) == class.stack_trace
             {
                 continue;
             }
@@ -310,13 +283,7 @@ impl<'c> JsonRenderer<'c> {
         Ok(())
     }
 
-    fn value(
-        &mut self,
-        value: &Value,
-        conv: Conv,
-        depth: u32,
-        out: &mut Vec<u8>,
-    ) -> jfr_format::Result<()> {
+    fn value(&mut self, value: &Value, conv: Conv, depth: u32, out: &mut Vec<u8>) -> jfr_format::Result<()> {
         match value {
             Value::Null => out.extend_from_slice(b"null"),
             Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
@@ -341,9 +308,7 @@ impl<'c> JsonRenderer<'c> {
             }
             Value::Object(o) => {
                 let info = self.info;
-                let class = info
-                    .class_index(o.type_id)
-                    .and_then(|i| info.classes.get(i));
+                let class = info.class_index(o.type_id).and_then(|i| info.classes.get(i));
                 out.push(b'{');
                 if let Some(class) = class {
                     for (i, (field, v)) in class.fields.iter().zip(&o.fields).enumerate() {
@@ -360,13 +325,7 @@ impl<'c> JsonRenderer<'c> {
         Ok(())
     }
 
-    fn reference(
-        &mut self,
-        type_id: u64,
-        key: u64,
-        depth: u32,
-        out: &mut Vec<u8>,
-    ) -> jfr_format::Result<()> {
+    fn reference(&mut self, type_id: u64, key: u64, depth: u32, out: &mut Vec<u8>) -> jfr_format::Result<()> {
         if let Some(done) = self.refs.get(&(type_id, key)) {
             out.extend_from_slice(done);
             return Ok(());
@@ -399,13 +358,7 @@ pub struct HumanRenderer<'c> {
 
 impl<'c> HumanRenderer<'c> {
     pub fn new(chunk: &'c Chunk, info: &'c TypeInfo) -> HumanRenderer<'c> {
-        HumanRenderer {
-            chunk,
-            info,
-            header: *chunk.header(),
-            inline: HashMap::new(),
-            stacks: HashMap::new(),
-        }
+        HumanRenderer { chunk, info, header: *chunk.header(), inline: HashMap::new(), stacks: HashMap::new() }
     }
 
     /// Appends one event block.
@@ -448,13 +401,7 @@ impl<'c> HumanRenderer<'c> {
         Ok(())
     }
 
-    fn stack(
-        &mut self,
-        key: u64,
-        value: &Value,
-        indent: usize,
-        out: &mut String,
-    ) -> jfr_format::Result<()> {
+    fn stack(&mut self, key: u64, value: &Value, indent: usize, out: &mut String) -> jfr_format::Result<()> {
         if indent == 1 {
             if let Some(done) = self.stacks.get(&key) {
                 out.push_str(done);

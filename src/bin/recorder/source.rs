@@ -43,10 +43,7 @@ impl fmt::Display for Damage {
 impl Damage {
     /// Damage found while decoding the chunk `chunk` of `file`.
     pub fn in_chunk(file: &Arc<PathBuf>, err: jfr_format::Error) -> Damage {
-        Damage {
-            file: Arc::clone(file),
-            problem: anyhow::Error::new(err),
-        }
+        Damage { file: Arc::clone(file), problem: anyhow::Error::new(err) }
     }
 }
 
@@ -115,9 +112,7 @@ fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
             let entry = entry.with_context(|| format!("{}", sub.display()))?;
             let path = entry.path();
-            if entry.file_type().is_ok_and(|k| !k.is_dir())
-                && entry.file_name().to_string_lossy().ends_with(".jfr")
-            {
+            if entry.file_type().is_ok_and(|k| !k.is_dir()) && entry.file_name().to_string_lossy().ends_with(".jfr") {
                 files.push(path);
             }
         }
@@ -132,13 +127,16 @@ fn is_repository_dir_name(name: &str) -> bool {
     if b.len() < 21 {
         return false;
     }
-    let date_ok = b[..19].iter().enumerate().all(|(i, &c)| {
-        if matches!(i, 4 | 7 | 10 | 13 | 16) {
-            c == b'_'
-        } else {
-            c.is_ascii_digit()
-        }
-    });
+    let date_ok =
+        b[..19].iter().enumerate().all(
+            |(i, &c)| {
+                if matches!(i, 4 | 7 | 10 | 13 | 16) {
+                    c == b'_'
+                } else {
+                    c.is_ascii_digit()
+                }
+            },
+        );
     date_ok && b[19] == b'_' && b[20..].iter().all(u8::is_ascii_digit)
 }
 
@@ -170,10 +168,7 @@ fn load_file(path: &Path, in_directory: bool, source: &mut Source) {
         let mut attempt = Source::default();
         load_file_once(path, in_directory, &mut attempt);
         let locked = attempt.damage.iter().any(|d| {
-            matches!(
-                d.problem.downcast_ref::<jfr_format::Error>(),
-                Some(jfr_format::Error::HeaderLocked { .. })
-            )
+            matches!(d.problem.downcast_ref::<jfr_format::Error>(), Some(jfr_format::Error::HeaderLocked { .. }))
         });
         if !locked {
             source.chunks.extend(attempt.chunks);
@@ -190,10 +185,7 @@ fn load_file_once(path: &Path, in_directory: bool, source: &mut Source) {
     let data = match map_file(path) {
         Ok(d) => d,
         Err(e) => {
-            source.damage.push(Damage {
-                file,
-                problem: anyhow::Error::new(e),
-            });
+            source.damage.push(Damage { file, problem: anyhow::Error::new(e) });
             return;
         }
     };
@@ -225,18 +217,11 @@ fn load_file_once(path: &Path, in_directory: bool, source: &mut Source) {
         match chunk {
             Ok(chunk) => {
                 read_any = true;
-                source.chunks.push(SourceChunk {
-                    file: Arc::clone(&file),
-                    chunk,
-                })
+                source.chunks.push(SourceChunk { file: Arc::clone(&file), chunk })
             }
             // A live repository's newest chunk publishes its header before its first metadata
             // record; the JDK's repository reader skips it until it has one, and so do we.
-            Err(jfr_format::Error::NoMetadata { offset })
-                if in_directory && !read_any && in_progress(offset) =>
-            {
-                break
-            }
+            Err(jfr_format::Error::NoMetadata { offset }) if in_directory && !read_any && in_progress(offset) => break,
             Err(e) => {
                 source.damage.push(Damage::in_chunk(&file, e));
                 break;
@@ -255,13 +240,7 @@ pub fn known_event_types(chunks: &[SourceChunk]) -> Vec<String> {
             continue;
         }
         last = Some(types);
-        names.extend(
-            types
-                .classes()
-                .iter()
-                .filter(|class| class.is_event())
-                .map(|class| class.name.clone()),
-        );
+        names.extend(types.classes().iter().filter(|class| class.is_event()).map(|class| class.name.clone()));
     }
     names.sort();
     names.dedup();
@@ -275,11 +254,7 @@ pub fn check_type_names(wanted: &[String], chunks: &[SourceChunk]) -> anyhow::Re
         return Ok(());
     }
     let known = known_event_types(chunks);
-    let unknown: Vec<&str> = wanted
-        .iter()
-        .filter(|w| known.binary_search(w).is_err())
-        .map(String::as_str)
-        .collect();
+    let unknown: Vec<&str> = wanted.iter().filter(|w| known.binary_search(w).is_err()).map(String::as_str).collect();
     if unknown.is_empty() {
         return Ok(());
     }

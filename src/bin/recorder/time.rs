@@ -30,33 +30,19 @@ fn parts(epoch_nanos: i64) -> Parts {
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    Parts {
-        year,
-        month,
-        day,
-        hour: sod / 3600,
-        minute: sod / 60 % 60,
-        second: sod % 60,
-        nanos,
-    }
+    Parts { year, month, day, hour: sod / 3600, minute: sod / 60 % 60, second: sod % 60, nanos }
 }
 
 /// `2026-11-29T16:59:14.957127984Z`, as `jfr print --json` writes timestamps.
 pub fn iso_nanos(epoch_nanos: i64) -> String {
     let p = parts(epoch_nanos);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        p.year, p.month, p.day, p.hour, p.minute, p.second, p.nanos
-    )
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", p.year, p.month, p.day, p.hour, p.minute, p.second, p.nanos)
 }
 
 /// `2026-11-29 16:59:14`, as `jfr summary` writes the start.
 pub fn date_time_seconds(epoch_nanos: i64) -> String {
     let p = parts(epoch_nanos);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        p.year, p.month, p.day, p.hour, p.minute, p.second
-    )
+    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", p.year, p.month, p.day, p.hour, p.minute, p.second)
 }
 
 /// A span in the largest unit that keeps it readable: `840 ns`, `12.5 us`, `3.250 ms`, `2.000 s`.
@@ -80,14 +66,8 @@ mod tests {
     #[test]
     fn formats_epoch_nanos_in_utc() {
         assert_eq!(iso_nanos(0), "1970-01-01T00:00:00.000000000Z");
-        assert_eq!(
-            iso_nanos(1_795_971_554_957_127_984),
-            "2026-11-29T16:59:14.957127984Z"
-        );
-        assert_eq!(
-            date_time_seconds(951_782_400_000_000_000),
-            "2000-02-29 00:00:00"
-        );
+        assert_eq!(iso_nanos(1_795_971_554_957_127_984), "2026-11-29T16:59:14.957127984Z");
+        assert_eq!(date_time_seconds(951_782_400_000_000_000), "2000-02-29 00:00:00");
         assert_eq!(iso_nanos(-1), "1969-12-31T23:59:59.999999999Z");
     }
 

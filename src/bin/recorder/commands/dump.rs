@@ -59,11 +59,7 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
         source.damage.insert(0, d);
     }
     source.report_damage();
-    Ok(if source.damage.is_empty() {
-        Outcome::Clean
-    } else {
-        Outcome::Damaged
-    })
+    Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
 }
 
 /// The output file, created on first use.
@@ -82,11 +78,7 @@ fn output<'o>(
 fn rewrite_chunk(sc: &SourceChunk, cfg: &DumpConfig) -> jfr_format::Result<Vec<u8>> {
     let chunk = &sc.chunk;
     let types = chunk.types();
-    let keep: Vec<bool> = types
-        .classes()
-        .iter()
-        .map(|c| c.is_event() && cfg.filter.keeps(&c.name))
-        .collect();
+    let keep: Vec<bool> = types.classes().iter().map(|c| c.is_event() && cfg.filter.keeps(&c.name)).collect();
     let old = *chunk.header();
     let chain = chunk.checkpoint_offsets();
     let mut out = Vec::with_capacity(chunk.size() as usize);
@@ -113,11 +105,7 @@ fn rewrite_chunk(sc: &SourceChunk, cfg: &DumpConfig) -> jfr_format::Result<Vec<u
                     continue;
                 }
                 let offset = out.len() as u64;
-                let delta = if last_checkpoint == 0 {
-                    0
-                } else {
-                    last_checkpoint as i64 - offset as i64
-                };
+                let delta = if last_checkpoint == 0 { 0 } else { last_checkpoint as i64 - offset as i64 };
                 relink_checkpoint(&record.bytes, delta, &mut out, sc, record.offset)?;
                 last_checkpoint = offset;
             }
@@ -149,10 +137,7 @@ fn relink_checkpoint(
     offset: u64,
 ) -> jfr_format::Result<()> {
     let at = sc.chunk.base() + offset;
-    let bad = || jfr_format::Error::UnexpectedEof {
-        offset: at,
-        expected: "a checkpoint header",
-    };
+    let bad = || jfr_format::Error::UnexpectedEof { offset: at, expected: "a checkpoint header" };
     // size, type id, start time, duration, delta: five varints; the rest is copied as is.
     let mut pos = 0;
     let mut fields = [0u64; 5];

@@ -1,5 +1,6 @@
 //! One module per subcommand; each sees only its validated config.
 
+pub mod demo;
 pub mod dump;
 pub mod print;
 pub mod summary;

@@ -41,11 +41,7 @@ pub fn run(cfg: &PrintConfig) -> anyhow::Result<Outcome> {
         source.damage.insert(0, d);
     }
     source.report_damage();
-    Ok(if source.damage.is_empty() {
-        Outcome::Clean
-    } else {
-        Outcome::Damaged
-    })
+    Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
 }
 
 /// A piece of work: the records of one chunk in `[from, to)` (chunk-relative offsets, record
@@ -84,11 +80,7 @@ fn record_header(data: &[u8], pos: usize, end: usize) -> Option<(usize, u64)> {
     Some((size, type_id))
 }
 
-fn plan_units<'a>(
-    chunks: &'a [SourceChunk],
-    infos: &'a [(TypeInfo, Vec<bool>)],
-    info_of: &[usize],
-) -> Vec<Unit<'a>> {
+fn plan_units<'a>(chunks: &'a [SourceChunk], infos: &'a [(TypeInfo, Vec<bool>)], info_of: &[usize]) -> Vec<Unit<'a>> {
     let unit_bytes = unit_bytes();
     let mut units = Vec::new();
     for (sc, &i) in chunks.iter().zip(info_of) {
@@ -106,33 +98,17 @@ fn plan_units<'a>(
             };
             pos += size;
             if pos - from >= unit_bytes && pos < end {
-                units.push(Unit {
-                    sc,
-                    info,
-                    keep,
-                    from,
-                    to: pos,
-                });
+                units.push(Unit { sc, info, keep, from, to: pos });
                 from = pos;
             }
         }
-        units.push(Unit {
-            sc,
-            info,
-            keep,
-            from,
-            to: end,
-        });
+        units.push(Unit { sc, info, keep, from, to: end });
     }
     units
 }
 
 /// Renders every chunk in order into `out`; returns the first damage found inside a chunk.
-fn print_chunks(
-    chunks: &[SourceChunk],
-    cfg: &PrintConfig,
-    out: &mut impl Write,
-) -> std::io::Result<Option<Damage>> {
+fn print_chunks(chunks: &[SourceChunk], cfg: &PrintConfig, out: &mut impl Write) -> std::io::Result<Option<Damage>> {
     // One rendering plan per distinct type table (consecutive chunks usually share one).
     let mut infos: Vec<(TypeInfo, Vec<bool>)> = Vec::new();
     let mut info_of = Vec::with_capacity(chunks.len());
@@ -140,21 +116,14 @@ fn print_chunks(
     for sc in chunks {
         let types = sc.chunk.types();
         if !last.is_some_and(|l| std::sync::Arc::ptr_eq(l, types)) {
-            let keep = types
-                .classes()
-                .iter()
-                .map(|c| c.is_event() && cfg.filter.keeps(&c.name))
-                .collect();
+            let keep = types.classes().iter().map(|c| c.is_event() && cfg.filter.keeps(&c.name)).collect();
             infos.push((TypeInfo::new(types), keep));
             last = Some(types);
         }
         info_of.push(infos.len() - 1);
     }
     let units = plan_units(chunks, &infos, &info_of);
-    let threads = std::thread::available_parallelism()
-        .map(usize::from)
-        .unwrap_or(1)
-        .min(units.len());
+    let threads = std::thread::available_parallelism().map(usize::from).unwrap_or(1).min(units.len());
     if threads <= 1 {
         for unit in &units {
             let mut io_result = Ok(());
@@ -215,11 +184,7 @@ fn worker(
 }
 
 /// Writes the pieces of each unit in order; stops at the first damage.
-fn drain(
-    units: &[Unit<'_>],
-    receivers: Vec<Receiver<Msg>>,
-    out: &mut impl Write,
-) -> std::io::Result<Option<Damage>> {
+fn drain(units: &[Unit<'_>], receivers: Vec<Receiver<Msg>>, out: &mut impl Write) -> std::io::Result<Option<Damage>> {
     for (unit, rx) in units.iter().zip(receivers) {
         for msg in rx {
             match msg {
@@ -232,10 +197,7 @@ fn drain(
 }
 
 /// The kept events of a unit, in file order. `f` returns false to stop.
-fn for_each_event(
-    unit: &Unit<'_>,
-    mut f: impl FnMut(Event) -> jfr_format::Result<bool>,
-) -> jfr_format::Result<()> {
+fn for_each_event(unit: &Unit<'_>, mut f: impl FnMut(Event) -> jfr_format::Result<bool>) -> jfr_format::Result<()> {
     let chunk = &unit.sc.chunk;
     let data = chunk.bytes();
     let mut pos = unit.from;
@@ -269,11 +231,7 @@ fn for_each_event(
 }
 
 /// Renders one unit, handing output to `send` in pieces. Stops early when `send` returns false.
-fn render_unit(
-    unit: &Unit<'_>,
-    json: bool,
-    send: &mut dyn FnMut(Vec<u8>) -> bool,
-) -> jfr_format::Result<()> {
+fn render_unit(unit: &Unit<'_>, json: bool, send: &mut dyn FnMut(Vec<u8>) -> bool) -> jfr_format::Result<()> {
     let mut open = true;
     if json {
         let mut renderer = JsonRenderer::new(&unit.sc.chunk, unit.info);
@@ -281,10 +239,7 @@ fn render_unit(
         let result = for_each_event(unit, |event| {
             renderer.event(&event, &mut buf)?;
             if buf.len() >= PIECE_BYTES {
-                open = send(std::mem::replace(
-                    &mut buf,
-                    Vec::with_capacity(PIECE_BYTES + 4096),
-                ));
+                open = send(std::mem::replace(&mut buf, Vec::with_capacity(PIECE_BYTES + 4096)));
             }
             Ok(open)
         });

@@ -56,12 +56,7 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
     }
     source.damage.splice(0..0, record_damage);
 
-    let start = source
-        .chunks
-        .iter()
-        .map(|c| c.chunk.header().start_nanos)
-        .min()
-        .unwrap_or(0);
+    let start = source.chunks.iter().map(|c| c.chunk.header().start_nanos).min().unwrap_or(0);
     let end = source
         .chunks
         .iter()
@@ -73,12 +68,7 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         .unwrap_or(0);
     let duration = end.saturating_sub(start).max(0);
     let mut rows: Vec<(String, Stat)> = stats.into_iter().collect();
-    rows.sort_by(|a, b| {
-        b.1.count
-            .cmp(&a.1.count)
-            .then(b.1.bytes.cmp(&a.1.bytes))
-            .then(a.0.cmp(&b.0))
-    });
+    rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(b.1.bytes.cmp(&a.1.bytes)).then(a.0.cmp(&b.0)));
 
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -119,11 +109,7 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         }
         writeln!(out)?;
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10).max(40);
-        writeln!(
-            out,
-            " {:<width$} {:>11} {:>13}",
-            "Event Type", "Count", "Size (bytes)"
-        )?;
+        writeln!(out, " {:<width$} {:>11} {:>13}", "Event Type", "Count", "Size (bytes)")?;
         writeln!(out, "{}", "=".repeat(width + 27))?;
         for (name, s) in &rows {
             writeln!(out, " {:<width$} {:>11} {:>13}", name, s.count, s.bytes)?;
@@ -132,9 +118,5 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
     out.flush()?;
     drop(out);
     source.report_damage();
-    Ok(if source.damage.is_empty() {
-        Outcome::Clean
-    } else {
-        Outcome::Damaged
-    })
+    Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
 }

@@ -1,0 +1,124 @@
+//! `recorder demo`: records the library's built-in workload (several threads with distinct hot
+//! functions and deep call chains, emitting typed events) under a real recording, then shows what
+//! was recorded: where the files are, the summary, and the hottest functions of the CPU samples.
+
+use crate::args::{DemoArgs, SummaryConfig};
+use crate::source;
+use anyhow::Context;
+use jfr_format::Value;
+use recorder::demo::{self, DemoOptions};
+use recorder::Recorder;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::time::Duration;
+
+pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
+    let mut builder = Recorder::builder().name("recorder demo").sampling_period(args.period);
+    if let Some(dir) = &args.repository {
+        builder = builder.repository(dir);
+    }
+    if let Some(n) = args.stack_depth {
+        builder = builder.stack_depth(n);
+    }
+    if let Some(m) = args.stack_depth_outer {
+        builder = builder.stack_depth_outer(m);
+        if args.stack_depth.is_none() {
+            // Only the outermost frames were asked for.
+            builder = builder.stack_depth(0);
+        }
+    }
+    let rec = builder.start().context("starting the recording")?;
+    let repository = rec.repository_dir().to_owned();
+    eprintln!(
+        "recording {} worker threads for {} s (sampling every {:?}) into {}",
+        args.threads,
+        args.seconds,
+        args.period,
+        repository.display()
+    );
+    let report =
+        demo::run_with(&rec, &DemoOptions { duration: Duration::from_secs(args.seconds), threads: args.threads });
+    if let Some(out) = &args.output {
+        rec.dump(out).with_context(|| format!("writing {}", out.display()))?;
+    }
+    let final_report = rec.stop_with_report().context("stopping the recording")?;
+
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "Recorded {} requests on {} threads in {} s.", report.requests, args.threads, args.seconds)?;
+    if let Some(s) = &final_report.sampler {
+        writeln!(
+            out,
+            "CPU samples: {} taken, {} written, {} lost; events lost: {}.",
+            s.taken, final_report.stats.samples_written, s.lost, final_report.stats.events_lost
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "Repository: {}", repository.display())?;
+    if let Some(o) = &args.output {
+        writeln!(out, "Recording:  {}", o.display())?;
+    }
+    out.flush()?;
+    drop(out);
+    crate::commands::summary::run(&SummaryConfig { path: repository.clone(), json: false })?;
+    print_top(&repository, args.top)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out)?;
+    writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
+    writeln!(out, "      jfr summary {}", args.output.as_ref().unwrap_or(&repository).display())?;
+    Ok(crate::Outcome::Clean)
+}
+
+/// The hottest functions of the recording's CPU samples: self (innermost frame) and total (anywhere
+/// in the stack) shares.
+fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
+    let source = source::load(path)?;
+    let mut self_counts: HashMap<String, u64> = HashMap::new();
+    let mut total_counts: HashMap<String, u64> = HashMap::new();
+    let mut samples = 0u64;
+    for sc in &source.chunks {
+        let chunk = &sc.chunk;
+        let Some(class) = chunk.metadata().class_by_name("jdk.ExecutionSample") else { continue };
+        let Some(stack_index) = class.field_index("stackTrace") else { continue };
+        let mut names_by_stack: HashMap<u64, Vec<String>> = HashMap::new();
+        for event in chunk.events() {
+            let Ok(event) = event else { break };
+            if event.type_id != class.id {
+                continue;
+            }
+            let Some(Value::Ref { key, .. }) = event.values.get(stack_index) else { continue };
+            if !names_by_stack.contains_key(key) {
+                let frames = match chunk.stack_trace_info(&event.values[stack_index]) {
+                    Ok(Some(trace)) => trace.frames.iter().map(|f| f.qualified_name()).collect(),
+                    _ => Vec::new(),
+                };
+                names_by_stack.insert(*key, frames);
+            }
+            let names = &names_by_stack[key];
+            let Some(first) = names.first() else { continue };
+            samples += 1;
+            *self_counts.entry(first.clone()).or_default() += 1;
+            let mut seen = HashSet::new();
+            for n in names {
+                if seen.insert(n) {
+                    *total_counts.entry(n.clone()).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out)?;
+    if samples == 0 {
+        writeln!(out, "No CPU samples were recorded.")?;
+        return Ok(());
+    }
+    writeln!(out, "Hottest functions ({samples} CPU samples)")?;
+    writeln!(out, "{:>7} {:>7}  function", "self", "total")?;
+    let mut rows: Vec<(&String, &u64)> = self_counts.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (name, count) in rows.into_iter().take(top) {
+        let total = total_counts.get(name).copied().unwrap_or(0);
+        let pct = |n: u64| 100.0 * n as f64 / samples as f64;
+        writeln!(out, "{:>6.1}% {:>6.1}%  {name}", pct(*count), pct(total))?;
+    }
+    Ok(())
+}
