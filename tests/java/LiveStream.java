@@ -4,7 +4,7 @@ import jdk.jfr.consumer.EventStream;
 
 /**
  * Follows a recorder repository with the JDK's own streaming reader and prints one line per event
- * of the given type ("EVENT <seq> <stackDepth> <topFrame>"), per flush ("FLUSH") and at the end
+ * of the given type ("EVENT <seq> <stackDepth> <topFrame> <thread> <frame,frame,...>"), per flush ("FLUSH") and at the end
  * ("CLOSED"). Usage: java LiveStream.java DIR EVENT_TYPE [SEQ_FIELD]
  */
 public class LiveStream {
@@ -20,7 +20,14 @@ public class LiveStream {
                 int depth = st == null ? 0 : st.getFrames().size();
                 String top = depth == 0 ? "-" : st.getFrames().get(0).getMethod().getName();
                 String thread = e.getThread() == null ? (e.hasField("sampledThread") && e.getValue("sampledThread") != null ? "sampled" : "-") : e.getThread().getJavaName();
-                System.out.println("EVENT " + seq + " " + depth + " " + top.replace(' ', '_') + " " + thread);
+                StringBuilder frames = new StringBuilder();
+                if (st != null) {
+                    for (var f : st.getFrames()) {
+                        if (frames.length() > 0) frames.append(',');
+                        frames.append(f.getMethod().getName().replace(' ', '_').replace(',', '_'));
+                    }
+                }
+                System.out.println("EVENT " + seq + " " + depth + " " + top.replace(' ', '_') + " " + thread.replace(' ', '_') + " " + frames);
                 System.out.flush();
             });
             es.onFlush(() -> { System.out.println("FLUSH"); System.out.flush(); });
