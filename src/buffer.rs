@@ -30,6 +30,10 @@ pub struct EventBuffer {
     retired: AtomicBool,
     /// OS thread id of the owner (diagnostics).
     tid: u32,
+    /// Under loom only: one checked cell per payload byte, written and read alongside the real
+    /// bytes, so the models see every unordered access to the payload (I12 / E2).
+    #[cfg(loom)]
+    shadow: Box<[crate::sync::UnsafeCell<u8>]>,
 }
 
 // SAFETY: the raw payload is shared by exactly one writer (the owner, above `committed`) and
@@ -68,6 +72,8 @@ impl EventBuffer {
             flushed: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
             tid,
+            #[cfg(loom)]
+            shadow: (0..capacity).map(|_| crate::sync::UnsafeCell::new(0)).collect(),
         }
     }
 
@@ -94,6 +100,11 @@ impl EventBuffer {
         // SAFETY: [at, at + len) is inside the allocation (checked above) and at or above
         // `committed`, which only this owner writes and no reader touches (E2).
         unsafe { copy_record(records, self.ptr.add(at)) };
+        #[cfg(loom)]
+        for (i, &b) in records.iter().enumerate() {
+            // SAFETY: loom checks this access; the cell is only written here (by the owner).
+            self.shadow[at + i].with_mut(|p| unsafe { *p = b });
+        }
         // Release: publishes the bytes copied above; pairs with the Acquire load of `committed` in
         // `EventBuffer::drain` (L holder).
         self.committed.store(at + records.len(), Ordering::Release);
@@ -129,6 +140,11 @@ impl EventBuffer {
         // SAFETY: [start, end) was published by the owner (Acquire above) and is never written
         // again (E2); the slice covers only that range (I12: no reference to the whole payload).
         let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) };
+        #[cfg(loom)]
+        for (i, &b) in bytes.iter().enumerate() {
+            // SAFETY: loom checks this access against the owner's write in `append`.
+            self.shadow[start + i].with(|p| assert_eq!(unsafe { *p }, b, "payload byte {} torn", start + i));
+        }
         f(bytes);
         // Relaxed: serialized by L (E3).
         self.flushed.store(end, Ordering::Relaxed);

@@ -30,34 +30,51 @@
 #![warn(missing_docs)]
 
 mod buffer;
+#[cfg(not(loom))]
 mod builtin;
 #[allow(unsafe_code)]
 pub mod clock;
+#[cfg(not(loom))]
 mod commit;
+#[cfg(not(loom))]
 pub mod demo;
+#[cfg(not(loom))]
 mod event;
+#[cfg(not(loom))]
 mod fork;
+#[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod metadata_registry;
+#[cfg(not(loom))]
 mod recorder;
+#[cfg(not(loom))]
 mod repository;
 #[allow(unsafe_code)]
 pub mod sampler;
 mod stack;
+#[cfg(not(loom))]
 pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
+#[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod thread;
+#[cfg(not(loom))]
 mod unwind;
 
+#[cfg(not(loom))]
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
+#[cfg(not(loom))]
 pub use metadata_registry::{EventSettings, TypeRegistry};
+#[cfg(not(loom))]
 pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
+#[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 
+#[cfg(not(loom))]
 #[doc(hidden)]
 pub use event::__field;
+#[cfg(not(loom))]
 #[doc(hidden)]
 pub use jfr_format as __jfr;
 
@@ -65,5 +82,7 @@ pub use jfr_format as __jfr;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::buffer::EventBuffer;
     pub use crate::sampler::buffer;
+    pub use crate::stack::{StackKey, StackTable};
 }

@@ -73,7 +73,7 @@ impl StackKey {
 impl StackTable {
     /// A table of `capacity` nodes (rounded up to a power of two, at least 1024).
     pub fn new(capacity: usize) -> StackTable {
-        let capacity = capacity.max(1024).next_power_of_two();
+        let capacity = capacity.max(if cfg!(loom) { 8 } else { 1024 }).next_power_of_two();
         let nodes = (0..capacity)
             .map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) })
             .collect::<Vec<_>>()
