@@ -777,6 +777,7 @@ struct State {
     /// Samples written into the chunk since the last publish, per thread (lost if that fails).
     segment_samples: HashMap<u32, u64>,
     reported_unattributed: u64,
+    chunk_names: repository::ChunkNames,
     samples_since_rate: u64,
     rate_since: Option<Instant>,
 }
@@ -836,6 +837,7 @@ impl State {
             sample_stacks: HashSet::new(),
             segment_samples: HashMap::new(),
             reported_unattributed: 0,
+            chunk_names: repository::ChunkNames::default(),
             samples_since_rate: 0,
             rate_since: None,
         }
@@ -1036,7 +1038,7 @@ impl State {
 
         // 6. Write and publish.
         let duration = now_ticks - chunk.start.ticks;
-        match publish(chunk, &self.dir, duration) {
+        match publish(chunk, &self.dir, &mut self.chunk_names, duration) {
             Ok(()) => {
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
@@ -1521,7 +1523,7 @@ impl State {
         let file = match chunk.file.as_mut() {
             Some(f) => f,
             None => {
-                chunk.file = Some(ChunkFile::create(&self.dir, chunk.start.epoch_nanos)?);
+                chunk.file = Some(ChunkFile::create(&self.dir, chunk.start.epoch_nanos, &mut self.chunk_names)?);
                 chunk.file.as_mut().expect("just set")
             }
         };
@@ -1598,13 +1600,13 @@ fn write_sample(
 }
 
 /// Writes the live chunk's pending bytes and publishes its header.
-fn publish(chunk: &mut LiveChunk, dir: &Path, duration: i64) -> io::Result<()> {
+fn publish(chunk: &mut LiveChunk, dir: &Path, names: &mut repository::ChunkNames, duration: i64) -> io::Result<()> {
     let Some(header) = chunk.writer.publish(duration) else {
         return Ok(());
     };
     let (offset, bytes) = chunk.writer.take_pending();
     if chunk.file.is_none() {
-        chunk.file = Some(ChunkFile::create(dir, chunk.start.epoch_nanos)?);
+        chunk.file = Some(ChunkFile::create(dir, chunk.start.epoch_nanos, names)?);
     }
     let file = chunk.file.as_mut().expect("just created");
     file.write_at(offset, &bytes)?;
