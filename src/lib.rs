@@ -34,6 +34,7 @@ mod builtin;
 #[allow(unsafe_code)]
 pub mod clock;
 mod commit;
+pub mod consumer;
 pub mod demo;
 mod event;
 mod fork;

@@ -1,0 +1,398 @@
+//! The streaming consumer against live and finished recordings of this process, single files and
+//! corrupt input.
+
+use recorder::consumer::{ConsumedEvent, ConsumerError, EventStream, StartAt};
+use recorder::{clock, Event, Recorder};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+recorder::event! {
+    /// A numbered event.
+    #[event(name = "test.Seq", label = "Sequence", category = ["Test"])]
+    pub struct Seq {
+        #[field(label = "Sequence")]
+        pub seq: u64,
+        pub note: String,
+    }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One recording per process at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    seq: u64,
+    frames: usize,
+    thread: String,
+    note: String,
+    tick: i64,
+    start_nanos: i64,
+    chunk_start: i64,
+}
+
+fn seen(ev: &ConsumedEvent) -> Seen {
+    Seen {
+        seq: ev.field_i64("seq").expect("seq") as u64,
+        frames: ev.stack_trace().map_or(0, |s| s.frames.len()),
+        thread: ev.thread().map(|t| t.name().to_owned()).unwrap_or_default(),
+        note: ev.field_str("note").unwrap_or_default().to_owned(),
+        tick: clock::ticks(),
+        start_nanos: ev.start_nanos(),
+        chunk_start: ev.chunk_start_nanos(),
+    }
+}
+
+fn chunk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jfr"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn assert_sequence(seqs: &[u64], n: u64, what: &str) {
+    assert_eq!(seqs.len() as u64, n, "{what}: expected {n} events, got {}", seqs.len());
+    for (i, &s) in seqs.iter().enumerate() {
+        assert_eq!(s, i as u64, "{what}: event {i} out of order or duplicated");
+    }
+}
+
+#[test]
+fn live_recording_across_rotations_every_event_once_in_order_with_latency() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path())
+        .flush_interval(Duration::from_millis(50))
+        .max_chunk_size(64 * 1024)
+        .max_chunk_age(Duration::from_millis(700))
+        .max_size(1 << 30)
+        .start()
+        .unwrap();
+    let dir = rec.repository_dir().to_owned();
+
+    // Callback form on a background thread.
+    let events: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let closed = Arc::new(AtomicBool::new(false));
+    let flushes = Arc::new(AtomicU64::new(0));
+    let mut stream = recorder::consumer::open_recording(&dir).unwrap();
+    stream.poll_interval(Duration::from_millis(10));
+    {
+        let events = Arc::clone(&events);
+        stream.on_event("test.Seq", move |ev| events.lock().unwrap().push(seen(ev)));
+        let errors = Arc::clone(&errors);
+        stream.on_error(move |e| errors.lock().unwrap().push(e.to_string()));
+        let closed = Arc::clone(&closed);
+        stream.on_close(move || closed.store(true, Ordering::SeqCst));
+        let flushes = Arc::clone(&flushes);
+        stream.on_flush(move || {
+            flushes.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    let handle = stream.start().unwrap();
+
+    // Iterator form on another thread, opened on the base directory (picks the recording dir).
+    let iter_stream = EventStream::open_repository(base.path()).unwrap();
+    let iter_thread = std::thread::spawn(move || {
+        let mut seqs = Vec::new();
+        let mut errs = Vec::new();
+        for ev in iter_stream.iter() {
+            match ev {
+                Ok(ev) if ev.type_name() == "test.Seq" => seqs.push(ev.field_i64("seq").unwrap() as u64),
+                Ok(_) => {}
+                Err(e) => errs.push(e.to_string()),
+            }
+        }
+        (seqs, errs)
+    });
+
+    const ROUNDS: u64 = 300;
+    const PER_ROUND: u64 = 100;
+    let note = "x".repeat(40);
+    let mut flush_ticks: HashMap<u64, i64> = HashMap::new();
+    let mut seen_while_running = 0;
+    for round in 0..ROUNDS {
+        for i in 0..PER_ROUND {
+            Seq { seq: round * PER_ROUND + i, note: note.clone() }.commit();
+        }
+        rec.flush();
+        flush_ticks.insert(round * PER_ROUND + PER_ROUND - 1, clock::ticks());
+        std::thread::sleep(Duration::from_millis(3 + round % 7));
+        if round == ROUNDS / 2 {
+            seen_while_running = events.lock().unwrap().len();
+        }
+    }
+    let total = ROUNDS * PER_ROUND;
+    // The consumer keeps up while the recording runs.
+    assert!(seen_while_running > 0, "the consumer saw nothing while the recording ran");
+    let caught_up = wait_until(Duration::from_secs(5), || events.lock().unwrap().len() as u64 == total);
+    assert!(caught_up, "consumer has {} of {total} events before stop", events.lock().unwrap().len());
+    assert!(!closed.load(Ordering::SeqCst), "stream closed before the recording stopped");
+    rec.stop().unwrap();
+    // The final flag ends both streams by themselves.
+    assert!(wait_until(Duration::from_secs(5), || handle.is_finished()), "stream did not end after stop");
+    handle.join();
+    assert!(closed.load(Ordering::SeqCst), "on_close not called");
+    let (iter_seqs, iter_errs) = iter_thread.join().unwrap();
+
+    let chunks = chunk_files(&dir);
+    assert!(chunks.len() >= 3, "expected rotations, got {} chunks", chunks.len());
+    let errors = errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "errors: {errors:?}");
+    assert!(iter_errs.is_empty(), "iterator errors: {iter_errs:?}");
+    let events = events.lock().unwrap().clone();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_sequence(&seqs, total, "callback stream");
+    assert_sequence(&iter_seqs, total, "iterator stream");
+    let chunk_starts: std::collections::BTreeSet<i64> = events.iter().map(|e| e.chunk_start).collect();
+    assert!(chunk_starts.len() >= 3, "events came from {} chunks", chunk_starts.len());
+    for e in &events {
+        assert!(e.frames > 0, "event {} has no stack frames", e.seq);
+        assert!(!e.thread.is_empty(), "event {} has no thread", e.seq);
+        assert_eq!(e.note, note);
+        // (An event committed just before a rotation may land in the next chunk: no check of
+        // start_nanos against chunk_start.)
+        assert!(e.start_nanos > 0);
+    }
+    assert!(flushes.load(Ordering::Relaxed) >= ROUNDS, "on_flush ran {} times", flushes.load(Ordering::Relaxed));
+
+    // Flush-to-consumer latency: producer tick right after `flush()` returned, consumer tick when
+    // the callback got the round's last event. Negative = the flusher thread published it first.
+    let mut lat: Vec<i64> = events.iter().filter_map(|e| flush_ticks.get(&e.seq).map(|&t| e.tick - t)).collect();
+    lat.sort_unstable();
+    let ms = |ns: i64| ns as f64 / 1e6;
+    eprintln!(
+        "flush-to-consumer latency over {} flushes (poll 10 ms): min {:.2} ms, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        ms(lat[0]),
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.9)),
+        ms(percentile(&lat, 0.99)),
+        ms(*lat.last().unwrap())
+    );
+    assert_eq!(lat.len() as u64, ROUNDS);
+    assert!(*lat.last().unwrap() < 5_000_000_000, "a flush took more than 5 s to reach the consumer");
+
+    // (c) The finished repository, from the beginning, through the base directory.
+    let mut all = Vec::new();
+    for ev in EventStream::open_repository(base.path()).unwrap().iter() {
+        let ev = ev.unwrap();
+        if ev.type_name() == "test.Seq" {
+            assert!(ev.stack_trace().is_some_and(|s| !s.frames.is_empty()));
+            all.push(ev.field_i64("seq").unwrap() as u64);
+        }
+    }
+    assert_sequence(&all, total, "finished repository");
+}
+
+#[test]
+fn start_at_now_skips_what_was_published_before() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).flush_interval(Duration::from_millis(20)).start().unwrap();
+    for seq in 0..100 {
+        Seq { seq, note: String::new() }.commit();
+    }
+    rec.flush();
+    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let mut stream = EventStream::open_repository(rec.repository_dir()).unwrap();
+    stream.start_at(StartAt::Now);
+    let g = Arc::clone(&got);
+    stream.on_event("test.Seq", move |ev| g.lock().unwrap().push(ev.field_i64("seq").unwrap() as u64));
+    let handle = stream.start().unwrap();
+    // Give the stream time to open the chunk before the new events are published.
+    std::thread::sleep(Duration::from_millis(100));
+    for seq in 100..200 {
+        Seq { seq, note: String::new() }.commit();
+    }
+    rec.flush();
+    assert!(wait_until(Duration::from_secs(5), || got.lock().unwrap().len() >= 100));
+    // close() ends a live stream.
+    handle.close();
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got, (100..200).collect::<Vec<u64>>());
+    rec.stop().unwrap();
+}
+
+fn record_a_dump(dir: &Path, n: u64) -> PathBuf {
+    let rec = Recorder::builder().repository(dir.join("repo")).start().unwrap();
+    for seq in 0..n {
+        Seq { seq, note: format!("n{seq}") }.commit();
+    }
+    let file = dir.join("dump.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    file
+}
+
+/// `strict`: check each event's thread, stack and note (only for undamaged files).
+fn consume_file(path: &Path, strict: bool) -> (Vec<u64>, Vec<ConsumerError>) {
+    let mut seqs = Vec::new();
+    let mut errs = Vec::new();
+    for ev in EventStream::open_file(path).unwrap().iter() {
+        match ev {
+            Ok(ev) if ev.type_name() == "test.Seq" && !strict => {
+                seqs.push(ev.field_i64("seq").unwrap_or(-1) as u64);
+            }
+            Ok(ev) if ev.type_name() == "test.Seq" => {
+                assert!(ev.thread().is_some());
+                assert!(ev.stack_trace().is_some_and(|s| !s.frames.is_empty()));
+                assert_eq!(ev.field_str("note").unwrap(), format!("n{}", ev.field_i64("seq").unwrap()));
+                seqs.push(ev.field_i64("seq").unwrap() as u64);
+            }
+            Ok(_) => {}
+            Err(e) => errs.push(e),
+        }
+    }
+    (seqs, errs)
+}
+
+#[test]
+fn single_file_and_corrupt_files() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = record_a_dump(dir.path(), 500);
+    let (seqs, errs) = consume_file(&file, true);
+    assert!(errs.is_empty(), "{errs:?}");
+    assert_sequence(&seqs, 500, "dump file");
+
+    // `open` on a file, callback form: run() returns at the end of the file and calls on_close.
+    let count = Arc::new(AtomicU64::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
+    let mut stream = EventStream::open(&file).unwrap();
+    let c = Arc::clone(&count);
+    stream.on_any_event(move |_| {
+        c.fetch_add(1, Ordering::Relaxed);
+    });
+    let cl = Arc::clone(&closed);
+    stream.on_close(move || cl.store(true, Ordering::SeqCst));
+    stream.run();
+    assert!(count.load(Ordering::Relaxed) >= 500);
+    assert!(closed.load(Ordering::SeqCst));
+
+    // Garbage: an error, no panic, the stream ends.
+    let garbage = dir.path().join("garbage.jfr");
+    std::fs::write(&garbage, vec![0x5a; 1000]).unwrap();
+    let (seqs, errs) = consume_file(&garbage, false);
+    assert!(seqs.is_empty());
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    eprintln!("garbage: {}", errs[0]);
+
+    // Truncated in the middle.
+    let bytes = std::fs::read(&file).unwrap();
+    let cut = dir.path().join("cut.jfr");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let (_, errs) = consume_file(&cut, false);
+    assert!(!errs.is_empty(), "a truncated file gave no error");
+
+    // Bytes overwritten in every possible place: never a panic, and an error or fewer events.
+    let mut damaged = 0;
+    let step = (bytes.len() / 97).max(1);
+    for at in (0..bytes.len()).step_by(step) {
+        let mut b = bytes.clone();
+        for x in b.iter_mut().skip(at).take(16) {
+            *x = 0xff;
+        }
+        let path = dir.path().join("damaged.jfr");
+        std::fs::write(&path, &b).unwrap();
+        let (seqs, errs) = consume_file(&path, false);
+        if !errs.is_empty() || seqs.len() < 500 {
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+
+    // A missing path is an error at open.
+    assert!(EventStream::open_file(dir.path().join("nope.jfr")).is_err());
+    assert!(EventStream::open_repository(dir.path().join("nope")).is_err());
+}
+
+#[test]
+fn corrupt_chunk_in_a_repository_is_reported_and_skipped() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path())
+        .flush_interval(Duration::from_millis(20))
+        .max_chunk_size(64 * 1024)
+        .max_size(1 << 30)
+        .start()
+        .unwrap();
+    let dir = rec.repository_dir().to_owned();
+    let mut seq = 0;
+    while chunk_files(&dir).len() < 4 {
+        for _ in 0..500 {
+            Seq { seq, note: format!("n{seq}") }.commit();
+            seq += 1;
+        }
+        rec.flush();
+    }
+    rec.stop().unwrap();
+    let chunks = chunk_files(&dir);
+    // Damage the second chunk's records (not its header).
+    let victim = &chunks[1];
+    let mut b = std::fs::read(victim).unwrap();
+    let mid = b.len() / 2;
+    for x in &mut b[mid..mid + 64] {
+        *x = 0xff;
+    }
+    std::fs::write(victim, &b).unwrap();
+    // And add a file that is not a chunk at all.
+    std::fs::write(dir.join("zz_not_a_chunk.jfr"), vec![1u8; 200]).unwrap();
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let mut seqs = Vec::new();
+        let mut errs = Vec::new();
+        for ev in EventStream::open_repository(&dir).unwrap().iter() {
+            match ev {
+                Ok(ev) if ev.type_name() == "test.Seq" => seqs.push(ev.field_i64("seq").unwrap() as u64),
+                Ok(_) => {}
+                Err(e) => errs.push(e.to_string()),
+            }
+        }
+        let _ = tx.send(());
+        (seqs, errs)
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("the stream did not end after the final chunk");
+    let (seqs, errs) = worker.join().unwrap();
+    eprintln!("errors: {errs:#?}");
+    assert!(errs.iter().any(|e| e.contains("zz_not_a_chunk")), "the non-chunk file was not reported");
+    assert!(
+        errs.iter().any(|e| e.contains(victim.file_name().unwrap().to_str().unwrap())),
+        "the damaged chunk was not reported"
+    );
+    // Everything from the other chunks arrived, in order; the last event is there.
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "out of order");
+    assert_eq!(seqs.last().copied(), Some(seq - 1));
+    assert!((seqs.len() as u64) < seq, "the damaged chunk's events cannot all be there");
+}
