@@ -48,6 +48,8 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Wait after finding a header with the guard byte set (the JDK's `pollWait`).
 const LOCKED_RETRY: Duration = Duration::from_millis(1);
+/// Attempts to open a chunk that is not ready before a non-following stream skips it.
+const NOT_READY_LIMIT: u32 = 1000;
 
 /// Where a stream starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -231,6 +233,13 @@ struct Handlers {
     close: Vec<PlainFn>,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    poll: Duration,
+    start: StartAt,
+    follow: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Repository,
@@ -242,8 +251,7 @@ enum Mode {
 pub struct EventStream {
     path: PathBuf,
     mode: Mode,
-    poll: Duration,
-    start: StartAt,
+    config: Config,
     handlers: Handlers,
     closed: Arc<AtomicBool>,
 }
@@ -253,8 +261,7 @@ impl fmt::Debug for EventStream {
         f.debug_struct("EventStream")
             .field("path", &self.path)
             .field("mode", &self.mode)
-            .field("poll", &self.poll)
-            .field("start", &self.start)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
@@ -301,8 +308,7 @@ impl EventStream {
         EventStream {
             path,
             mode,
-            poll: DEFAULT_POLL_INTERVAL,
-            start: StartAt::Beginning,
+            config: Config { poll: DEFAULT_POLL_INTERVAL, start: StartAt::Beginning, follow: true },
             handlers: Handlers::default(),
             closed: Arc::new(AtomicBool::new(false)),
         }
@@ -311,13 +317,21 @@ impl EventStream {
     /// How often a live chunk's header and the directory are looked at (default 10 ms, at least
     /// 1 ms).
     pub fn poll_interval(&mut self, interval: Duration) -> &mut Self {
-        self.poll = interval.max(Duration::from_millis(1));
+        self.config.poll = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// `true` (the default): wait for new data and chunks until the recording ends (a chunk with
+    /// the final flag). `false`: read what is on disk now and end, e.g. for a repository whose
+    /// process died without finishing its last chunk.
+    pub fn follow(&mut self, follow: bool) -> &mut Self {
+        self.config.follow = follow;
         self
     }
 
     /// Where to start (default [`StartAt::Beginning`]). Ignored for files.
     pub fn start_at(&mut self, start: StartAt) -> &mut Self {
-        self.start = start;
+        self.config.start = start;
         self
     }
 
@@ -361,8 +375,8 @@ impl EventStream {
     /// Reads and dispatches until the stream ends (final chunk, end of file) or is closed; blocks
     /// while the recording is live. Then calls the `on_close` callbacks.
     pub fn run(self) {
-        let EventStream { path, mode, poll, start, mut handlers, closed } = self;
-        let mut follower = Follower::new(path, mode, poll, start, closed);
+        let EventStream { path, mode, config, mut handlers, closed } = self;
+        let mut follower = Follower::new(path, mode, config, closed);
         let wants_all = !handlers.any.is_empty();
         let typed: HashSet<String> = handlers.by_type.keys().cloned().collect();
         let want = |name: &str| wants_all || typed.contains(name);
@@ -405,10 +419,7 @@ impl EventStream {
     /// The events as an iterator, blocking while the recording is live. Problems come as `Err`
     /// items and reading goes on; callbacks registered on the stream are not called.
     pub fn iter(self) -> EventIter {
-        EventIter {
-            closer: self.closer(),
-            follower: Follower::new(self.path, self.mode, self.poll, self.start, self.closed),
-        }
+        EventIter { closer: self.closer(), follower: Follower::new(self.path, self.mode, self.config, self.closed) }
     }
 }
 
@@ -656,8 +667,7 @@ impl Resolver {
 struct Follower {
     root: PathBuf,
     mode: Mode,
-    poll: Duration,
-    start: StartAt,
+    config: Config,
     closed: Arc<AtomicBool>,
     /// The chunk directory, once a chunk was found in it.
     chunk_dir: Option<PathBuf>,
@@ -667,18 +677,19 @@ struct Follower {
     reported: HashSet<PathBuf>,
     /// File mode: the whole file and where the next chunk starts.
     file_data: Option<(Bytes, usize)>,
+    /// Consecutive attempts to open a chunk that was not ready.
+    not_ready: u32,
     /// Problems found by a directory scan, delivered before anything else.
     pending: VecDeque<ConsumerError>,
     done: bool,
 }
 
 impl Follower {
-    fn new(root: PathBuf, mode: Mode, poll: Duration, start: StartAt, closed: Arc<AtomicBool>) -> Follower {
+    fn new(root: PathBuf, mode: Mode, config: Config, closed: Arc<AtomicBool>) -> Follower {
         Follower {
             root,
             mode,
-            poll,
-            start,
+            config,
             closed,
             chunk_dir: None,
             current: None,
@@ -686,6 +697,7 @@ impl Follower {
             reported: HashSet::new(),
             file_data: None,
             pending: VecDeque::new(),
+            not_ready: 0,
             done: false,
         }
     }
@@ -720,10 +732,10 @@ impl Follower {
                 match self.open_next() {
                     Ok(true) => continue,
                     Ok(false) => {
-                        if self.mode == Mode::File {
+                        if self.mode == Mode::File || !self.config.follow {
                             self.done = true;
                         } else {
-                            self.sleep(self.poll);
+                            self.sleep(self.config.poll);
                         }
                         continue;
                     }
@@ -766,7 +778,13 @@ impl Follower {
                     }
                     match refresh(cur) {
                         Ok(Some(true)) => continue,
-                        Ok(Some(false)) => self.sleep(self.poll),
+                        Ok(Some(false)) if !self.config.follow => {
+                            // Not following: an unfinished chunk ends here; a newer chunk, if
+                            // any, comes next.
+                            self.after = After::Skip(header.start_nanos);
+                            self.current = None;
+                        }
+                        Ok(Some(false)) => self.sleep(self.config.poll),
                         Ok(None) => self.sleep(LOCKED_RETRY),
                         Err(e) => {
                             self.abandon();
@@ -789,7 +807,8 @@ impl Follower {
         }
     }
 
-    /// Opens the next chunk: `Ok(true)` if one is current now, `Ok(false)` if none is there yet.
+    /// Opens the next chunk: `Ok(true)` if one is current now or the caller should try again at
+    /// once, `Ok(false)` if none is there yet.
     fn open_next(&mut self) -> Result<bool, ConsumerError> {
         match self.mode {
             Mode::File => self.open_next_in_file(),
@@ -838,7 +857,7 @@ impl Follower {
         };
         let chunks = self.scan(&dir);
         let candidate = match self.after {
-            After::Nothing => match self.start {
+            After::Nothing => match self.config.start {
                 StartAt::Beginning => chunks.iter().next(),
                 StartAt::Now => chunks.iter().next_back(),
             },
@@ -855,7 +874,7 @@ impl Follower {
         let file = match File::open(&path) {
             Ok(f) => f,
             // Removed by retention between the scan and now: scan again.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
             Err(e) => {
                 self.after = After::Skip(start_nanos);
                 return Err(io_err(&path, e));
@@ -863,7 +882,7 @@ impl Follower {
         };
         let data = match read_snapshot(&file, None) {
             Ok(Some(d)) => d,
-            Ok(None) => return Ok(false),
+            Ok(None) => return self.not_ready(start_nanos, &path, "its header stays locked"),
             Err(e) => {
                 self.after = After::Skip(start_nanos);
                 return Err(io_err(&path, e));
@@ -871,19 +890,38 @@ impl Follower {
         };
         let chunk = match Chunk::parse(data, 0) {
             Ok(c) => c,
-            Err(jfr_format::Error::HeaderLocked { .. } | jfr_format::Error::NoMetadata { .. }) => {
-                return Ok(false);
+            Err(jfr_format::Error::HeaderLocked { .. }) => {
+                return self.not_ready(start_nanos, &path, "its header stays locked")
+            }
+            Err(jfr_format::Error::NoMetadata { .. }) => {
+                return self.not_ready(start_nanos, &path, "nothing was published in it")
             }
             Err(e) => {
                 self.after = After::Skip(start_nanos);
                 return Err(format_err(&path, e));
             }
         };
-        let pos = match (self.after, self.start) {
+        let pos = match (self.after, self.config.start) {
             (After::Nothing, StartAt::Now) => chunk.size(),
             _ => HEADER_SIZE as u64,
         };
         self.current = Some(Current { path, file: Some(file), pos, cache: Resolver::new(&chunk), chunk });
+        self.not_ready = 0;
+        Ok(true)
+    }
+
+    /// A chunk that cannot be read yet (header locked, no metadata published): retried without
+    /// limit while following, and given up after about a second (as the JDK's file mode does)
+    /// when not.
+    fn not_ready(&mut self, start_nanos: i64, path: &Path, why: &str) -> Result<bool, ConsumerError> {
+        self.not_ready += 1;
+        if !self.config.follow && self.not_ready > NOT_READY_LIMIT {
+            self.not_ready = 0;
+            self.after = After::Skip(start_nanos);
+            return Err(io_err(path, io::Error::other(format!("skipped: {why}"))));
+        }
+        self.sleep(LOCKED_RETRY);
+        // Not "nothing there": the caller must not end a non-following stream.
         Ok(true)
     }
 

@@ -396,3 +396,50 @@ fn corrupt_chunk_in_a_repository_is_reported_and_skipped() {
     assert_eq!(seqs.last().copied(), Some(seq - 1));
     assert!((seqs.len() as u64) < seq, "the damaged chunk's events cannot all be there");
 }
+
+#[test]
+fn not_following_reads_an_unfinished_repository_and_ends() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path().join("repo"))
+        .flush_interval(Duration::from_millis(20))
+        .max_chunk_size(64 * 1024)
+        .max_size(1 << 30)
+        .start()
+        .unwrap();
+    const N: u64 = 5000;
+    for seq in 0..N {
+        Seq { seq, note: format!("n{seq}") }.commit();
+    }
+    rec.flush();
+    // A copy taken while the recording runs: its newest chunk is unfinished, as after a crash.
+    let copy = base.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in chunk_files(rec.repository_dir()) {
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    rec.stop().unwrap();
+    let unfinished = chunk_files(&copy)
+        .iter()
+        .filter(|f| jfr_format::ChunkHeader::parse(&std::fs::read(f).unwrap(), 0).unwrap().state != 0)
+        .count();
+    assert_eq!(unfinished, 1, "the copy should hold exactly one unfinished chunk");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let mut stream = EventStream::open_repository(&copy).unwrap();
+        stream.follow(false);
+        let mut seqs = Vec::new();
+        for ev in stream.iter() {
+            let ev = ev.unwrap();
+            if ev.type_name() == "test.Seq" {
+                seqs.push(ev.field_i64("seq").unwrap() as u64);
+            }
+        }
+        let _ = tx.send(());
+        seqs
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("a non-following stream did not end");
+    let seqs = worker.join().unwrap();
+    assert_sequence(&seqs, N, "unfinished copy");
+}
