@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirEntryExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -677,6 +677,8 @@ struct Follower {
     reported: HashSet<PathBuf>,
     /// File mode: the whole file and where the next chunk starts.
     file_data: Option<(Bytes, usize)>,
+    /// Start times of the chunk files seen by the last scan.
+    starts: HashMap<(PathBuf, u64), i64>,
     /// Consecutive attempts to open a chunk that was not ready.
     not_ready: u32,
     /// Problems found by a directory scan, delivered before anything else.
@@ -698,6 +700,7 @@ impl Follower {
             file_data: None,
             pending: VecDeque::new(),
             not_ready: 0,
+            starts: HashMap::new(),
             done: false,
         }
     }
@@ -961,17 +964,28 @@ impl Follower {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return out;
         };
+        // A chunk's start time never changes: headers are read once per file (by name and inode),
+        // so a scan of a large repository costs one readdir.
+        let mut starts = HashMap::with_capacity(self.starts.len());
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_none_or(|e| e != "jfr") {
                 continue;
             }
+            let key = (path, entry.ino());
+            if let Some(&start) = self.starts.get(&key) {
+                starts.insert(key.clone(), start);
+                out.entry(start).or_insert(key.0);
+                continue;
+            }
+            let path = key.0.clone();
             let Ok(file) = File::open(&path) else {
                 continue;
             };
             match read_header(&file) {
                 Ok(Some(bytes)) => match ChunkHeader::parse(&bytes, 0) {
                     Ok(h) => {
+                        starts.insert(key, h.start_nanos);
                         // Equal start times collide, as in the JDK; keep the first name.
                         out.entry(h.start_nanos).or_insert(path);
                     }
@@ -985,6 +999,7 @@ impl Follower {
                 Err(_) => {}
             }
         }
+        self.starts = starts;
         out
     }
 }

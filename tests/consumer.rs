@@ -204,13 +204,22 @@ fn live_recording_across_rotations_every_event_once_in_order_with_latency() {
 
     // (c) The finished repository, from the beginning, through the base directory.
     let mut all = Vec::new();
+    let t0 = Instant::now();
+    let mut count = 0u64;
     for ev in EventStream::open_repository(base.path()).unwrap().iter() {
+        count += 1;
         let ev = ev.unwrap();
         if ev.type_name() == "test.Seq" {
             assert!(ev.stack_trace().is_some_and(|s| !s.frames.is_empty()));
             all.push(ev.field_i64("seq").unwrap() as u64);
         }
     }
+    let took = t0.elapsed();
+    eprintln!(
+        "finished repository: {count} events in {:.1} ms ({:.2} µs/event, threads and stacks resolved)",
+        took.as_secs_f64() * 1e3,
+        took.as_secs_f64() * 1e6 / count as f64
+    );
     assert_sequence(&all, total, "finished repository");
 }
 
@@ -442,4 +451,87 @@ fn not_following_reads_an_unfinished_repository_and_ends() {
     rx.recv_timeout(Duration::from_secs(10)).expect("a non-following stream did not end");
     let seqs = worker.join().unwrap();
     assert_sequence(&seqs, N, "unfinished copy");
+}
+
+const PRODUCER_ENV: &str = "RECORDER_CONSUMER_TEST_PRODUCER";
+
+/// Runs only as the child of `another_process_is_followed_live`: records into the base directory
+/// named by the environment, printing `FLUSH <seq> <tick>` after every flush.
+#[test]
+fn child_mode_producer() {
+    let Ok(base) = std::env::var(PRODUCER_ENV) else {
+        return;
+    };
+    let rec = Recorder::builder()
+        .repository(base)
+        .flush_interval(Duration::from_millis(50))
+        .max_chunk_size(64 * 1024)
+        .max_size(1 << 30)
+        .start()
+        .unwrap();
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for round in 0..200u64 {
+        for i in 0..50 {
+            Seq { seq: round * 50 + i, note: "child".into() }.commit();
+        }
+        rec.flush();
+        let tick = clock::ticks();
+        writeln!(out, "FLUSH {} {tick}", round * 50 + 49).unwrap();
+        std::thread::sleep(Duration::from_millis(2 + round % 9));
+    }
+    rec.stop().unwrap();
+}
+
+#[test]
+fn another_process_is_followed_live() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    // Opened before the other process has created its recording directory.
+    let mut stream = EventStream::open_repository(base.path()).unwrap();
+    let got: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let g = Arc::clone(&got);
+    stream.on_event("test.Seq", move |ev| g.lock().unwrap().push(seen(ev)));
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let e = Arc::clone(&errors);
+    stream.on_error(move |err| e.lock().unwrap().push(err.to_string()));
+    let handle = stream.start().unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["child_mode_producer", "--exact", "--nocapture", "--test-threads=1"])
+        .env(PRODUCER_ENV, base.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    // The other process stopped its recording: the final chunk ends the stream.
+    assert!(wait_until(Duration::from_secs(5), || handle.is_finished()), "stream did not end");
+    handle.join();
+    assert!(errors.lock().unwrap().is_empty(), "{:?}", errors.lock().unwrap());
+    let got = got.lock().unwrap().clone();
+    let seqs: Vec<u64> = got.iter().map(|s| s.seq).collect();
+    assert_sequence(&seqs, 200 * 50, "other process");
+    assert!(got.iter().all(|s| s.frames > 0 && !s.thread.is_empty() && s.note == "child"));
+    let flush_ticks: HashMap<u64, i64> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| {
+            // (The harness's "test child_mode_producer ... " shares the first line.)
+            let mut parts = l[l.find("FLUSH ")? + 6..].split(' ');
+            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .collect();
+    let mut lat: Vec<i64> = got.iter().filter_map(|s| flush_ticks.get(&s.seq).map(|&t| s.tick - t)).collect();
+    assert_eq!(lat.len(), 200);
+    lat.sort_unstable();
+    let ms = |ns: i64| ns as f64 / 1e6;
+    eprintln!(
+        "cross-process flush-to-consumer latency over {} flushes (poll 10 ms): min {:.2} ms, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        ms(lat[0]),
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.9)),
+        ms(percentile(&lat, 0.99)),
+        ms(*lat.last().unwrap())
+    );
+    assert!(*lat.last().unwrap() < 5_000_000_000);
 }
