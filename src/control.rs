@@ -19,7 +19,7 @@
 //! reaches the host program. `RECORDER_CONTROL=off` (or `0`) disables it.
 
 use std::fmt;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -187,7 +187,11 @@ fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener
     let path = dir.join(format!("{pid}.sock"));
     match std::fs::symlink_metadata(&path) {
         Ok(meta) if meta.file_type().is_socket() && meta.uid() == uid() => {
-            // A stale socket of an earlier recording with our pid (this process, or a dead one).
+            // A stale socket of an earlier recording with our pid (this process, or a dead one),
+            // unless someone still serves it (a process with our pid in another pid namespace).
+            if UnixStream::connect(&path).is_ok() {
+                return Err(format!("{} is served by another live process", path.display()));
+            }
             std::fs::remove_file(&path).map_err(|e| format!("cannot remove stale {}: {e}", path.display()))?;
         }
         Ok(_) => return Err(format!("{} exists and is not our socket; not replacing it", path.display())),
@@ -296,7 +300,7 @@ fn handle(mut stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Resul
     let cred = peer_cred(&stream)?;
     if cred.uid != uid() {
         // Refused before reading anything from it.
-        let _ = stream.write_all(b"ERR permission denied\n");
+        let _ = send_all(&stream, b"ERR permission denied\n");
         return Ok(());
     }
     let line = match read_line(&stream) {
@@ -319,7 +323,25 @@ fn handle(mut stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Resul
     } else {
         "ERR unknown request (expected DUMP <path> or PING)\n".to_owned()
     };
-    stream.write_all(answer.as_bytes())
+    send_all(&stream, answer.as_bytes())
+}
+
+/// Writes all of `bytes` with `MSG_NOSIGNAL`: a peer that went away must not raise SIGPIPE in the
+/// host (a C host does not ignore it as Rust binaries do).
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe a live slice; the fd is open for the call.
+        let n = unsafe { libc::send(stream.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
 }
 
 /// Why a control request failed.
@@ -486,7 +508,12 @@ fn exchange(pid: u32, request: &str, timeout: Duration) -> Result<String, Contro
     let io_err = |context: &str, e: io::Error| ControlError::Io { context: context.to_owned(), source: e };
     stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| io_err("socket", e))?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| io_err("socket", e))?;
-    (&stream).write_all(request.as_bytes()).map_err(|e| io_err("sending the request", e))?;
+    if let Err(e) = send_all(&stream, request.as_bytes()) {
+        // A refusing process answers and closes before reading: its answer is still to be read.
+        if !matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) {
+            return Err(io_err("sending the request", e));
+        }
+    }
     let answer = match read_line(&stream) {
         Ok(a) => a,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {

@@ -535,3 +535,33 @@ fn another_process_is_followed_live() {
     );
     assert!(*lat.last().unwrap() < 5_000_000_000);
 }
+
+/// Read rate of a large dump (run with `--ignored --nocapture`, in release).
+#[test]
+#[ignore]
+fn bench_read_rate() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path().join("repo")).max_size(1 << 30).start().unwrap();
+    for seq in 0..300_000u64 {
+        Seq { seq, note: "bench".into() }.commit();
+        if seq % 10_000 == 0 {
+            rec.flush();
+        }
+    }
+    let file = dir.path().join("big.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let mut n = 0u64;
+        let mut frames = 0usize;
+        for ev in EventStream::open_file(&file).unwrap().iter() {
+            let ev = ev.unwrap();
+            frames += ev.stack_trace().map_or(0, |s| s.frames.len());
+            n += 1;
+        }
+        let t = t0.elapsed().as_secs_f64();
+        eprintln!("{n} events ({frames} frames) in {:.1} ms: {:.2} µs/event", t * 1e3, t * 1e6 / n as f64);
+    }
+}

@@ -152,6 +152,24 @@ fn planted_sockets_are_refused() {
     rec.dump(base.path().join("direct.jfr")).unwrap();
     rec.stop().unwrap();
     assert_eq!(std::fs::read(&own).unwrap(), b"planted");
+
+    // A socket still served by someone (another process with our pid, in another pid namespace)
+    // is left alone too.
+    std::fs::remove_file(&own).unwrap();
+    let live = std::os::unix::net::UnixListener::bind(&own).unwrap();
+    let ino = || std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(&own).unwrap());
+    let before = ino();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    assert_eq!(ino(), before, "a live socket was replaced");
+    rec.stop().unwrap();
+    assert_eq!(ino(), before, "a live socket was removed");
+    // A stale socket of ours (its process gone) is replaced.
+    drop(live);
+    assert!(own.exists());
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    assert_eq!(control::ping(std::process::id()).unwrap().0, std::process::id());
+    rec.stop().unwrap();
+    assert!(!own.exists());
     std::env::remove_var(control::ENV_DIR);
 }
 
