@@ -677,6 +677,8 @@ struct Follower {
     reported: HashSet<PathBuf>,
     /// File mode: the whole file and where the next chunk starts.
     file_data: Option<(Bytes, usize)>,
+    /// Files left out of scans (headers that stayed locked).
+    ignored: HashSet<PathBuf>,
     /// Start times of the chunk files seen by the last scan.
     starts: HashMap<(PathBuf, u64), i64>,
     /// Consecutive attempts to open a chunk that was not ready.
@@ -701,6 +703,7 @@ impl Follower {
             pending: VecDeque::new(),
             not_ready: 0,
             starts: HashMap::new(),
+            ignored: HashSet::new(),
             done: false,
         }
     }
@@ -780,7 +783,10 @@ impl Follower {
                         continue;
                     }
                     match refresh(cur) {
-                        Ok(Some(true)) => continue,
+                        Ok(Some(true)) => {
+                            self.not_ready = 0;
+                            continue;
+                        }
                         Ok(Some(false)) if !self.config.follow => {
                             // Not following: an unfinished chunk ends here; a newer chunk, if
                             // any, comes next.
@@ -788,7 +794,19 @@ impl Follower {
                             self.current = None;
                         }
                         Ok(Some(false)) => self.sleep(self.config.poll),
-                        Ok(None) => self.sleep(LOCKED_RETRY),
+                        Ok(None) => {
+                            self.not_ready += 1;
+                            if !self.config.follow && self.not_ready > NOT_READY_LIMIT {
+                                // A header left locked by a writer that died: what was read is
+                                // all there is.
+                                self.not_ready = 0;
+                                let path = cur.path.clone();
+                                self.abandon();
+                                let e = io::Error::other("the chunk header stays locked");
+                                return Some(Step::Error(io_err(&path, e)));
+                            }
+                            self.sleep(LOCKED_RETRY);
+                        }
                         Err(e) => {
                             self.abandon();
                             return Some(Step::Error(e));
@@ -858,7 +876,20 @@ impl Follower {
             Some(d) => d.clone(),
             None => self.pick_dir(),
         };
-        let chunks = self.scan(&dir);
+        let (chunks, locked) = self.scan(&dir);
+        if let Some(path) = locked {
+            // A header being rewritten: its start time is unknown, and it may be the chunk to read
+            // next. Scan again shortly; a header that stays locked (a writer that died in the
+            // middle of a rewrite) is ignored after about a second, as the JDK's scan does.
+            self.not_ready += 1;
+            if self.not_ready > NOT_READY_LIMIT {
+                self.not_ready = 0;
+                self.ignored.insert(path.clone());
+                return Err(io_err(&path, io::Error::other("skipped: its header stays locked")));
+            }
+            self.sleep(LOCKED_RETRY);
+            return Ok(true);
+        }
         let candidate = match self.after {
             After::Nothing => match self.config.start {
                 StartAt::Beginning => chunks.iter().next(),
@@ -959,17 +990,18 @@ impl Follower {
 
     /// The chunk files of `dir` by header start time. Files whose header is being rewritten are
     /// left for the next scan; files that are not chunks are reported once.
-    fn scan(&mut self, dir: &Path) -> BTreeMap<i64, PathBuf> {
+    fn scan(&mut self, dir: &Path) -> (BTreeMap<i64, PathBuf>, Option<PathBuf>) {
         let mut out = BTreeMap::new();
+        let mut locked = None;
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return out;
+            return (out, None);
         };
         // A chunk's start time never changes: headers are read once per file (by name and inode),
         // so a scan of a large repository costs one readdir.
         let mut starts = HashMap::with_capacity(self.starts.len());
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|e| e != "jfr") {
+            if path.extension().is_none_or(|e| e != "jfr") || self.ignored.contains(&path) {
                 continue;
             }
             let key = (path, entry.ino());
@@ -995,12 +1027,17 @@ impl Follower {
                         }
                     }
                 },
-                Ok(None) => {}
+                Ok(None) => {
+                    // Shorter than a header (not a chunk yet), or its header is being rewritten.
+                    if entry.metadata().is_ok_and(|m| m.len() >= HEADER_SIZE as u64) {
+                        locked = Some(path);
+                    }
+                }
                 Err(_) => {}
             }
         }
         self.starts = starts;
-        out
+        (out, locked)
     }
 }
 

@@ -565,3 +565,58 @@ fn bench_read_rate() {
         eprintln!("{n} events ({frames} frames) in {:.1} ms: {:.2} µs/event", t * 1e3, t * 1e6 / n as f64);
     }
 }
+
+#[test]
+fn a_locked_header_is_waited_for_and_a_final_header_ends_the_stream() {
+    use std::os::unix::fs::FileExt;
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path().join("repo")).start().unwrap();
+    for seq in 0..300 {
+        Seq { seq, note: String::new() }.commit();
+    }
+    rec.flush();
+    let copy = base.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    let files = chunk_files(rec.repository_dir());
+    assert_eq!(files.len(), 1);
+    let chunk = copy.join(files[0].file_name().unwrap());
+    std::fs::copy(&files[0], &chunk).unwrap();
+    rec.stop().unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&chunk).unwrap();
+    let mut state = [0u8; 4];
+    file.read_exact_at(&mut state, 64).unwrap();
+    assert!(state[0] != 0 && state[0] != 255, "the copy should be a live chunk, state {}", state[0]);
+    file.write_all_at(&[255], 64).unwrap();
+
+    // A non-following stream gives up on a header that stays locked, with an error.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = copy.clone();
+    std::thread::spawn(move || {
+        let mut s = EventStream::open_repository(&c).unwrap();
+        s.follow(false);
+        let items: Vec<_> = s.iter().collect();
+        let _ = tx.send(items);
+    });
+    let items = rx.recv_timeout(Duration::from_secs(10)).expect("a non-following stream waited forever");
+    assert!(items.len() == 1 && items[0].is_err(), "{items:?}");
+
+    // A following stream waits while the guard is set.
+    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let closed = Arc::new(AtomicBool::new(false));
+    let mut stream = EventStream::open_repository(&copy).unwrap();
+    let g = Arc::clone(&got);
+    stream.on_event("test.Seq", move |ev| g.lock().unwrap().push(ev.field_i64("seq").unwrap() as u64));
+    let cl = Arc::clone(&closed);
+    stream.on_close(move || cl.store(true, Ordering::SeqCst));
+    let handle = stream.start().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(got.lock().unwrap().is_empty(), "events read from a locked chunk");
+    assert!(!handle.is_finished());
+    // The "writer" finishes the chunk as the last one of its recording: state 0, final flag.
+    file.write_all_at(&[0, 0, state[2], state[3] | 2], 64).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || handle.is_finished()), "the final flag did not end the stream");
+    handle.join();
+    assert!(closed.load(Ordering::SeqCst));
+    assert_eq!(*got.lock().unwrap(), (0..300).collect::<Vec<u64>>());
+}
