@@ -293,7 +293,7 @@ fn read_line(stream: &UnixStream) -> io::Result<String> {
     String::from_utf8(line).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-fn handle(mut stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Result<()> {
+fn handle(stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
