@@ -575,7 +575,7 @@ impl Resolver {
                 if let Some(v) = self.constants.get(&(*type_id, *key)) {
                     return Ok(v.clone());
                 }
-                let resolved = chunk.resolve_deep(value, depth)?;
+                let resolved = detach(chunk.resolve_deep(value, depth)?);
                 // A key missing from the pools resolves to Null; it is not cached, a later
                 // segment may define it.
                 if resolved != Value::Null {
@@ -647,7 +647,7 @@ impl Resolver {
             }
             values.push(match v {
                 Value::Ref { .. } | Value::Array(_) | Value::Object(_) => self.value(chunk, &v, RESOLVE_DEPTH)?,
-                other => other,
+                other => detach(other),
             });
         }
         Ok(ConsumedEvent {
@@ -660,6 +660,20 @@ impl Resolver {
             chunk_start_nanos: header.start_nanos,
             offset: event.offset,
         })
+    }
+}
+
+/// Copies strings out of the chunk buffer. Strings decoded from a chunk share its bytes, and a live
+/// chunk gets a new buffer at every refresh: an event kept by the user (or a cached constant) would
+/// otherwise pin a whole copy of the chunk per refresh.
+fn detach(value: Value) -> Value {
+    match value {
+        Value::String(t) => Value::String(jfr_format::Text::from(t.as_str())),
+        Value::Array(items) => Value::Array(items.into_iter().map(detach).collect()),
+        Value::Object(o) => {
+            Value::Object(jfr_format::Object { type_id: o.type_id, fields: o.fields.into_iter().map(detach).collect() })
+        }
+        other => other,
     }
 }
 
