@@ -620,3 +620,99 @@ fn a_locked_header_is_waited_for_and_a_final_header_ends_the_stream() {
     assert!(closed.load(Ordering::SeqCst));
     assert_eq!(*got.lock().unwrap(), (0..300).collect::<Vec<u64>>());
 }
+
+const SPIN_JAVA: &str = r#"
+public class Spin {
+    public static void main(String[] a) throws Exception {
+        long end = System.currentTimeMillis() + Long.parseLong(a[0]);
+        long x = 0;
+        while (System.currentTimeMillis() < end) {
+            for (int i = 0; i < 100000; i++) x += i ^ (x >>> 3);
+            Thread.sleep(1);
+        }
+        System.out.println("done " + x);
+    }
+}
+"#;
+
+/// A HotSpot recording: followed live in its JVM repository (the stream ends by itself when the JVM
+/// exits), and its dump read as a file with exactly the counts `jfr summary` gives.
+#[test]
+fn jdk_recording_live_and_as_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(dir.path().join("Spin.java"), SPIN_JAVA).unwrap();
+    let out = dir.path().join("out.jfr");
+
+    let live: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let samples_with_stacks = Arc::new(AtomicU64::new(0));
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut stream = EventStream::open_repository(&repo).unwrap();
+    {
+        let live = Arc::clone(&live);
+        let s = Arc::clone(&samples_with_stacks);
+        stream.on_any_event(move |ev| {
+            *live.lock().unwrap().entry(ev.type_name().to_owned()).or_default() += 1;
+            if ev.type_name() == "jdk.ExecutionSample"
+                && ev.stack_trace().is_some_and(|st| !st.frames.is_empty())
+                && ev.thread().is_some_and(|t| !t.name().is_empty())
+            {
+                s.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let e = Arc::clone(&errors);
+        stream.on_error(move |err| e.lock().unwrap().push(err.to_string()));
+    }
+    let handle = stream.start().unwrap();
+    let status = std::process::Command::new("java")
+        .arg(format!("-XX:StartFlightRecording:settings=profile,filename={}", out.display()))
+        .arg(format!("-XX:FlightRecorderOptions:repository={}", repo.display()))
+        .arg("-Xlog:jfr=warning")
+        .arg(dir.path().join("Spin.java"))
+        .arg("3000")
+        .status()
+        .expect("java is required");
+    assert!(status.success());
+    assert!(
+        wait_until(Duration::from_secs(10), || handle.is_finished()),
+        "the JVM's final chunk did not end the stream"
+    );
+    handle.join();
+    assert!(errors.lock().unwrap().is_empty(), "{:?}", errors.lock().unwrap());
+    let live = live.lock().unwrap().clone();
+    let total: u64 = live.values().sum();
+    eprintln!(
+        "live from the JVM repository: {total} events of {} types, {} execution samples with stacks",
+        live.len(),
+        samples_with_stacks.load(Ordering::Relaxed)
+    );
+    assert!(samples_with_stacks.load(Ordering::Relaxed) > 0, "no execution samples with stacks: {live:?}");
+
+    // The dump as a file: per-type counts equal `jfr summary`'s.
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for ev in EventStream::open_file(&out).unwrap().iter() {
+        let ev = ev.unwrap();
+        *counts.entry(ev.type_name().to_owned()).or_default() += 1;
+    }
+    let summary = std::process::Command::new("jfr").arg("summary").arg(&out).output().expect("jfr is required");
+    assert!(summary.status.success());
+    let mut expected: HashMap<String, u64> = HashMap::new();
+    for line in String::from_utf8_lossy(&summary.stdout).lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() == 3 && parts[0].starts_with("jdk.") {
+            if let Ok(n) = parts[1].parse::<u64>() {
+                if n > 0 {
+                    expected.insert(parts[0].to_owned(), n);
+                }
+            }
+        }
+    }
+    // `jfr summary` counts checkpoint and metadata records as pseudo events; they are not events.
+    expected.remove("jdk.CheckPoint");
+    expected.remove("jdk.Metadata");
+    eprintln!("the JVM's dump: {} events", counts.values().sum::<u64>());
+    assert_eq!(counts, expected);
+    // The live stream saw the same recording: every event of it.
+    assert_eq!(live, counts, "live stream and dump differ");
+}
