@@ -590,7 +590,7 @@ impl Resolver {
                 type_id: o.type_id,
                 fields: o.fields.iter().map(|v| self.value(chunk, v, depth - 1)).collect::<jfr_format::Result<_>>()?,
             }),
-            other => other.clone(),
+            other => detach(other.clone()),
         })
     }
 
