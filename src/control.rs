@@ -101,6 +101,9 @@ pub(crate) type DumpFn = Box<dyn Fn(&Path) -> Result<u64, String> + Send + Sync>
 
 struct Listener {
     generation: u64,
+    /// The process that started the listener: a forked child inherits this record but not the
+    /// thread, and must neither join it nor remove the parent's socket.
+    pid: u32,
     stop: Arc<AtomicBool>,
     path: PathBuf,
     thread: JoinHandle<()>,
@@ -144,6 +147,12 @@ pub(crate) fn stop(generation: u64) {
 }
 
 fn shut_down(l: Listener) {
+    if l.pid != std::process::id() {
+        // Inherited through fork(): the thread and the socket are the parent's. Joining a thread
+        // that does not exist in this process would wait forever.
+        std::mem::forget(l);
+        return;
+    }
     l.stop.store(true, Ordering::Release);
     // Wake the accept poll at once; the poll timeout covers the case where this fails.
     let _ = UnixStream::connect(&l.path);
@@ -221,7 +230,7 @@ fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener
             }
         })
         .map_err(|e| cleanup(format!("cannot start the control thread: {e}")))?;
-    Ok(Listener { generation, stop, path, thread })
+    Ok(Listener { generation, pid, stop, path, thread })
 }
 
 fn serve(listener: &UnixListener, stop: &AtomicBool, repository: &Path, dump: &DumpFn) {
