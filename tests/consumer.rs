@@ -668,9 +668,10 @@ fn jdk_recording_live_and_as_a_file() {
     let status = std::process::Command::new("java")
         .arg(format!("-XX:StartFlightRecording:settings=profile,filename={}", out.display()))
         .arg(format!("-XX:FlightRecorderOptions:repository={}", repo.display()))
-        .arg("-Xlog:jfr=warning")
+        .arg("-Xlog:jfr*=warning")
         .arg(dir.path().join("Spin.java"))
         .arg("3000")
+        .stdout(std::process::Stdio::null())
         .status()
         .expect("java is required");
     assert!(status.success());
