@@ -452,6 +452,7 @@ impl Recorder {
         // Release: publishes `CURRENT` (and everything set up above); pairs with the Acquire load
         // in `commit_event`.
         GENERATION.store(generation, Ordering::Release);
+        crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
         Ok(Recorder { inner })
     }
 
@@ -535,6 +536,7 @@ impl Inner {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        crate::control::stop(self.shared.generation); // control hook
         {
             let mut current = CURRENT.lock();
             if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.shared)) {
@@ -1688,4 +1690,20 @@ fn read_rss() -> Option<(u64, u64)> {
 /// The event type names known to the recorder (built-in and registered so far).
 pub fn known_event_types() -> Vec<String> {
     metadata_registry::event_names()
+}
+
+// ---- Control socket hook (src/control.rs) ----
+/// The dump the control socket runs: a weak reference, so the listener never keeps the recording
+/// alive; the same steps as [`Recorder::dump`].
+fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
+    Box::new(move |path| {
+        let inner = inner.upgrade().filter(|i| !i.stopping.load(Ordering::Acquire));
+        let inner = inner.ok_or_else(|| "the recording has stopped".to_owned())?;
+        let mut state = inner.state.lock();
+        state.flush();
+        let bytes = state.dump_bytes().map_err(|e| format!("dump failed: {e}"))?;
+        drop(state);
+        write_file_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(bytes.len() as u64)
+    })
 }
