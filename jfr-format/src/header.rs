@@ -71,7 +71,7 @@ impl ChunkHeader {
             .get(..HEADER_SIZE)
             .and_then(|b| b.try_into().ok())
             .ok_or(Error::UnexpectedEof {
-                offset: base + data.len() as u64,
+                offset: base.wrapping_add(data.len() as u64),
                 expected: "a 68-byte chunk header",
             })?;
         let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
@@ -102,7 +102,7 @@ impl ChunkHeader {
         };
         if header.major != 1 && header.major != 2 {
             return Err(Error::UnsupportedVersion {
-                offset: base + 4,
+                offset: base.wrapping_add(4),
                 major: header.major,
                 minor: header.minor,
             });
@@ -117,14 +117,14 @@ impl ChunkHeader {
         let size = self.chunk_size;
         if size < HEADER_SIZE as i64 {
             return Err(Error::Invalid {
-                offset: base + 8,
+                offset: base.wrapping_add(8),
                 expected: "a chunk size of at least 68",
                 found: size as u64,
             });
         }
         if size as u64 > available {
             return Err(Error::UnexpectedEof {
-                offset: base + available,
+                offset: base.wrapping_add(available),
                 expected: "the rest of the chunk its header announces",
             });
         }
@@ -138,7 +138,7 @@ impl ChunkHeader {
         ] {
             if value != 0 && (value < HEADER_SIZE as i64 || value >= size) {
                 return Err(Error::Invalid {
-                    offset: base + field_offset,
+                    offset: base.wrapping_add(field_offset),
                     expected: what,
                     found: value as u64,
                 });
@@ -146,7 +146,7 @@ impl ChunkHeader {
         }
         if self.ticks_per_second <= 0 {
             return Err(Error::Invalid {
-                offset: base + 56,
+                offset: base.wrapping_add(56),
                 expected: "a positive tick frequency",
                 found: self.ticks_per_second as u64,
             });

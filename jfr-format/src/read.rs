@@ -34,14 +34,14 @@ impl<'a> Cursor<'a> {
         }
     }
     fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
     }
     fn remaining(&self) -> usize {
         self.end - self.pos
     }
     fn eof(&self, expected: &'static str) -> Error {
         Error::UnexpectedEof {
-            offset: self.base + self.end as u64,
+            offset: self.base.wrapping_add(self.end as u64),
             expected,
         }
     }
@@ -466,6 +466,11 @@ struct Element {
     children: Vec<Element>,
 }
 
+/// Decoded metadata text may be at most this many times the record's size (plus the slack).
+const METADATA_TEXT_FACTOR: usize = 16;
+/// Slack of the metadata text budget, for tiny records.
+const METADATA_TEXT_SLACK: usize = 64 * 1024;
+
 /// Parses a metadata record at chunk offset `offset`; returns the descriptor.
 pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> Result<Metadata> {
     let mut cur = Cursor::new(data, offset, limit, base);
@@ -493,15 +498,39 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
         });
     }
     let root = read_element(&mut cur, strings.len(), 0)?;
+    // Every string the descriptor materialises is charged against a budget proportional to the
+    // record's size: a 2-byte attribute may name a long string, and without the budget a small
+    // hostile record could make us copy that string millions of times.
+    let budget = core::cell::Cell::new(
+        (size as usize)
+            .saturating_mul(METADATA_TEXT_FACTOR)
+            .saturating_add(METADATA_TEXT_SLACK),
+    );
     let s = |i: usize| strings.get(i).map(String::as_str).unwrap_or("");
-    let attr = |e: &Element, key: &str| -> Option<String> {
+    let own = |text: &str| -> Result<String> {
+        let cost = text.len() + 16;
+        match budget.get().checked_sub(cost) {
+            Some(left) => {
+                budget.set(left);
+                Ok(text.to_owned())
+            }
+            None => Err(Error::Invalid {
+                offset: at,
+                expected: "metadata whose decoded text stays proportional to its size",
+                found: size,
+            }),
+        }
+    };
+    let find = |e: &Element, key: &str| -> Option<&str> {
         e.attributes
             .iter()
             .find(|&&(k, _)| s(k) == key)
-            .map(|&(_, v)| s(v).to_owned())
+            .map(|&(_, v)| s(v))
     };
+    let attr =
+        |e: &Element, key: &str| -> Result<Option<String>> { find(e, key).map(&own).transpose() };
     let number = |e: &Element, key: &str| -> Result<u64> {
-        let text = attr(e, key).unwrap_or_default();
+        let text = find(e, key).unwrap_or_default();
         text.parse::<u64>()
             .or_else(|_| text.parse::<i64>().map(|v| v as u64))
             .map_err(|_| Error::Invalid {
@@ -517,9 +546,16 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                 .attributes
                 .iter()
                 .filter(|&&(k, _)| s(k) != "class")
-                .map(|&(k, v)| (s(k).to_owned(), s(v).to_owned()))
-                .collect(),
+                .map(|&(k, v)| Ok((own(s(k))?, own(s(v))?)))
+                .collect::<Result<_>>()?,
         })
+    };
+    let annotations = |e: &Element| -> Result<Vec<Annotation>> {
+        e.children
+            .iter()
+            .filter(|a| s(a.name) == "annotation")
+            .map(&annotation)
+            .collect()
     };
     let mut metadata = Metadata {
         id,
@@ -533,34 +569,24 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
             "metadata" => {
                 for ce in top.children.iter().filter(|c| s(c.name) == "class") {
                     let mut class =
-                        Class::new(number(ce, "id")?, attr(ce, "name").unwrap_or_default());
-                    class.super_type = attr(ce, "superType");
-                    class.simple_type = attr(ce, "simpleType").is_some();
+                        Class::new(number(ce, "id")?, attr(ce, "name")?.unwrap_or_default());
+                    class.super_type = attr(ce, "superType")?;
+                    class.simple_type = find(ce, "simpleType").is_some();
                     for child in &ce.children {
                         match s(child.name) {
                             "field" => class.fields.push(Field {
-                                name: attr(child, "name").unwrap_or_default(),
+                                name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
-                                constant_pool: attr(child, "constantPool")
+                                constant_pool: find(child, "constantPool")
                                     .is_some_and(|v| v != "false"),
-                                array: attr(child, "dimension").is_some_and(|v| v == "1"),
-                                annotations: child
-                                    .children
-                                    .iter()
-                                    .filter(|a| s(a.name) == "annotation")
-                                    .map(&annotation)
-                                    .collect::<Result<_>>()?,
+                                array: find(child, "dimension").is_some_and(|v| v == "1"),
+                                annotations: annotations(child)?,
                             }),
                             "setting" => class.settings.push(Setting {
-                                name: attr(child, "name").unwrap_or_default(),
+                                name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
-                                default_value: attr(child, "defaultValue").unwrap_or_default(),
-                                annotations: child
-                                    .children
-                                    .iter()
-                                    .filter(|a| s(a.name) == "annotation")
-                                    .map(&annotation)
-                                    .collect::<Result<_>>()?,
+                                default_value: attr(child, "defaultValue")?.unwrap_or_default(),
+                                annotations: annotations(child)?,
                             }),
                             "annotation" => class.annotations.push(annotation(child)?),
                             _ => {}
@@ -573,8 +599,8 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                 metadata.region.attributes = top
                     .attributes
                     .iter()
-                    .map(|&(k, v)| (s(k).to_owned(), s(v).to_owned()))
-                    .collect();
+                    .map(|&(k, v)| Ok((own(s(k))?, own(s(v))?)))
+                    .collect::<Result<_>>()?;
             }
             _ => {}
         }
@@ -633,7 +659,7 @@ fn check_record_size(cur: &Cursor<'_>, start: usize, size: u64, at: u64) -> Resu
     let end = (start as u64).saturating_add(size);
     if end > cur.end as u64 {
         return Err(Error::UnexpectedEof {
-            offset: cur.base + cur.end as u64,
+            offset: cur.base.wrapping_add(cur.end as u64),
             expected: "the rest of a record",
         });
     }
@@ -680,8 +706,11 @@ pub struct RawRecord {
     pub bytes: Bytes,
 }
 
+/// Values [`Chunk::resolve_deep`] may produce beyond one per chunk byte.
+const RESOLVE_SLACK: usize = 4096;
+
 /// Where the pool value of a (type, key) starts.
-type PoolIndex = HashMap<u64, HashMap<u64, u32>>;
+type PoolIndex = HashMap<u64, HashMap<u64, usize>>;
 
 /// One chunk, complete or (followed with [`Chunk::refresh`]) still being written.
 #[derive(Debug, Clone)]
@@ -723,7 +752,7 @@ impl Chunk {
         let metadata = parse_metadata(&data, header.metadata_offset as usize, data.len(), base)?;
         let types = Arc::new(TypeTable::new(
             metadata,
-            base + header.metadata_offset as u64,
+            base.wrapping_add(header.metadata_offset as u64),
         )?);
         let mut chunk = Chunk {
             data,
@@ -767,7 +796,7 @@ impl Chunk {
         }
         if header.chunk_size < self.header.chunk_size {
             return Err(Error::Invalid {
-                offset: self.base + 8,
+                offset: self.base.wrapping_add(8),
                 expected: "a chunk size that never shrinks",
                 found: header.chunk_size as u64,
             });
@@ -786,7 +815,7 @@ impl Chunk {
             )?;
             Some(Arc::new(TypeTable::new(
                 metadata,
-                self.base + header.metadata_offset as u64,
+                self.base.wrapping_add(header.metadata_offset as u64),
             )?))
         } else {
             None
@@ -813,8 +842,8 @@ impl Chunk {
     fn index_checkpoints(&mut self, from: i64, stop: i64, pools: &mut PoolIndex) -> Result<()> {
         let mut offset = from;
         let mut seen = Vec::new();
-        while offset != 0 && offset != stop {
-            let at = self.base + offset as u64;
+        while offset != 0 && (stop == 0 || offset > stop) {
+            let at = self.base.wrapping_add(offset as u64);
             if offset < HEADER_SIZE as i64 || offset as u64 >= self.data.len() as u64 {
                 return Err(Error::Invalid {
                     offset: at,
@@ -875,7 +904,7 @@ impl Chunk {
             let entries = pools.entry(pool_type).or_default();
             for _ in 0..count {
                 let key = cur.varint("a constant key")?;
-                let value_at = cur.pos as u32;
+                let value_at = cur.pos;
                 self.skip_class_value(&mut cur, class_index)?;
                 entries.entry(key).or_insert(value_at);
             }
@@ -957,7 +986,7 @@ impl Chunk {
             type_id,
         })?;
         let class = &self.types.classes()[class_index];
-        let mut cur = Cursor::new(&self.data, offset as usize, self.data.len(), self.base);
+        let mut cur = Cursor::new(&self.data, offset, self.data.len(), self.base);
         let value = match primitive_kind(&class.name) {
             Some(kind) if class.fields.is_empty() => self.types.read_one(&mut cur, kind, 0)?,
             _ => self.types.read_class(&mut cur, class_index)?,
@@ -967,16 +996,39 @@ impl Chunk {
 
     /// Follows references: a `Ref` becomes its resolved value (recursively up to `depth` levels),
     /// objects and arrays are walked. Missing keys become `Null`.
+    ///
+    /// Constants may refer to each other many times over, so the result could be far larger than
+    /// the chunk; the walk gives up with [`Error::CountTooLarge`] once it has produced more values
+    /// than the chunk has bytes (plus a small allowance).
     pub fn resolve_deep(&self, value: &Value, depth: usize) -> Result<Value> {
+        let mut budget = self.data.len().saturating_add(RESOLVE_SLACK);
+        self.resolve_deep_within(value, depth, 0, &mut budget)
+    }
+
+    fn resolve_deep_within(
+        &self,
+        value: &Value,
+        depth: usize,
+        nesting: usize,
+        budget: &mut usize,
+    ) -> Result<Value> {
+        if *budget == 0 || nesting > 4 * MAX_NESTING {
+            return Err(Error::CountTooLarge {
+                offset: self.base,
+                what: "values produced by resolving constants",
+                count: self.data.len() as u64,
+            });
+        }
+        *budget -= 1;
         Ok(match value {
             Value::Ref { type_id, key } if depth > 0 => match self.resolve(*type_id, *key)? {
-                Some(v) => self.resolve_deep(&v, depth - 1)?,
+                Some(v) => self.resolve_deep_within(&v, depth - 1, nesting + 1, budget)?,
                 None => Value::Null,
             },
             Value::Array(items) if depth > 0 => Value::Array(
                 items
                     .iter()
-                    .map(|v| self.resolve_deep(v, depth))
+                    .map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget))
                     .collect::<Result<_>>()?,
             ),
             Value::Object(o) if depth > 0 => Value::Object(Object {
@@ -984,7 +1036,7 @@ impl Chunk {
                 fields: o
                     .fields
                     .iter()
-                    .map(|v| self.resolve_deep(v, depth))
+                    .map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget))
                     .collect::<Result<_>>()?,
             }),
             other => other.clone(),
@@ -1129,7 +1181,7 @@ impl Iterator for Items<'_> {
                     }
                     return Some(Ok(Item::Event(Event {
                         type_id,
-                        offset: self.chunk.base + start as u64,
+                        offset: self.chunk.base.wrapping_add(start as u64),
                         size: (end - start) as u64,
                         values,
                     })));
