@@ -372,13 +372,16 @@ impl TypeTable {
                 StringValue::Null => Value::Null,
                 StringValue::Text(t) => Value::String(t),
                 StringValue::Ref(key) => match self.string_type {
-                    Some(type_id) if key != 0 => Value::Ref { type_id, key },
-                    _ => Value::Null,
+                    Some(type_id) => Value::Ref { type_id, key },
+                    None => Value::Null,
                 },
             },
-            Kind::Ref(type_id) => match cur.varint("a constant pool key")? {
-                0 => Value::Null,
-                key => Value::Ref { type_id, key },
+            // Key 0 is null by convention, but the JDK resolves it like any other key when the
+            // pool defines it (HotSpot's FrameType 0 is "Interpreted", ThreadState 0 "STATE_NEW"),
+            // so it stays a reference; `Chunk::resolve` returns `None` when the pool lacks it.
+            Kind::Ref(type_id) => Value::Ref {
+                type_id,
+                key: cur.varint("a constant pool key")?,
             },
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {

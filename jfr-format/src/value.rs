@@ -92,7 +92,9 @@ impl fmt::Display for Text {
 /// One decoded value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// A null string or a constant reference with key 0.
+    /// A null string (tag 0). Constant references are always [`Value::Ref`], even with key 0:
+    /// the JDK resolves key 0 when the pool defines it and treats it as null otherwise, which is
+    /// what `Chunk::resolve` does.
     Null,
     /// `boolean`.
     Boolean(bool),
@@ -112,7 +114,8 @@ pub enum Value {
     Double(f64),
     /// `java.lang.String`.
     String(Text),
-    /// A constant-pool key of type `type_id`, not yet resolved (see `Chunk::resolve`).
+    /// A constant-pool key of type `type_id`, not yet resolved (see `Chunk::resolve`). A key the
+    /// pool lacks (usually 0) means null.
     Ref {
         /// Pool type.
         type_id: u64,
