@@ -459,3 +459,68 @@ fn jvm_recording_counts_match_jfr_summary() {
     }
     assert!(compared > 10, "only {compared} execution samples compared");
 }
+
+/// JDK 17's plain `jfr print` (PrettyWriter) throws a NullPointerException on every array-typed
+/// event field, not only `byte[]` (pitfall P6): `printArray` passes a null field descriptor to
+/// `printValue`. `--json` and `--xml` print the same arrays fine. This test pins that: JSON and XML
+/// must succeed; plain print must either succeed (a fixed JDK) or fail with exactly that NPE.
+#[test]
+fn jdk_array_fields_print_in_json_and_xml() {
+    use common::fixture::{obj, s, POINT};
+    use jfr_format::metadata::{event_class, EventTypeSpec, Field, Region};
+    use jfr_format::write::{put_field, put_long, ChunkWriter, StringEncoding};
+    let cases: Vec<(&str, u64, Value)> = vec![
+        ("int", ids::INT, Value::Array(vec![Value::Int(1), Value::Int(-2)])),
+        ("double", ids::DOUBLE, Value::Array(vec![Value::Double(1.5)])),
+        ("boolean", ids::BOOLEAN, Value::Array(vec![Value::Boolean(true)])),
+        ("string", ids::STRING, Value::Array(vec![s("x"), Value::Null])),
+        ("struct", POINT, Value::Array(vec![obj(POINT, vec![Value::Int(1), Value::Int(2), s("p")])])),
+    ];
+    let paths: Vec<_> = cases
+        .iter()
+        .map(|(name, type_id, value)| {
+            let mut classes = common::fixture::metadata(false).classes;
+            classes.push(event_class(EventTypeSpec {
+                id: 150,
+                name: "test.ArrayOnly",
+                label: "Array only",
+                description: None,
+                category: &[],
+                duration: false,
+                thread: false,
+                stack_trace: false,
+                fields: vec![Field::new("a", *type_id).array()],
+            }));
+            let md = Metadata { id: 1, classes, region: Region::default() };
+            let mut w = ChunkWriter::new(START_NANOS, START_TICKS);
+            w.write_metadata(&md, START_TICKS);
+            let field = md.class(150).unwrap().fields[1].clone();
+            w.write_event(150, |o| {
+                put_long(o, START_TICKS + 1);
+                put_field(o, &md, &field, value, StringEncoding::Utf8).unwrap();
+            });
+            common::write_tmp(&format!("array-{name}.jfr"), &w.into_bytes(1, true))
+        })
+        .collect();
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                sc.spawn(move || {
+                    let p = p.to_str().unwrap();
+                    (common::jfr(&["print", "--json", p]), common::jfr(&["print", "--xml", p]), common::jfr(&["print", p]))
+                })
+            })
+            .collect();
+        for ((name, _, _), h) in cases.iter().zip(handles) {
+            let (json, xml, plain) = h.join().unwrap();
+            json.assert_clean(&format!("jfr print --json of a {name}[] field"));
+            xml.assert_clean(&format!("jfr print --xml of a {name}[] field"));
+            assert!(
+                plain.ok || plain.stderr.contains("NullPointerException") && plain.stderr.contains("because \"field\" is null"),
+                "plain jfr print of a {name}[] field failed differently: {}",
+                plain.stderr
+            );
+        }
+    });
+}
