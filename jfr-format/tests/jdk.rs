@@ -470,11 +470,31 @@ fn jdk_array_fields_print_in_json_and_xml() {
     use jfr_format::metadata::{event_class, EventTypeSpec, Field, Region};
     use jfr_format::write::{put_field, put_long, ChunkWriter, StringEncoding};
     let cases: Vec<(&str, u64, Value)> = vec![
-        ("int", ids::INT, Value::Array(vec![Value::Int(1), Value::Int(-2)])),
-        ("double", ids::DOUBLE, Value::Array(vec![Value::Double(1.5)])),
-        ("boolean", ids::BOOLEAN, Value::Array(vec![Value::Boolean(true)])),
-        ("string", ids::STRING, Value::Array(vec![s("x"), Value::Null])),
-        ("struct", POINT, Value::Array(vec![obj(POINT, vec![Value::Int(1), Value::Int(2), s("p")])])),
+        (
+            "int",
+            ids::INT,
+            Value::Array(vec![Value::Int(1), Value::Int(-2)]),
+        ),
+        (
+            "double",
+            ids::DOUBLE,
+            Value::Array(vec![Value::Double(1.5)]),
+        ),
+        (
+            "boolean",
+            ids::BOOLEAN,
+            Value::Array(vec![Value::Boolean(true)]),
+        ),
+        (
+            "string",
+            ids::STRING,
+            Value::Array(vec![s("x"), Value::Null]),
+        ),
+        (
+            "struct",
+            POINT,
+            Value::Array(vec![obj(POINT, vec![Value::Int(1), Value::Int(2), s("p")])]),
+        ),
     ];
     let paths: Vec<_> = cases
         .iter()
@@ -491,7 +511,11 @@ fn jdk_array_fields_print_in_json_and_xml() {
                 stack_trace: false,
                 fields: vec![Field::new("a", *type_id).array()],
             }));
-            let md = Metadata { id: 1, classes, region: Region::default() };
+            let md = Metadata {
+                id: 1,
+                classes,
+                region: Region::default(),
+            };
             let mut w = ChunkWriter::new(START_NANOS, START_TICKS);
             w.write_metadata(&md, START_TICKS);
             let field = md.class(150).unwrap().fields[1].clone();
@@ -508,7 +532,11 @@ fn jdk_array_fields_print_in_json_and_xml() {
             .map(|p| {
                 sc.spawn(move || {
                     let p = p.to_str().unwrap();
-                    (common::jfr(&["print", "--json", p]), common::jfr(&["print", "--xml", p]), common::jfr(&["print", p]))
+                    (
+                        common::jfr(&["print", "--json", p]),
+                        common::jfr(&["print", "--xml", p]),
+                        common::jfr(&["print", p]),
+                    )
                 })
             })
             .collect();
@@ -517,7 +545,9 @@ fn jdk_array_fields_print_in_json_and_xml() {
             json.assert_clean(&format!("jfr print --json of a {name}[] field"));
             xml.assert_clean(&format!("jfr print --xml of a {name}[] field"));
             assert!(
-                plain.ok || plain.stderr.contains("NullPointerException") && plain.stderr.contains("because \"field\" is null"),
+                plain.ok
+                    || plain.stderr.contains("NullPointerException")
+                        && plain.stderr.contains("because \"field\" is null"),
                 "plain jfr print of a {name}[] field failed differently: {}",
                 plain.stderr
             );
