@@ -36,36 +36,89 @@ fn visit_chunk(chunk: &Chunk, from: u64) -> u64 {
     items.position()
 }
 
-/// Follows a live chunk on growing prefixes of `data`: the first byte picks the step size; each
-/// prefix is offered to `Chunk::refresh`, and the events published so far are read.
+/// Follows a chunk as if it were being written live. The input (after its first byte) is a chunk;
+/// the harness walks its records and publishes growing prefixes through the header protocol:
+/// every `n`-th record boundary (n from the first byte) it rewrites size, checkpoint and metadata
+/// offsets and the generation in a copy of the file, sometimes leaving the guard byte set, and
+/// offers the whole copy (unpublished bytes included) to `Chunk::refresh`. Finally it publishes
+/// the chunk as finished.
 pub fn live(data: &[u8]) {
-    let Some((&step, data)) = data.split_first() else {
+    let Some((&control, data)) = data.split_first() else {
         return;
     };
-    let step = usize::from(step).max(1) * 7;
-    let all = Bytes::copy_from_slice(data);
-    let mut len = step.min(all.len());
-    let mut chunk = None;
-    let mut pos = 0;
-    loop {
-        let prefix = all.slice(..len);
+    let every = usize::from(control % 16) + 1;
+    let header = jfr_format::header::HEADER_SIZE;
+    if data.len() < header {
+        let _ = Chunk::parse(Bytes::copy_from_slice(data), 0);
+        return;
+    }
+    // Record boundaries: (end, latest metadata offset, latest checkpoint offset).
+    let mut bounds = Vec::new();
+    let (mut pos, mut meta, mut cp, mut n) = (header, 0usize, 0usize, 0usize);
+    while pos < data.len() && bounds.len() < 64 {
+        let Some((size, size_len)) = jfr_format::varint::read_u64(&data[pos..]) else {
+            break;
+        };
+        let Some((type_id, _)) = data
+            .get(pos + size_len..)
+            .and_then(jfr_format::varint::read_u64)
+        else {
+            break;
+        };
+        if size == 0 || size > (data.len() - pos) as u64 {
+            break;
+        }
+        match type_id {
+            0 => meta = pos,
+            1 => cp = pos,
+            _ => {}
+        }
+        pos += size as usize;
+        n += 1;
+        if n % every == 0 || pos == data.len() {
+            bounds.push((pos, meta, cp));
+        }
+    }
+    let mut file = data.to_vec();
+    let mut generation = 1u8;
+    let mut chunk: Option<Chunk> = None;
+    let mut at = 0;
+    let publish = |file: &mut Vec<u8>, end: usize, meta: usize, cp: usize, state: u8| {
+        file[8..16].copy_from_slice(&(end as i64).to_be_bytes());
+        file[16..24].copy_from_slice(&(cp as i64).to_be_bytes());
+        file[24..32].copy_from_slice(&(meta as i64).to_be_bytes());
+        file[64] = state;
+        file[67] |= 1;
+    };
+    let last = bounds.len();
+    for (i, &(end, meta, cp)) in bounds.iter().enumerate() {
+        if i % 4 == 3 {
+            // A reader that looks while the header is rewritten must see "locked".
+            file[64] = jfr_format::header::STATE_GUARD;
+            if let Some(c) = &mut chunk {
+                assert_eq!(
+                    c.refresh(Bytes::copy_from_slice(&file)).ok(),
+                    Some(Refresh::Locked)
+                );
+            }
+        }
+        let state = if i + 1 == last { 0 } else { generation };
+        generation = jfr_format::header::next_generation(generation);
+        publish(&mut file, end, meta, cp, state);
+        let bytes = Bytes::copy_from_slice(&file);
         match &mut chunk {
             None => {
-                if let Ok(c) = Chunk::parse(prefix, 0) {
-                    pos = visit_chunk(&c, 0);
+                if let Ok(c) = Chunk::parse(bytes, 0) {
+                    at = visit_chunk(&c, 0);
                     chunk = Some(c);
                 }
             }
-            Some(c) => match c.refresh(prefix) {
-                Ok(Refresh::Grew) => pos = visit_chunk(c, pos),
-                Ok(_) => {}
-                Err(_) => {}
-            },
+            Some(c) => {
+                if let Ok(Refresh::Grew) = c.refresh(bytes) {
+                    at = visit_chunk(c, at);
+                }
+            }
         }
-        if len == all.len() {
-            break;
-        }
-        len = (len + step).min(all.len());
     }
 }
 
