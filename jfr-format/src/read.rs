@@ -981,6 +981,11 @@ impl Chunk {
     /// Decodes the constant `key` of type `type_id`: `Ok(None)` if the pool lacks it (the JDK treats
     /// that as null). Simple types come back as their single field's value.
     pub fn resolve(&self, type_id: u64, key: u64) -> Result<Option<Value>> {
+        Ok(self.resolve_sized(type_id, key)?.map(|(v, _)| v))
+    }
+
+    /// [`Chunk::resolve`], plus the number of bytes the constant's encoding took.
+    fn resolve_sized(&self, type_id: u64, key: u64) -> Result<Option<(Value, usize)>> {
         let Some(&offset) = self.pools.get(&type_id).and_then(|p| p.get(&key)) else {
             return Ok(None);
         };
@@ -994,15 +999,15 @@ impl Chunk {
             Some(kind) if class.fields.is_empty() => self.types.read_one(&mut cur, kind, 0)?,
             _ => self.types.read_class(&mut cur, class_index)?,
         };
-        Ok(Some(unwrap_simple(&self.types, value)))
+        Ok(Some((unwrap_simple(&self.types, value), cur.pos - offset)))
     }
 
     /// Follows references: a `Ref` becomes its resolved value (recursively up to `depth` levels),
     /// objects and arrays are walked. Missing keys become `Null`.
     ///
     /// Constants may refer to each other many times over, so the result could be far larger than
-    /// the chunk; the walk gives up with [`Error::CountTooLarge`] once it has produced more values
-    /// than the chunk has bytes (plus a small allowance).
+    /// the chunk; the walk gives up with [`Error::CountTooLarge`] once the values it produced plus
+    /// the bytes of the constants it decoded exceed the chunk's size (plus a small allowance).
     pub fn resolve_deep(&self, value: &Value, depth: usize) -> Result<Value> {
         let mut budget = self.data.len().saturating_add(RESOLVE_SLACK);
         self.resolve_deep_within(value, depth, 0, &mut budget)
@@ -1024,8 +1029,12 @@ impl Chunk {
         }
         *budget -= 1;
         Ok(match value {
-            Value::Ref { type_id, key } if depth > 0 => match self.resolve(*type_id, *key)? {
-                Some(v) => self.resolve_deep_within(&v, depth - 1, nesting + 1, budget)?,
+            Value::Ref { type_id, key } if depth > 0 => match self.resolve_sized(*type_id, *key)? {
+                Some((v, encoded)) => {
+                    // Each decoded constant costs its encoded size: values are at least a byte.
+                    *budget = budget.saturating_sub(encoded);
+                    self.resolve_deep_within(&v, depth - 1, nesting + 1, budget)?
+                }
                 None => Value::Null,
             },
             Value::Array(items) if depth > 0 => Value::Array(
