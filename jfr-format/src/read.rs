@@ -844,16 +844,19 @@ impl Chunk {
     /// Walks the checkpoint chain from `from` back to `stop` (exclusive) or the first checkpoint.
     fn index_checkpoints(&mut self, from: i64, stop: i64, pools: &mut PoolIndex) -> Result<()> {
         let mut offset = from;
+        // Where the pointer to `offset` was read: the header's cpOffset field, then the previous
+        // checkpoint (its delta). Errors about a bad target name that place.
+        let mut pointer_at = self.base.wrapping_add(16);
         let mut seen = Vec::new();
         while offset != 0 && (stop == 0 || offset > stop) {
-            let at = self.base.wrapping_add(offset as u64);
             if offset < HEADER_SIZE as i64 || offset as u64 >= self.data.len() as u64 {
                 return Err(Error::Invalid {
-                    offset: at,
+                    offset: pointer_at,
                     expected: "a checkpoint offset inside the chunk",
                     found: offset as u64,
                 });
             }
+            let at = self.base.wrapping_add(offset as u64);
             let delta = self.index_checkpoint(offset as usize, pools)?;
             seen.push(offset as u64);
             if delta == 0 {
@@ -866,6 +869,7 @@ impl Chunk {
                     found: delta as u64,
                 });
             }
+            pointer_at = at;
             offset += delta;
         }
         seen.reverse();
