@@ -182,6 +182,9 @@ enum StringValue {
     Ref(u64),
 }
 
+/// Most elements a claimed count reserves room for before they are decoded.
+const INITIAL_CAPACITY: usize = 16;
+
 /// How a field's value is encoded on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -349,7 +352,9 @@ impl TypeTable {
     fn read_value(&self, cur: &mut Cursor<'_>, plan: FieldPlan, depth: usize) -> Result<Value> {
         if plan.array {
             let n = cur.count("array length", 1)?;
-            let mut items = Vec::with_capacity(n.min(4096));
+            // Grow with what is decoded: a count only bounds the work, and nested arrays would
+            // otherwise reserve their claimed lengths at every level before reading anything.
+            let mut items = Vec::with_capacity(n.min(INITIAL_CAPACITY));
             for _ in 0..n {
                 items.push(self.read_one(cur, plan.kind, depth)?);
             }
@@ -493,7 +498,7 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
     cur.varint("the metadata duration")?;
     let id = cur.varint("the metadata id")?;
     let n = cur.count("metadata string table", 1)?;
-    let mut strings = Vec::with_capacity(n);
+    let mut strings = Vec::with_capacity(n.min(INITIAL_CAPACITY));
     for _ in 0..n {
         strings.push(match cur.string()? {
             StringValue::Text(t) => t.as_str().to_owned(),
@@ -631,14 +636,14 @@ fn read_element(cur: &mut Cursor<'_>, nstrings: usize, depth: usize) -> Result<E
     };
     let name = string_index(cur)?;
     let nattr = cur.count("element attribute", 2)?;
-    let mut attributes = Vec::with_capacity(nattr);
+    let mut attributes = Vec::with_capacity(nattr.min(INITIAL_CAPACITY));
     for _ in 0..nattr {
         let k = string_index(cur)?;
         let v = string_index(cur)?;
         attributes.push((k, v));
     }
     let nchildren = cur.count("element children", 3)?;
-    let mut children = Vec::with_capacity(nchildren);
+    let mut children = Vec::with_capacity(nchildren.min(INITIAL_CAPACITY));
     for _ in 0..nchildren {
         children.push(read_element(cur, nstrings, depth + 1)?);
     }

@@ -788,3 +788,38 @@ fn undeclared_types_in_fields_and_pools_are_errors() {
     ));
     let _ = ids::LONG;
 }
+
+#[test]
+fn nested_claimed_counts_do_not_reserve_memory_at_every_level() {
+    // Node { kids: Node[] }: 60 nested arrays each claiming 5000 elements, then 10 000 empty ones.
+    // Reserving the claimed length at every level would take 60 × 5000 values before any decode.
+    let md = root(&[
+        long_class(),
+        class("Node", "101", &[("kids", "101", true)], false),
+        class(
+            "E",
+            "102",
+            &[("startTime", "11", false), ("a", "101", false)],
+            true,
+        ),
+    ]);
+    let mut record = Vec::new();
+    let start = begin_record(&mut record, 102);
+    put_long(&mut record, 5);
+    for _ in 0..60 {
+        put_varint(&mut record, 5000);
+    }
+    record.extend(std::iter::repeat_n(0u8, 10_000));
+    end_record(&mut record, start);
+    let _ = parse_err(&raw_chunk(STRINGS, &md, &record, None));
+
+    // The same in the metadata element tree: 60 levels each claiming 30 000 children.
+    let mut md = Vec::new();
+    for _ in 0..60 {
+        put_varint(&mut md, s("root"));
+        put_varint(&mut md, 0);
+        put_varint(&mut md, 30_000);
+    }
+    md.extend(std::iter::repeat_n(0u8, 100_000));
+    let _ = parse_err(&raw_chunk(STRINGS, &md, &[], None));
+}

@@ -66,7 +66,7 @@ struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    fn annotation<'b>(anns: &'b [Annotation], type_id: u64) -> Option<&'b str> {
+    fn annotation(anns: &[Annotation], type_id: u64) -> Option<&str> {
         anns.iter()
             .find(|a| a.type_id == type_id)
             .and_then(|a| a.get("value"))

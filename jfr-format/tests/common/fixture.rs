@@ -307,11 +307,7 @@ fn all_kinds(chunk: usize, n: usize, seq: i64) -> Vec<Value> {
         Value::Int(if extreme { i32::MIN } else { -5 }),
         Value::Long(if extreme { i64::MIN } else { i64::MAX }),
         Value::Float(if extreme { -1.5e-30 } else { 0.48 }),
-        Value::Double(if extreme {
-            f64::MAX
-        } else {
-            -2.718281828459045
-        }),
+        Value::Double(if extreme { f64::MAX } else { -2.5e-7 }),
         Value::Boolean(!extreme),
         Value::Char(if extreme { 0x00e9 } else { u16::from(b'Q') }),
         s(if extreme {
@@ -367,7 +363,7 @@ fn sample(chunk: usize, n: usize) -> Vec<Value> {
         } else {
             r(ids::STACK_TRACE, 1 + (n as u64 % 2))
         },
-        r(ids::THREAD_STATE, if n % 2 == 0 { 5 } else { 225 }),
+        r(ids::THREAD_STATE, if n.is_multiple_of(2) { 5 } else { 225 }),
     ]
 }
 
