@@ -7,9 +7,66 @@
 
 use bytes::Bytes;
 use jfr_format::{chunks, Chunk, Item, Refresh};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Parses every chunk, iterates every event, resolves every stack trace and thread.
+/// Counts live heap bytes so each run can assert that the reader's allocations stay within a
+/// small multiple of the input (the reader's documented bound).
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let now = CURRENT.fetch_add(layout.size(), Relaxed) + layout.size();
+        PEAK.fetch_max(now, Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        CURRENT.fetch_sub(layout.size(), Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size >= layout.size() {
+            let now =
+                CURRENT.fetch_add(new_size - layout.size(), Relaxed) + new_size - layout.size();
+            PEAK.fetch_max(now, Relaxed);
+        } else {
+            CURRENT.fetch_sub(layout.size() - new_size, Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `body` on `data` and panics if it ever held more than 64 × the input + 1 MiB at once.
+pub fn bounded(data: &[u8], body: fn(&[u8])) {
+    let base = CURRENT.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    body(data);
+    let peak = PEAK.load(Relaxed).saturating_sub(base);
+    let limit = 64 * data.len() + (1 << 20);
+    assert!(
+        peak <= limit,
+        "peak allocation {peak} bytes for a {}-byte input",
+        data.len()
+    );
+}
+
+/// Parses every chunk, iterates every event, resolves every stack trace and thread, within the
+/// allocation bound.
 pub fn chunk(data: &[u8]) {
+    bounded(data, chunk_body);
+}
+
+fn chunk_body(data: &[u8]) {
     for chunk in chunks(Bytes::copy_from_slice(data)) {
         let Ok(chunk) = chunk else { break };
         visit_chunk(&chunk, jfr_format::header::HEADER_SIZE as u64);
@@ -43,6 +100,12 @@ fn visit_chunk(chunk: &Chunk, from: u64) -> u64 {
 /// offers the whole copy (unpublished bytes included) to `Chunk::refresh`. Finally it publishes
 /// the chunk as finished.
 pub fn live(data: &[u8]) {
+    // The harness itself keeps two copies of the input (the file and one snapshot) besides the
+    // reader's; still far inside the bound.
+    bounded(data, live_body);
+}
+
+fn live_body(data: &[u8]) {
     let Some((&control, data)) = data.split_first() else {
         return;
     };
@@ -136,7 +199,10 @@ pub fn replay(target: fn(&[u8])) {
             vec![path]
         };
         for file in files {
-            let data = std::fs::read(&file).expect("readable corpus file");
+            // A running fuzzer may delete files it reduced: skip those.
+            let Ok(data) = std::fs::read(&file) else {
+                continue;
+            };
             target(&data);
             n += 1;
         }
