@@ -26,7 +26,7 @@ fn read(clock: libc::clockid_t) -> i64 {
     if rc != 0 {
         return 0;
     }
-    (ts.tv_sec as i64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as i64)
+    ts.tv_sec.wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec)
 }
 
 /// A pair of readings taken together: the wall clock and the tick clock at the same moment, the

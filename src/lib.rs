@@ -1,7 +1,69 @@
 //! recorder: a flight recorder for native processes.
+//!
+//! It runs inside the process it records, keeps a continuous record of the application's own typed
+//! events (and CPU stack samples), and writes it as JFR 2.1 chunk files into a repository
+//! directory that the JDK's `jfr` tool, JDK Mission Control and `EventStream.openRepository` read
+//! and follow live.
+//!
+//! ```no_run
+//! recorder::event! {
+//!     #[event(name = "app.Request", label = "Request", category = ["App"])]
+//!     pub struct Request { pub path: String, pub status: i32 }
+//! }
+//! use recorder::Event;
+//!
+//! let rec = recorder::Recorder::builder().repository("/tmp/rec").start()?;
+//! Request { path: "/".into(), status: 200 }.commit();
+//! let mut req = Request { path: "/slow".into(), status: 0 }.begin(); // duration event
+//! req.status = 200;
+//! drop(req);
+//! rec.dump("/tmp/now.jfr")?;
+//! rec.stop()?;
+//! # Ok::<(), recorder::Error>(())
+//! ```
+//!
+//! # Design constraints
+//! - The commit path takes no lock and never waits for the flusher.
+//! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
+//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls) and `sync`.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
+mod buffer;
+mod builtin;
 #[allow(unsafe_code)]
 pub mod clock;
+mod commit;
+pub mod demo;
+mod event;
+mod fork;
+#[allow(unsafe_code)]
+mod metadata_registry;
+mod recorder;
+mod repository;
+mod stack;
+pub mod symbolize;
+#[allow(unsafe_code)]
+pub mod sampler;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
+#[allow(unsafe_code)]
+mod thread;
+mod unwind;
+
+pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
+pub use metadata_registry::{EventSettings, TypeRegistry};
+pub use recorder::{known_event_types, Error, Recorder, RecorderBuilder, RecorderStats, Settings};
+
+#[doc(hidden)]
+pub use event::__field;
+#[doc(hidden)]
+pub use jfr_format as __jfr;
+
+/// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::sampler::buffer;
+}
+

@@ -27,9 +27,11 @@ pub(crate) fn compiler_fence(order: Ordering) {
 /// `UnsafeCell` with loom's `with`/`with_mut` API on both sides.
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
+#[allow(dead_code)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
+#[allow(dead_code)]
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> UnsafeCell<T> {
         UnsafeCell(std::cell::UnsafeCell::new(value))
@@ -46,3 +48,9 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
+
+/// std atomics for process-wide statics (const-initialized), which loom's types cannot be. Code
+/// that a loom model exercises never uses these.
+pub(crate) mod statics {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+}

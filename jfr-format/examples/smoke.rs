@@ -14,16 +14,9 @@ fn main() {
         duration: true,
         thread: true,
         stack_trace: true,
-        fields: vec![
-            Field::new("message", ids::STRING),
-            Field::new("count", ids::INT),
-        ],
+        fields: vec![Field::new("message", ids::STRING), Field::new("count", ids::INT)],
     }));
-    let md = Metadata {
-        id: 1,
-        classes,
-        region: Region::default(),
-    };
+    let md = Metadata { id: 1, classes, region: Region::default() };
     let mut out = Vec::new();
     let now = 1_700_000_000_000_000_000i64;
     for c in 0..2 {

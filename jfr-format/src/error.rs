@@ -111,21 +111,18 @@ impl fmt::Display for Error {
             Error::UnexpectedEof { offset, expected } => {
                 write!(f, "at offset {offset:#x}: data ends while reading {expected}")
             }
-            Error::BadMagic { offset, found } => write!(
-                f,
-                "at offset {offset:#x}: not a JFR chunk (magic {found:02x?}, expected \"FLR\\0\")"
-            ),
-            Error::UnsupportedVersion { offset, major, minor } => write!(
-                f,
-                "at offset {offset:#x}: unsupported JFR version {major}.{minor} (expected 1.x or 2.x)"
-            ),
+            Error::BadMagic { offset, found } => {
+                write!(f, "at offset {offset:#x}: not a JFR chunk (magic {found:02x?}, expected \"FLR\\0\")")
+            }
+            Error::UnsupportedVersion { offset, major, minor } => {
+                write!(f, "at offset {offset:#x}: unsupported JFR version {major}.{minor} (expected 1.x or 2.x)")
+            }
             Error::Invalid { offset, expected, found } => {
                 write!(f, "at offset {offset:#x}: expected {expected}, found {found}")
             }
-            Error::CountTooLarge { offset, what, count } => write!(
-                f,
-                "at offset {offset:#x}: {what} count {count} exceeds the remaining data"
-            ),
+            Error::CountTooLarge { offset, what, count } => {
+                write!(f, "at offset {offset:#x}: {what} count {count} exceeds the remaining data")
+            }
             Error::UnknownType { offset, type_id } => {
                 write!(f, "at offset {offset:#x}: type id {type_id} is not declared in the metadata")
             }
@@ -137,10 +134,9 @@ impl fmt::Display for Error {
             Error::NoMetadata { offset } => {
                 write!(f, "at offset {offset:#x}: chunk has data but no metadata record")
             }
-            Error::HeaderLocked { offset } => write!(
-                f,
-                "at offset {offset:#x}: chunk header is being rewritten (guard byte set); retry"
-            ),
+            Error::HeaderLocked { offset } => {
+                write!(f, "at offset {offset:#x}: chunk header is being rewritten (guard byte set); retry")
+            }
         }
     }
 }

@@ -67,19 +67,14 @@ impl ChunkHeader {
     /// Decodes a header from the first 68 bytes of `data`. `base` is the chunk's offset in the
     /// input, used in errors. A header with the guard state decodes fine: check [`Self::is_locked`].
     pub fn parse(data: &[u8], base: u64) -> Result<ChunkHeader> {
-        let bytes: &[u8; HEADER_SIZE] = data
-            .get(..HEADER_SIZE)
-            .and_then(|b| b.try_into().ok())
-            .ok_or(Error::UnexpectedEof {
+        let bytes: &[u8; HEADER_SIZE] =
+            data.get(..HEADER_SIZE).and_then(|b| b.try_into().ok()).ok_or(Error::UnexpectedEof {
                 offset: base.wrapping_add(data.len() as u64),
                 expected: "a 68-byte chunk header",
             })?;
         let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
         if magic != MAGIC {
-            return Err(Error::BadMagic {
-                offset: base,
-                found: magic,
-            });
+            return Err(Error::BadMagic { offset: base, found: magic });
         }
         let u16_at = |o: usize| u16::from_be_bytes([bytes[o], bytes[o + 1]]);
         let i64_at = |o: usize| {
@@ -130,11 +125,7 @@ impl ChunkHeader {
         }
         for (field_offset, value, what) in [
             (16, self.cp_offset, "a checkpoint offset inside the chunk"),
-            (
-                24,
-                self.metadata_offset,
-                "a metadata offset inside the chunk",
-            ),
+            (24, self.metadata_offset, "a metadata offset inside the chunk"),
         ] {
             if value != 0 && (value < HEADER_SIZE as i64 || value >= size) {
                 return Err(Error::Invalid {
@@ -172,13 +163,10 @@ impl ChunkHeader {
     /// Converts a tick value of this chunk to ns since the epoch, as the JDK reader does.
     pub fn ticks_to_epoch_nanos(&self, ticks: i64) -> i64 {
         if self.ticks_per_second == NANOS_PER_SECOND {
-            return self
-                .start_nanos
-                .wrapping_add(ticks.wrapping_sub(self.start_ticks));
+            return self.start_nanos.wrapping_add(ticks.wrapping_sub(self.start_ticks));
         }
         let per_ns = self.ticks_per_second as f64 / 1e9;
-        self.start_nanos
-            .wrapping_add((ticks.wrapping_sub(self.start_ticks) as f64 / per_ns) as i64)
+        self.start_nanos.wrapping_add((ticks.wrapping_sub(self.start_ticks) as f64 / per_ns) as i64)
     }
 
     /// Converts a tick span to ns.
@@ -273,15 +261,9 @@ mod tests {
 
     #[test]
     fn bad_magic_and_short_header() {
-        assert!(matches!(
-            ChunkHeader::parse(b"nope", 0),
-            Err(Error::UnexpectedEof { .. })
-        ));
+        assert!(matches!(ChunkHeader::parse(b"nope", 0), Err(Error::UnexpectedEof { .. })));
         let mut bytes = ChunkHeader::new(0, 0).encode();
         bytes[0] = b'X';
-        assert!(matches!(
-            ChunkHeader::parse(&bytes, 10),
-            Err(Error::BadMagic { offset: 10, .. })
-        ));
+        assert!(matches!(ChunkHeader::parse(&bytes, 10), Err(Error::BadMagic { offset: 10, .. })));
     }
 }

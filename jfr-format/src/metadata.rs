@@ -24,38 +24,22 @@ pub struct Annotation {
 impl Annotation {
     /// An annotation without values.
     pub fn marker(type_id: u64) -> Annotation {
-        Annotation {
-            type_id,
-            values: Vec::new(),
-        }
+        Annotation { type_id, values: Vec::new() }
     }
     /// An annotation with one `value` attribute.
     pub fn value(type_id: u64, value: impl Into<String>) -> Annotation {
-        Annotation {
-            type_id,
-            values: vec![("value".into(), value.into())],
-        }
+        Annotation { type_id, values: vec![("value".into(), value.into())] }
     }
     /// An annotation with an array-valued `value` attribute.
-    pub fn values<S: Into<String>>(
-        type_id: u64,
-        values: impl IntoIterator<Item = S>,
-    ) -> Annotation {
+    pub fn values<S: Into<String>>(type_id: u64, values: impl IntoIterator<Item = S>) -> Annotation {
         Annotation {
             type_id,
-            values: values
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| (format!("value-{i}"), v.into()))
-                .collect(),
+            values: values.into_iter().enumerate().map(|(i, v)| (format!("value-{i}"), v.into())).collect(),
         }
     }
     /// The single `value` attribute, if any.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.values
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.values.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -77,13 +61,7 @@ pub struct Field {
 impl Field {
     /// A plain inline field.
     pub fn new(name: impl Into<String>, type_id: u64) -> Field {
-        Field {
-            name: name.into(),
-            type_id,
-            constant_pool: false,
-            array: false,
-            annotations: Vec::new(),
-        }
+        Field { name: name.into(), type_id, constant_pool: false, array: false, annotations: Vec::new() }
     }
     /// The same field stored as a constant-pool key.
     pub fn pooled(mut self) -> Field {
@@ -170,12 +148,7 @@ pub struct Region {
 
 impl Default for Region {
     fn default() -> Region {
-        Region {
-            attributes: vec![
-                ("locale".into(), "en".into()),
-                ("gmtOffset".into(), "0".into()),
-            ],
-        }
+        Region { attributes: vec![("locale".into(), "en".into()), ("gmtOffset".into(), "0".into())] }
     }
 }
 
@@ -193,11 +166,7 @@ pub struct Metadata {
 impl Metadata {
     /// Builds an id → index table for lookups.
     pub fn index(&self) -> HashMap<u64, usize> {
-        self.classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.id, i))
-            .collect()
+        self.classes.iter().enumerate().map(|(i, c)| (c.id, i)).collect()
     }
     /// The class with id `id`.
     pub fn class(&self, id: u64) -> Option<&Class> {
@@ -226,17 +195,8 @@ impl Metadata {
 
 /// Names of the eight primitive types plus `java.lang.String`: field-less classes the readers
 /// decode natively.
-pub const PRIMITIVES: [&str; 9] = [
-    "boolean",
-    "char",
-    "float",
-    "double",
-    "byte",
-    "short",
-    "int",
-    "long",
-    "java.lang.String",
-];
+pub const PRIMITIVES: [&str; 9] =
+    ["boolean", "char", "float", "double", "byte", "short", "int", "long", "java.lang.String"];
 
 /// Fixed type ids of the JDK 17 type set declared by [`jdk_types`], shared by every chunk this
 /// project writes so that ids stay stable across chunks and recordings.
@@ -304,12 +264,8 @@ pub const FRAME_TYPE_NATIVE: u64 = 3;
 pub const FRAME_TYPE_INLINED: u64 = 2;
 
 /// Thread state pool keys used by the JDK.
-pub const THREAD_STATES: [(u64, &str); 4] = [
-    (0, "STATE_NEW"),
-    (2, "STATE_TERMINATED"),
-    (5, "STATE_RUNNABLE"),
-    (225, "STATE_SLEEPING"),
-];
+pub const THREAD_STATES: [(u64, &str); 4] =
+    [(0, "STATE_NEW"), (2, "STATE_TERMINATED"), (5, "STATE_RUNNABLE"), (225, "STATE_SLEEPING")];
 
 /// Thread state key for a running thread.
 pub const THREAD_STATE_RUNNABLE: u64 = 5;
@@ -355,35 +311,11 @@ pub fn jdk_types() -> Vec<Class> {
         c
     };
     classes.push(annotation(LABEL, "jdk.jfr.Label", true, false, "Label"));
-    classes.push(annotation(
-        DESCRIPTION,
-        "jdk.jfr.Description",
-        true,
-        false,
-        "Description",
-    ));
-    classes.push(annotation(
-        CATEGORY,
-        "jdk.jfr.Category",
-        true,
-        true,
-        "Category",
-    ));
+    classes.push(annotation(DESCRIPTION, "jdk.jfr.Description", true, false, "Description"));
+    classes.push(annotation(CATEGORY, "jdk.jfr.Category", true, true, "Category"));
     classes.push(annotation(NAME, "jdk.jfr.Name", true, false, "Name"));
-    classes.push(annotation(
-        EXPERIMENTAL,
-        "jdk.jfr.Experimental",
-        false,
-        false,
-        "Experimental",
-    ));
-    let mut content_type = annotation(
-        CONTENT_TYPE,
-        "jdk.jfr.ContentType",
-        false,
-        false,
-        "Content Type",
-    );
+    classes.push(annotation(EXPERIMENTAL, "jdk.jfr.Experimental", false, false, "Experimental"));
+    let mut content_type = annotation(CONTENT_TYPE, "jdk.jfr.ContentType", false, false, "Content Type");
     content_type.annotations.clear();
     classes.push(content_type);
     for (id, name, value, text) in [
@@ -393,12 +325,7 @@ pub fn jdk_types() -> Vec<Class> {
         (UNSIGNED, "jdk.jfr.Unsigned", false, "Unsigned Value"),
         (PERCENTAGE, "jdk.jfr.Percentage", false, "Percentage"),
         (FREQUENCY, "jdk.jfr.Frequency", false, "Frequency"),
-        (
-            MEMORY_ADDRESS,
-            "jdk.jfr.MemoryAddress",
-            false,
-            "Memory Address",
-        ),
+        (MEMORY_ADDRESS, "jdk.jfr.MemoryAddress", false, "Memory Address"),
     ] {
         let mut c = annotation(id, name, value, false, text);
         c.annotations.push(Annotation::marker(CONTENT_TYPE));
@@ -407,11 +334,7 @@ pub fn jdk_types() -> Vec<Class> {
     for (id, name, text) in [
         (SETTING_ENABLED, "jdk.settings.Enabled", "Enabled"),
         (SETTING_THRESHOLD, "jdk.settings.Threshold", "Threshold"),
-        (
-            SETTING_STACK_TRACE,
-            "jdk.settings.StackTrace",
-            "Stack Trace",
-        ),
+        (SETTING_STACK_TRACE, "jdk.settings.StackTrace", "Stack Trace"),
         (SETTING_PERIOD, "jdk.settings.Period", "Period"),
     ] {
         let mut c = Class::new(id, name);
@@ -422,178 +345,86 @@ pub fn jdk_types() -> Vec<Class> {
 
     let mut symbol = Class::new(SYMBOL, "jdk.types.Symbol");
     symbol.simple_type = true;
-    symbol
-        .fields
-        .push(Field::new("string", STRING).with(label("String")));
+    symbol.fields.push(Field::new("string", STRING).with(label("String")));
     symbol.annotations.push(label("Symbol"));
     classes.push(symbol);
 
     let mut thread_group = Class::new(THREAD_GROUP, "jdk.types.ThreadGroup");
-    thread_group.fields.push(
-        Field::new("parent", THREAD_GROUP)
-            .pooled()
-            .with(label("Parent")),
-    );
-    thread_group
-        .fields
-        .push(Field::new("name", STRING).with(label("Name")));
+    thread_group.fields.push(Field::new("parent", THREAD_GROUP).pooled().with(label("Parent")));
+    thread_group.fields.push(Field::new("name", STRING).with(label("Name")));
     thread_group.annotations.push(label("Thread Group"));
     classes.push(thread_group);
 
     let mut thread = Class::new(THREAD, "java.lang.Thread");
-    thread
-        .fields
-        .push(Field::new("osName", STRING).with(label("OS Thread Name")));
-    thread
-        .fields
-        .push(Field::new("osThreadId", LONG).with(label("OS Thread Id")));
-    thread
-        .fields
-        .push(Field::new("javaName", STRING).with(label("Java Thread Name")));
-    thread
-        .fields
-        .push(Field::new("javaThreadId", LONG).with(label("Java Thread Id")));
-    thread.fields.push(
-        Field::new("group", THREAD_GROUP)
-            .pooled()
-            .with(label("Java Thread Group")),
-    );
+    thread.fields.push(Field::new("osName", STRING).with(label("OS Thread Name")));
+    thread.fields.push(Field::new("osThreadId", LONG).with(label("OS Thread Id")));
+    thread.fields.push(Field::new("javaName", STRING).with(label("Java Thread Name")));
+    thread.fields.push(Field::new("javaThreadId", LONG).with(label("Java Thread Id")));
+    thread.fields.push(Field::new("group", THREAD_GROUP).pooled().with(label("Java Thread Group")));
     thread.annotations.push(label("Thread"));
     classes.push(thread);
 
     let mut class_loader = Class::new(CLASS_LOADER, "jdk.types.ClassLoader");
-    class_loader
-        .fields
-        .push(Field::new("type", CLASS).pooled().with(label("Type")));
-    class_loader
-        .fields
-        .push(Field::new("name", SYMBOL).pooled().with(label("Name")));
+    class_loader.fields.push(Field::new("type", CLASS).pooled().with(label("Type")));
+    class_loader.fields.push(Field::new("name", SYMBOL).pooled().with(label("Name")));
     class_loader.annotations.push(label("Java Class Loader"));
     classes.push(class_loader);
 
     let mut module = Class::new(MODULE, "jdk.types.Module");
-    module
-        .fields
-        .push(Field::new("name", SYMBOL).pooled().with(label("Name")));
-    module.fields.push(
-        Field::new("version", SYMBOL)
-            .pooled()
-            .with(label("Version")),
-    );
-    module.fields.push(
-        Field::new("location", SYMBOL)
-            .pooled()
-            .with(label("Location")),
-    );
-    module.fields.push(
-        Field::new("classLoader", CLASS_LOADER)
-            .pooled()
-            .with(label("Class Loader")),
-    );
+    module.fields.push(Field::new("name", SYMBOL).pooled().with(label("Name")));
+    module.fields.push(Field::new("version", SYMBOL).pooled().with(label("Version")));
+    module.fields.push(Field::new("location", SYMBOL).pooled().with(label("Location")));
+    module.fields.push(Field::new("classLoader", CLASS_LOADER).pooled().with(label("Class Loader")));
     module.annotations.push(label("Module"));
     classes.push(module);
 
     let mut package = Class::new(PACKAGE, "jdk.types.Package");
-    package
-        .fields
-        .push(Field::new("name", SYMBOL).pooled().with(label("Name")));
-    package
-        .fields
-        .push(Field::new("module", MODULE).pooled().with(label("Module")));
-    package
-        .fields
-        .push(Field::new("exported", BOOLEAN).with(label("Exported")));
+    package.fields.push(Field::new("name", SYMBOL).pooled().with(label("Name")));
+    package.fields.push(Field::new("module", MODULE).pooled().with(label("Module")));
+    package.fields.push(Field::new("exported", BOOLEAN).with(label("Exported")));
     package.annotations.push(label("Package"));
     classes.push(package);
 
     let mut class = Class::new(CLASS, "java.lang.Class");
-    class.fields.push(
-        Field::new("classLoader", CLASS_LOADER)
-            .pooled()
-            .with(label("Class Loader")),
-    );
-    class
-        .fields
-        .push(Field::new("name", SYMBOL).pooled().with(label("Name")));
-    class.fields.push(
-        Field::new("package", PACKAGE)
-            .pooled()
-            .with(label("Package")),
-    );
-    class
-        .fields
-        .push(Field::new("modifiers", INT).with(label("Access Modifiers")));
-    class
-        .fields
-        .push(Field::new("hidden", BOOLEAN).with(label("Hidden")));
+    class.fields.push(Field::new("classLoader", CLASS_LOADER).pooled().with(label("Class Loader")));
+    class.fields.push(Field::new("name", SYMBOL).pooled().with(label("Name")));
+    class.fields.push(Field::new("package", PACKAGE).pooled().with(label("Package")));
+    class.fields.push(Field::new("modifiers", INT).with(label("Access Modifiers")));
+    class.fields.push(Field::new("hidden", BOOLEAN).with(label("Hidden")));
     class.annotations.push(label("Java Class"));
     classes.push(class);
 
     let mut method = Class::new(METHOD, "jdk.types.Method");
-    method
-        .fields
-        .push(Field::new("type", CLASS).pooled().with(label("Type")));
-    method
-        .fields
-        .push(Field::new("name", SYMBOL).pooled().with(label("Name")));
-    method.fields.push(
-        Field::new("descriptor", SYMBOL)
-            .pooled()
-            .with(label("Descriptor")),
-    );
-    method
-        .fields
-        .push(Field::new("modifiers", INT).with(label("Access Modifiers")));
-    method
-        .fields
-        .push(Field::new("hidden", BOOLEAN).with(label("Hidden")));
+    method.fields.push(Field::new("type", CLASS).pooled().with(label("Type")));
+    method.fields.push(Field::new("name", SYMBOL).pooled().with(label("Name")));
+    method.fields.push(Field::new("descriptor", SYMBOL).pooled().with(label("Descriptor")));
+    method.fields.push(Field::new("modifiers", INT).with(label("Access Modifiers")));
+    method.fields.push(Field::new("hidden", BOOLEAN).with(label("Hidden")));
     method.annotations.push(label("Java Method"));
     classes.push(method);
 
     let mut frame_type = Class::new(FRAME_TYPE, "jdk.types.FrameType");
     frame_type.simple_type = true;
-    frame_type
-        .fields
-        .push(Field::new("description", STRING).with(label("Description")));
+    frame_type.fields.push(Field::new("description", STRING).with(label("Description")));
     frame_type.annotations.push(label("Frame type"));
     classes.push(frame_type);
 
     let mut frame = Class::new(STACK_FRAME, "jdk.types.StackFrame");
-    frame.fields.push(
-        Field::new("method", METHOD)
-            .pooled()
-            .with(label("Java Method")),
-    );
-    frame
-        .fields
-        .push(Field::new("lineNumber", INT).with(label("Line Number")));
-    frame
-        .fields
-        .push(Field::new("bytecodeIndex", INT).with(label("Bytecode Index")));
-    frame.fields.push(
-        Field::new("type", FRAME_TYPE)
-            .pooled()
-            .with(label("Frame Type")),
-    );
+    frame.fields.push(Field::new("method", METHOD).pooled().with(label("Java Method")));
+    frame.fields.push(Field::new("lineNumber", INT).with(label("Line Number")));
+    frame.fields.push(Field::new("bytecodeIndex", INT).with(label("Bytecode Index")));
+    frame.fields.push(Field::new("type", FRAME_TYPE).pooled().with(label("Frame Type")));
     classes.push(frame);
 
     let mut trace = Class::new(STACK_TRACE, "jdk.types.StackTrace");
-    trace
-        .fields
-        .push(Field::new("truncated", BOOLEAN).with(label("Truncated")));
-    trace.fields.push(
-        Field::new("frames", STACK_FRAME)
-            .array()
-            .with(label("Stack Frames")),
-    );
+    trace.fields.push(Field::new("truncated", BOOLEAN).with(label("Truncated")));
+    trace.fields.push(Field::new("frames", STACK_FRAME).array().with(label("Stack Frames")));
     trace.annotations.push(label("Stacktrace"));
     classes.push(trace);
 
     let mut state = Class::new(THREAD_STATE, "jdk.types.ThreadState");
     state.simple_type = true;
-    state
-        .fields
-        .push(Field::new("name", STRING).with(label("Name")));
+    state.fields.push(Field::new("name", STRING).with(label("Name")));
     state.annotations.push(label("Java Thread State"));
     classes.push(state);
 
@@ -608,24 +439,14 @@ pub fn event_fields(duration: bool, thread: bool, stack_trace: bool) -> Vec<Fiel
         .with(Annotation::value(ids::TIMESTAMP, "TICKS"))];
     if duration {
         fields.push(
-            Field::new("duration", ids::LONG)
-                .with(label("Duration"))
-                .with(Annotation::value(ids::TIMESPAN, "TICKS")),
+            Field::new("duration", ids::LONG).with(label("Duration")).with(Annotation::value(ids::TIMESPAN, "TICKS")),
         );
     }
     if thread {
-        fields.push(
-            Field::new("eventThread", ids::THREAD)
-                .pooled()
-                .with(label("Event Thread")),
-        );
+        fields.push(Field::new("eventThread", ids::THREAD).pooled().with(label("Event Thread")));
     }
     if stack_trace {
-        fields.push(
-            Field::new("stackTrace", ids::STACK_TRACE)
-                .pooled()
-                .with(label("Stack Trace")),
-        );
+        fields.push(Field::new("stackTrace", ids::STACK_TRACE).pooled().with(label("Stack Trace")));
     }
     fields
 }
@@ -665,10 +486,7 @@ pub fn event_class(spec: EventTypeSpec<'_>) -> Class {
         c.annotations.push(Annotation::value(ids::DESCRIPTION, d));
     }
     if !spec.category.is_empty() {
-        c.annotations.push(Annotation::values(
-            ids::CATEGORY,
-            spec.category.iter().copied(),
-        ));
+        c.annotations.push(Annotation::values(ids::CATEGORY, spec.category.iter().copied()));
     }
     let setting = |name: &str, type_id: u64, default: &str, text: &str| Setting {
         name: name.into(),
@@ -676,23 +494,12 @@ pub fn event_class(spec: EventTypeSpec<'_>) -> Class {
         default_value: default.into(),
         annotations: vec![label(text)],
     };
-    c.settings
-        .push(setting("enabled", ids::SETTING_ENABLED, "true", "Enabled"));
+    c.settings.push(setting("enabled", ids::SETTING_ENABLED, "true", "Enabled"));
     if spec.duration {
-        c.settings.push(setting(
-            "threshold",
-            ids::SETTING_THRESHOLD,
-            "0 ns",
-            "Threshold",
-        ));
+        c.settings.push(setting("threshold", ids::SETTING_THRESHOLD, "0 ns", "Threshold"));
     }
     if spec.stack_trace {
-        c.settings.push(setting(
-            "stackTrace",
-            ids::SETTING_STACK_TRACE,
-            "true",
-            "Stack Trace",
-        ));
+        c.settings.push(setting("stackTrace", ids::SETTING_STACK_TRACE, "true", "Stack Trace"));
     }
     c
 }

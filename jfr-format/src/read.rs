@@ -26,12 +26,7 @@ pub(crate) struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     pub(crate) fn new(data: &'a Bytes, pos: usize, end: usize, base: u64) -> Cursor<'a> {
         let end = end.min(data.len());
-        Cursor {
-            data,
-            pos: pos.min(end),
-            end,
-            base,
-        }
+        Cursor { data, pos: pos.min(end), end, base }
     }
     fn offset(&self) -> u64 {
         self.base.wrapping_add(self.pos as u64)
@@ -40,10 +35,7 @@ impl<'a> Cursor<'a> {
         self.end - self.pos
     }
     fn eof(&self, expected: &'static str) -> Error {
-        Error::UnexpectedEof {
-            offset: self.base.wrapping_add(self.end as u64),
-            expected,
-        }
+        Error::UnexpectedEof { offset: self.base.wrapping_add(self.end as u64), expected }
     }
     fn varint(&mut self, expected: &'static str) -> Result<u64> {
         let slice = self.data.get(self.pos..self.end).unwrap_or(&[]);
@@ -55,11 +47,7 @@ impl<'a> Cursor<'a> {
         if self.pos >= self.end {
             return Err(self.eof(expected));
         }
-        let b = self
-            .data
-            .get(self.pos)
-            .copied()
-            .ok_or_else(|| self.eof(expected))?;
+        let b = self.data.get(self.pos).copied().ok_or_else(|| self.eof(expected))?;
         self.pos += 1;
         Ok(b)
     }
@@ -68,21 +56,13 @@ impl<'a> Cursor<'a> {
             return Err(self.eof(expected));
         }
         let mut out = [0u8; N];
-        out.copy_from_slice(
-            self.data
-                .get(self.pos..self.pos + N)
-                .ok_or_else(|| self.eof(expected))?,
-        );
+        out.copy_from_slice(self.data.get(self.pos..self.pos + N).ok_or_else(|| self.eof(expected))?);
         self.pos += N;
         Ok(out)
     }
     fn bytes(&mut self, n: u64, expected: &'static str) -> Result<Bytes> {
         if n > self.remaining() as u64 {
-            return Err(Error::CountTooLarge {
-                offset: self.offset(),
-                what: expected,
-                count: n,
-            });
+            return Err(Error::CountTooLarge { offset: self.offset(), what: expected, count: n });
         }
         let n = n as usize;
         let b = self.data.slice(self.pos..self.pos + n);
@@ -91,11 +71,7 @@ impl<'a> Cursor<'a> {
     }
     fn skip(&mut self, n: u64, expected: &'static str) -> Result<()> {
         if n > self.remaining() as u64 {
-            return Err(Error::CountTooLarge {
-                offset: self.offset(),
-                what: expected,
-                count: n,
-            });
+            return Err(Error::CountTooLarge { offset: self.offset(), what: expected, count: n });
         }
         self.pos += n as usize;
         Ok(())
@@ -108,11 +84,7 @@ impl<'a> Cursor<'a> {
         if n > (self.remaining() / min_size.max(1)) as u64 && n > 0 {
             // A zero-sized element type may legitimately have more elements than bytes remain; we
             // still refuse, which bounds the work by the input size.
-            return Err(Error::CountTooLarge {
-                offset: at,
-                what,
-                count: n,
-            });
+            return Err(Error::CountTooLarge { offset: at, what, count: n });
         }
         Ok(n as usize)
     }
@@ -124,9 +96,7 @@ impl<'a> Cursor<'a> {
             2 => Ok(StringValue::Ref(self.varint("a string pool key")?)),
             3 => {
                 let n = self.varint("a UTF-8 string length")?;
-                Ok(StringValue::Text(Text::from_utf8(
-                    self.bytes(n, "UTF-8 string bytes")?,
-                )))
+                Ok(StringValue::Text(Text::from_utf8(self.bytes(n, "UTF-8 string bytes")?)))
             }
             4 => {
                 let n = self.count("UTF-16 string length", 1)?;
@@ -134,21 +104,13 @@ impl<'a> Cursor<'a> {
                 for _ in 0..n {
                     units.push(self.varint("a UTF-16 code unit")? as u16);
                 }
-                Ok(StringValue::Text(Text::from(String::from_utf16_lossy(
-                    &units,
-                ))))
+                Ok(StringValue::Text(Text::from(String::from_utf16_lossy(&units))))
             }
             5 => {
                 let n = self.varint("a Latin-1 string length")?;
-                Ok(StringValue::Text(Text::from_latin1(
-                    self.bytes(n, "Latin-1 string bytes")?,
-                )))
+                Ok(StringValue::Text(Text::from_latin1(self.bytes(n, "Latin-1 string bytes")?)))
             }
-            tag => Err(Error::Invalid {
-                offset: at,
-                expected: "a string encoding 0..=5",
-                found: tag.into(),
-            }),
+            tag => Err(Error::Invalid { offset: at, expected: "a string encoding 0..=5", found: tag.into() }),
         }
     }
     fn skip_string(&mut self) -> Result<()> {
@@ -167,11 +129,7 @@ impl<'a> Cursor<'a> {
                 }
                 Ok(())
             }
-            tag => Err(Error::Invalid {
-                offset: at,
-                expected: "a string encoding 0..=5",
-                found: tag.into(),
-            }),
+            tag => Err(Error::Invalid { offset: at, expected: "a string encoding 0..=5", found: tag.into() }),
         }
     }
 }
@@ -234,20 +192,12 @@ pub struct TypeTable {
 impl TypeTable {
     /// Builds the tables; fails if a field names an undeclared type or a field-less non-primitive.
     pub fn new(metadata: Metadata, offset: u64) -> Result<TypeTable> {
-        let by_id: HashMap<u64, usize> = metadata
-            .classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.id, i))
-            .collect();
+        let by_id: HashMap<u64, usize> = metadata.classes.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
         let mut plans = Vec::with_capacity(metadata.classes.len());
         for class in &metadata.classes {
             let mut plan = Vec::with_capacity(class.fields.len());
             for field in &class.fields {
-                let &idx = by_id.get(&field.type_id).ok_or(Error::UnknownType {
-                    offset,
-                    type_id: field.type_id,
-                })?;
+                let &idx = by_id.get(&field.type_id).ok_or(Error::UnknownType { offset, type_id: field.type_id })?;
                 let target = &metadata.classes[idx];
                 let kind = if field.constant_pool {
                     Kind::Ref(field.type_id)
@@ -264,24 +214,12 @@ impl TypeTable {
                         }
                     }
                 };
-                plan.push(FieldPlan {
-                    kind,
-                    array: field.array,
-                });
+                plan.push(FieldPlan { kind, array: field.array });
             }
             plans.push(plan);
         }
-        let string_type = metadata
-            .classes
-            .iter()
-            .find(|c| c.name == "java.lang.String")
-            .map(|c| c.id);
-        let table = TypeTable {
-            metadata,
-            by_id,
-            plans,
-            string_type,
-        };
+        let string_type = metadata.classes.iter().find(|c| c.name == "java.lang.String").map(|c| c.id);
+        let table = TypeTable { metadata, by_id, plans, string_type };
         table.check_inline_cycles(offset)?;
         Ok(table)
     }
@@ -384,25 +322,17 @@ impl TypeTable {
             // Key 0 is null by convention, but the JDK resolves it like any other key when the
             // pool defines it (HotSpot's FrameType 0 is "Interpreted", ThreadState 0 "STATE_NEW"),
             // so it stays a reference; `Chunk::resolve` returns `None` when the pool lacks it.
-            Kind::Ref(type_id) => Value::Ref {
-                type_id,
-                key: cur.varint("a constant pool key")?,
-            },
+            Kind::Ref(type_id) => Value::Ref { type_id, key: cur.varint("a constant pool key")? },
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {
-                    return Err(Error::NestingTooDeep {
-                        offset: cur.offset(),
-                    });
+                    return Err(Error::NestingTooDeep { offset: cur.offset() });
                 }
                 let plan = self.plan(index);
                 let mut fields = Vec::with_capacity(plan.len());
                 for &p in plan {
                     fields.push(self.read_value(cur, p, depth + 1)?);
                 }
-                Value::Object(Object {
-                    type_id: self.metadata.classes[index].id,
-                    fields,
-                })
+                Value::Object(Object { type_id: self.metadata.classes[index].id, fields })
             }
         })
     }
@@ -423,15 +353,11 @@ impl TypeTable {
             Kind::Boolean | Kind::Byte => cur.skip(1, "a byte"),
             Kind::Float => cur.skip(4, "a float"),
             Kind::Double => cur.skip(8, "a double"),
-            Kind::Char | Kind::Short | Kind::Int | Kind::Long | Kind::Ref(_) => {
-                cur.varint("an integer").map(drop)
-            }
+            Kind::Char | Kind::Short | Kind::Int | Kind::Long | Kind::Ref(_) => cur.varint("an integer").map(drop),
             Kind::String => cur.skip_string(),
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {
-                    return Err(Error::NestingTooDeep {
-                        offset: cur.offset(),
-                    });
+                    return Err(Error::NestingTooDeep { offset: cur.offset() });
                 }
                 for &p in self.plan(index) {
                     self.skip_value(cur, p, depth + 1)?;
@@ -488,11 +414,7 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
     let mut cur = Cursor::new(data, cur.pos, record_end, base);
     let type_id = cur.varint("the metadata type id")?;
     if type_id != 0 {
-        return Err(Error::Invalid {
-            offset: at,
-            expected: "a metadata record (type 0)",
-            found: type_id,
-        });
+        return Err(Error::Invalid { offset: at, expected: "a metadata record (type 0)", found: type_id });
     }
     cur.varint("the metadata start time")?;
     cur.varint("the metadata duration")?;
@@ -509,11 +431,8 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
     // Every string the descriptor materialises is charged against a budget proportional to the
     // record's size: a 2-byte attribute may name a long string, and without the budget a small
     // hostile record could make us copy that string millions of times.
-    let budget = core::cell::Cell::new(
-        (size as usize)
-            .saturating_mul(METADATA_TEXT_FACTOR)
-            .saturating_add(METADATA_TEXT_SLACK),
-    );
+    let budget =
+        core::cell::Cell::new((size as usize).saturating_mul(METADATA_TEXT_FACTOR).saturating_add(METADATA_TEXT_SLACK));
     let s = |i: usize| strings.get(i).map(String::as_str).unwrap_or("");
     let own = |text: &str| -> Result<String> {
         let cost = text.len() + 16;
@@ -530,22 +449,16 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
         }
     };
     let find = |e: &Element, key: &str| -> Option<&str> {
-        e.attributes
-            .iter()
-            .find(|&&(k, _)| s(k) == key)
-            .map(|&(_, v)| s(v))
+        e.attributes.iter().find(|&&(k, _)| s(k) == key).map(|&(_, v)| s(v))
     };
-    let attr =
-        |e: &Element, key: &str| -> Result<Option<String>> { find(e, key).map(&own).transpose() };
+    let attr = |e: &Element, key: &str| -> Result<Option<String>> { find(e, key).map(&own).transpose() };
     let number = |e: &Element, key: &str| -> Result<u64> {
         let text = find(e, key).unwrap_or_default();
-        text.parse::<u64>()
-            .or_else(|_| text.parse::<i64>().map(|v| v as u64))
-            .map_err(|_| Error::Invalid {
-                offset: at,
-                expected: "a numeric id attribute",
-                found: 0,
-            })
+        text.parse::<u64>().or_else(|_| text.parse::<i64>().map(|v| v as u64)).map_err(|_| Error::Invalid {
+            offset: at,
+            expected: "a numeric id attribute",
+            found: 0,
+        })
     };
     let annotation = |e: &Element| -> Result<Annotation> {
         Ok(Annotation {
@@ -559,25 +472,14 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
         })
     };
     let annotations = |e: &Element| -> Result<Vec<Annotation>> {
-        e.children
-            .iter()
-            .filter(|a| s(a.name) == "annotation")
-            .map(&annotation)
-            .collect()
+        e.children.iter().filter(|a| s(a.name) == "annotation").map(&annotation).collect()
     };
-    let mut metadata = Metadata {
-        id,
-        classes: Vec::new(),
-        region: Region {
-            attributes: Vec::new(),
-        },
-    };
+    let mut metadata = Metadata { id, classes: Vec::new(), region: Region { attributes: Vec::new() } };
     for top in &root.children {
         match s(top.name) {
             "metadata" => {
                 for ce in top.children.iter().filter(|c| s(c.name) == "class") {
-                    let mut class =
-                        Class::new(number(ce, "id")?, attr(ce, "name")?.unwrap_or_default());
+                    let mut class = Class::new(number(ce, "id")?, attr(ce, "name")?.unwrap_or_default());
                     class.super_type = attr(ce, "superType")?;
                     class.simple_type = find(ce, "simpleType").is_some();
                     for child in &ce.children {
@@ -585,8 +487,7 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                             "field" => class.fields.push(Field {
                                 name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
-                                constant_pool: find(child, "constantPool")
-                                    .is_some_and(|v| v != "false"),
+                                constant_pool: find(child, "constantPool").is_some_and(|v| v != "false"),
                                 array: find(child, "dimension").is_some_and(|v| v == "1"),
                                 annotations: annotations(child)?,
                             }),
@@ -604,11 +505,8 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                 }
             }
             "region" => {
-                metadata.region.attributes = top
-                    .attributes
-                    .iter()
-                    .map(|&(k, v)| Ok((own(s(k))?, own(s(v))?)))
-                    .collect::<Result<_>>()?;
+                metadata.region.attributes =
+                    top.attributes.iter().map(|&(k, v)| Ok((own(s(k))?, own(s(v))?))).collect::<Result<_>>()?;
             }
             _ => {}
         }
@@ -618,19 +516,13 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
 
 fn read_element(cur: &mut Cursor<'_>, nstrings: usize, depth: usize) -> Result<Element> {
     if depth > MAX_NESTING {
-        return Err(Error::NestingTooDeep {
-            offset: cur.offset(),
-        });
+        return Err(Error::NestingTooDeep { offset: cur.offset() });
     }
     let string_index = |cur: &mut Cursor<'_>| -> Result<usize> {
         let at = cur.offset();
         let i = cur.varint("a metadata string index")?;
         if i >= nstrings as u64 {
-            return Err(Error::Invalid {
-                offset: at,
-                expected: "an index into the metadata string table",
-                found: i,
-            });
+            return Err(Error::Invalid { offset: at, expected: "an index into the metadata string table", found: i });
         }
         Ok(i as usize)
     };
@@ -647,22 +539,14 @@ fn read_element(cur: &mut Cursor<'_>, nstrings: usize, depth: usize) -> Result<E
     for _ in 0..nchildren {
         children.push(read_element(cur, nstrings, depth + 1)?);
     }
-    Ok(Element {
-        name,
-        attributes,
-        children,
-    })
+    Ok(Element { name, attributes, children })
 }
 
 /// Validates a record's size: non-zero, no smaller than its size field, inside `limit`.
 fn check_record_size(cur: &Cursor<'_>, start: usize, size: u64, at: u64) -> Result<usize> {
     let header_len = (cur.pos - start) as u64;
     if size == 0 || size <= header_len {
-        return Err(Error::Invalid {
-            offset: at,
-            expected: "a record size larger than its size field",
-            found: size,
-        });
+        return Err(Error::Invalid { offset: at, expected: "a record size larger than its size field", found: size });
     }
     let end = (start as u64).saturating_add(size);
     if end > cur.end as u64 {
@@ -758,18 +642,8 @@ impl Chunk {
             return Err(Error::NoMetadata { offset: base });
         }
         let metadata = parse_metadata(&data, header.metadata_offset as usize, data.len(), base)?;
-        let types = Arc::new(TypeTable::new(
-            metadata,
-            base.wrapping_add(header.metadata_offset as u64),
-        )?);
-        let mut chunk = Chunk {
-            data,
-            base,
-            header,
-            types,
-            pools: Arc::new(HashMap::new()),
-            checkpoints: Vec::new(),
-        };
+        let types = Arc::new(TypeTable::new(metadata, base.wrapping_add(header.metadata_offset as u64))?);
+        let mut chunk = Chunk { data, base, header, types, pools: Arc::new(HashMap::new()), checkpoints: Vec::new() };
         let mut pools = HashMap::new();
         chunk.index_checkpoints(header.cp_offset, 0, &mut pools)?;
         chunk.pools = Arc::new(pools);
@@ -782,10 +656,7 @@ impl Chunk {
         // Metadata parsing is cheap next to event decoding; reuse only saves the allocation.
         let chunk = Chunk::parse(data, base)?;
         match previous {
-            Some(p) if p.metadata == chunk.types.metadata => Ok(Chunk {
-                types: Arc::clone(p),
-                ..chunk
-            }),
+            Some(p) if p.metadata == chunk.types.metadata => Ok(Chunk { types: Arc::clone(p), ..chunk }),
             _ => Ok(chunk),
         }
     }
@@ -815,16 +686,8 @@ impl Chunk {
         }
         let data = data.slice(..header.chunk_size as usize);
         let types = if header.metadata_offset != self.header.metadata_offset {
-            let metadata = parse_metadata(
-                &data,
-                header.metadata_offset as usize,
-                data.len(),
-                self.base,
-            )?;
-            Some(Arc::new(TypeTable::new(
-                metadata,
-                self.base.wrapping_add(header.metadata_offset as u64),
-            )?))
+            let metadata = parse_metadata(&data, header.metadata_offset as usize, data.len(), self.base)?;
+            Some(Arc::new(TypeTable::new(metadata, self.base.wrapping_add(header.metadata_offset as u64))?))
         } else {
             None
         };
@@ -891,11 +754,7 @@ impl Chunk {
         let mut cur = Cursor::new(&self.data, cur.pos, end, self.base);
         let type_id = cur.varint("the checkpoint type id")?;
         if type_id != 1 {
-            return Err(Error::Invalid {
-                offset: at,
-                expected: "a checkpoint record (type 1)",
-                found: type_id,
-            });
+            return Err(Error::Invalid { offset: at, expected: "a checkpoint record (type 1)", found: type_id });
         }
         cur.varint("the checkpoint start time")?;
         cur.varint("the checkpoint duration")?;
@@ -905,13 +764,8 @@ impl Chunk {
         for _ in 0..npools {
             let pool_at = cur.offset();
             let pool_type = cur.varint("a constant pool type id")?;
-            let class_index = self
-                .types
-                .class_index(pool_type)
-                .ok_or(Error::UnknownType {
-                    offset: pool_at,
-                    type_id: pool_type,
-                })?;
+            let class_index =
+                self.types.class_index(pool_type).ok_or(Error::UnknownType { offset: pool_at, type_id: pool_type })?;
             let count = cur.count("constant", 1)?;
             let entries = pools.entry(pool_type).or_default();
             for _ in 0..count {
@@ -981,10 +835,7 @@ impl Chunk {
 
     /// Keys of the pool of `type_id`.
     pub fn pool_keys(&self, type_id: u64) -> impl Iterator<Item = u64> + '_ {
-        self.pools
-            .get(&type_id)
-            .into_iter()
-            .flat_map(|m| m.keys().copied())
+        self.pools.get(&type_id).into_iter().flat_map(|m| m.keys().copied())
     }
 
     /// Decodes the constant `key` of type `type_id`: `Ok(None)` if the pool lacks it (the JDK treats
@@ -998,10 +849,7 @@ impl Chunk {
         let Some(&offset) = self.pools.get(&type_id).and_then(|p| p.get(&key)) else {
             return Ok(None);
         };
-        let class_index = self.types.class_index(type_id).ok_or(Error::UnknownType {
-            offset: self.base,
-            type_id,
-        })?;
+        let class_index = self.types.class_index(type_id).ok_or(Error::UnknownType { offset: self.base, type_id })?;
         let class = &self.types.classes()[class_index];
         let mut cur = Cursor::new(&self.data, offset, self.data.len(), self.base);
         let value = match primitive_kind(&class.name) {
@@ -1022,13 +870,7 @@ impl Chunk {
         self.resolve_deep_within(value, depth, 0, &mut budget)
     }
 
-    fn resolve_deep_within(
-        &self,
-        value: &Value,
-        depth: usize,
-        nesting: usize,
-        budget: &mut usize,
-    ) -> Result<Value> {
+    fn resolve_deep_within(&self, value: &Value, depth: usize, nesting: usize, budget: &mut usize) -> Result<Value> {
         if *budget == 0 || nesting > 4 * MAX_NESTING {
             return Err(Error::CountTooLarge {
                 offset: self.base,
@@ -1047,10 +889,7 @@ impl Chunk {
                 None => Value::Null,
             },
             Value::Array(items) if depth > 0 => Value::Array(
-                items
-                    .iter()
-                    .map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget))
-                    .collect::<Result<_>>()?,
+                items.iter().map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget)).collect::<Result<_>>()?,
             ),
             Value::Object(o) if depth > 0 => Value::Object(Object {
                 type_id: o.type_id,
@@ -1082,30 +921,21 @@ impl Chunk {
     /// Iterates the records from chunk offset `from` (use [`HEADER_SIZE`] for the start) to the
     /// published end: events and flush boundaries. Records of unknown types are skipped by size.
     pub fn items(&self, from: u64) -> Items<'_> {
-        Items {
-            chunk: self,
-            pos: from.max(HEADER_SIZE as u64) as usize,
-            failed: false,
-        }
+        Items { chunk: self, pos: from.max(HEADER_SIZE as u64) as usize, failed: false }
     }
 
     /// Iterates the events of the chunk.
     pub fn events(&self) -> impl Iterator<Item = Result<Event>> + '_ {
-        self.items(HEADER_SIZE as u64)
-            .filter_map(|item| match item {
-                Ok(Item::Event(e)) => Some(Ok(e)),
-                Ok(Item::Flush) => None,
-                Err(e) => Some(Err(e)),
-            })
+        self.items(HEADER_SIZE as u64).filter_map(|item| match item {
+            Ok(Item::Event(e)) => Some(Ok(e)),
+            Ok(Item::Flush) => None,
+            Err(e) => Some(Err(e)),
+        })
     }
 
     /// Iterates every record's raw bytes.
     pub fn records(&self) -> RawRecords<'_> {
-        RawRecords {
-            chunk: self,
-            pos: HEADER_SIZE,
-            failed: false,
-        }
+        RawRecords { chunk: self, pos: HEADER_SIZE, failed: false }
     }
 
     /// Ticks to ns since the epoch with this chunk's clock.
@@ -1126,9 +956,7 @@ impl Chunk {
 
 fn unwrap_simple(types: &TypeTable, value: Value) -> Value {
     match value {
-        Value::Object(o)
-            if o.fields.len() == 1 && types.class(o.type_id).is_some_and(|c| c.simple_type) =>
-        {
+        Value::Object(o) if o.fields.len() == 1 && types.class(o.type_id).is_some_and(|c| c.simple_type) => {
             o.fields.into_iter().next().unwrap_or(Value::Null)
         }
         other => other,
@@ -1171,10 +999,7 @@ impl Iterator for Items<'_> {
                         body.varint("the checkpoint start time")?;
                         body.varint("the checkpoint duration")?;
                         body.varint("the checkpoint delta")?;
-                        Ok(
-                            body.u8("the checkpoint type mask")? & crate::write::CHECKPOINT_FLUSH
-                                != 0,
-                        )
+                        Ok(body.u8("the checkpoint type mask")? & crate::write::CHECKPOINT_FLUSH != 0)
                     })();
                     match flush {
                         Ok(true) => return Some(Ok(Item::Flush)),
@@ -1230,11 +1055,8 @@ impl Iterator for RawRecords<'_> {
         }
         match self.chunk.record_at(self.pos) {
             Ok((end, type_id, _)) => {
-                let record = RawRecord {
-                    offset: self.pos as u64,
-                    type_id,
-                    bytes: self.chunk.data.slice(self.pos..end),
-                };
+                let record =
+                    RawRecord { offset: self.pos as u64, type_id, bytes: self.chunk.data.slice(self.pos..end) };
                 self.pos = end;
                 Some(Ok(record))
             }
@@ -1249,12 +1071,7 @@ impl Iterator for RawRecords<'_> {
 /// Iterates the chunks of a file (chunks back to back). After an error it stops; bytes after the
 /// last chunk that are not a chunk are an error, as in the JDK.
 pub fn chunks(data: Bytes) -> Chunks {
-    Chunks {
-        data,
-        pos: 0,
-        failed: false,
-        previous: None,
-    }
+    Chunks { data, pos: 0, failed: false, previous: None }
 }
 
 /// Iterator over a file's chunks; see [`chunks`].

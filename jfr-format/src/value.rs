@@ -21,9 +21,7 @@ impl Text {
     pub fn from_utf8(bytes: Bytes) -> Text {
         match core::str::from_utf8(&bytes) {
             Ok(_) => Text(TextRepr::Shared(bytes)),
-            Err(_) => Text(TextRepr::Owned(
-                String::from_utf8_lossy(&bytes).into_owned(),
-            )),
+            Err(_) => Text(TextRepr::Owned(String::from_utf8_lossy(&bytes).into_owned())),
         }
     }
     /// Decodes Latin-1 bytes.
@@ -31,9 +29,7 @@ impl Text {
         if bytes.is_ascii() {
             Text(TextRepr::Shared(bytes))
         } else {
-            Text(TextRepr::Owned(
-                bytes.iter().map(|&b| char::from(b)).collect(),
-            ))
+            Text(TextRepr::Owned(bytes.iter().map(|&b| char::from(b)).collect()))
         }
     }
     /// The text as `&str`.

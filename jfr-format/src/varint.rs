@@ -89,10 +89,7 @@ mod tests {
     fn known_encodings_match_hotspot() {
         assert_eq!(read_u64(&[0xdf, 0x80, 0x80, 0x00]), Some((95, 4)));
         assert_eq!(read_u64(&[0x81, 0x80, 0x80, 0x00]), Some((1, 4)));
-        assert_eq!(
-            read_u64(&[0xff, 0xff, 0xff, 0xff, 0x0f]),
-            Some((0xffff_ffff, 5))
-        );
+        assert_eq!(read_u64(&[0xff, 0xff, 0xff, 0xff, 0x0f]), Some((0xffff_ffff, 5)));
         let mut out = Vec::new();
         write_u64(&mut out, u64::MAX);
         assert_eq!(out, [0xff; 9]);

@@ -21,10 +21,7 @@ pub struct ThreadInfo {
 impl ThreadInfo {
     /// The name a person would use: the Java name, else the OS name.
     pub fn name(&self) -> &str {
-        self.java_name
-            .as_deref()
-            .or(self.os_name.as_deref())
-            .unwrap_or("")
+        self.java_name.as_deref().or(self.os_name.as_deref()).unwrap_or("")
     }
 }
 
@@ -106,15 +103,9 @@ impl Chunk {
         };
         Ok(Some(ThreadInfo {
             os_name: text(self, self.field(&thread, "osName"))?,
-            os_thread_id: self
-                .field(&thread, "osThreadId")
-                .and_then(Value::as_i64)
-                .unwrap_or(0),
+            os_thread_id: self.field(&thread, "osThreadId").and_then(Value::as_i64).unwrap_or(0),
             java_name: text(self, self.field(&thread, "javaName"))?,
-            java_thread_id: self
-                .field(&thread, "javaThreadId")
-                .and_then(Value::as_i64)
-                .unwrap_or(0),
+            java_thread_id: self.field(&thread, "javaThreadId").and_then(Value::as_i64).unwrap_or(0),
         }))
     }
 
@@ -124,10 +115,7 @@ impl Chunk {
             return Ok(None);
         };
         // Missing `truncated` defaults to true, as in the JDK's RecordedStackTrace.
-        let truncated = self
-            .field(&trace, "truncated")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
+        let truncated = self.field(&trace, "truncated").and_then(Value::as_bool).unwrap_or(true);
         let mut frames = Vec::new();
         if let Some(Value::Array(items)) = self.field(&trace, "frames") {
             frames.reserve(items.len());
@@ -143,14 +131,8 @@ impl Chunk {
 
     fn frame_info(&self, frame: &Value) -> Result<FrameInfo> {
         let mut info = FrameInfo {
-            line: self
-                .field(frame, "lineNumber")
-                .and_then(Value::as_i64)
-                .unwrap_or(-1) as i32,
-            bytecode_index: self
-                .field(frame, "bytecodeIndex")
-                .and_then(Value::as_i64)
-                .unwrap_or(-1) as i32,
+            line: self.field(frame, "lineNumber").and_then(Value::as_i64).unwrap_or(-1) as i32,
+            bytecode_index: self.field(frame, "bytecodeIndex").and_then(Value::as_i64).unwrap_or(-1) as i32,
             frame_type: text(self, self.field(frame, "type"))?,
             ..FrameInfo::default()
         };
@@ -168,10 +150,7 @@ impl Chunk {
 
     /// The event's thread: `eventThread`, or `sampledThread` for samples.
     pub fn event_thread(&self, event: &Event) -> Result<Option<ThreadInfo>> {
-        match self
-            .event_field(event, "eventThread")
-            .or_else(|| self.event_field(event, "sampledThread"))
-        {
+        match self.event_field(event, "eventThread").or_else(|| self.event_field(event, "sampledThread")) {
             Some(v) => self.thread_info(v),
             None => Ok(None),
         }

@@ -5,8 +5,7 @@
 //! and the header updates to publish, so the caller owns all I/O.
 
 use crate::header::{
-    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE,
-    STATE_FINISHED,
+    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,
 };
 use crate::metadata::{Annotation, Class, Metadata};
 use crate::value::Value;
@@ -111,10 +110,7 @@ pub fn put_string_as(out: &mut Vec<u8>, s: Option<&str>, encoding: StringEncodin
         (Some(s), StringEncoding::Latin1) => {
             out.push(5);
             varint::write_u64(out, s.chars().count() as u64);
-            out.extend(
-                s.chars()
-                    .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')),
-            );
+            out.extend(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')));
         }
     }
 }
@@ -210,16 +206,7 @@ pub fn put_field(
     value: &Value,
     encoding: StringEncoding,
 ) -> crate::Result<()> {
-    put_typed(
-        out,
-        metadata,
-        field.type_id,
-        field.constant_pool,
-        field.array,
-        value,
-        encoding,
-        0,
-    )
+    put_typed(out, metadata, field.type_id, field.constant_pool, field.array, value, encoding, 0)
 }
 
 /// Encodes all fields of an event or struct of class `type_id` from `values`, in declared order.
@@ -230,16 +217,9 @@ pub fn put_fields(
     values: &[Value],
     encoding: StringEncoding,
 ) -> crate::Result<()> {
-    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType {
-        offset: out.len() as u64,
-        type_id,
-    })?;
+    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType { offset: out.len() as u64, type_id })?;
     if class.fields.len() != values.len() {
-        return Err(mismatch(
-            out,
-            "one value per declared field",
-            values.len() as u64,
-        ));
+        return Err(mismatch(out, "one value per declared field", values.len() as u64));
     }
     for (f, v) in class.fields.iter().zip(values) {
         put_field(out, metadata, f, v, encoding)?;
@@ -248,11 +228,7 @@ pub fn put_fields(
 }
 
 fn mismatch(out: &[u8], expected: &'static str, found: u64) -> crate::Error {
-    crate::Error::Invalid {
-        offset: out.len() as u64,
-        expected,
-        found,
-    }
+    crate::Error::Invalid { offset: out.len() as u64, expected, found }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -267,9 +243,7 @@ fn put_typed(
     depth: usize,
 ) -> crate::Result<()> {
     if depth > crate::MAX_NESTING {
-        return Err(crate::Error::NestingTooDeep {
-            offset: out.len() as u64,
-        });
+        return Err(crate::Error::NestingTooDeep { offset: out.len() as u64 });
     }
     if array {
         let Value::Array(items) = value else {
@@ -277,23 +251,11 @@ fn put_typed(
         };
         put_varint(out, items.len() as u64);
         for item in items {
-            put_typed(
-                out,
-                metadata,
-                type_id,
-                pooled,
-                false,
-                item,
-                encoding,
-                depth + 1,
-            )?;
+            put_typed(out, metadata, type_id, pooled, false, item, encoding, depth + 1)?;
         }
         return Ok(());
     }
-    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType {
-        offset: out.len() as u64,
-        type_id,
-    })?;
+    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType { offset: out.len() as u64, type_id })?;
     if pooled {
         return match value {
             Value::Null => {
@@ -324,25 +286,10 @@ fn put_typed(
                 return Err(mismatch(out, "one value per declared field", type_id));
             }
             for (f, v) in class.fields.iter().zip(&o.fields) {
-                put_typed(
-                    out,
-                    metadata,
-                    f.type_id,
-                    f.constant_pool,
-                    f.array,
-                    v,
-                    encoding,
-                    depth + 1,
-                )?;
+                put_typed(out, metadata, f.type_id, f.constant_pool, f.array, v, encoding, depth + 1)?;
             }
         }
-        _ => {
-            return Err(mismatch(
-                out,
-                "a value of the field's declared type",
-                type_id,
-            ))
-        }
+        _ => return Err(mismatch(out, "a value of the field's declared type", type_id)),
     }
     Ok(())
 }
@@ -389,11 +336,7 @@ struct Element {
 
 impl Element {
     fn new(strings: &mut StringTable, name: &str) -> Element {
-        Element {
-            name: strings.id(name),
-            attributes: Vec::new(),
-            children: Vec::new(),
-        }
+        Element { name: strings.id(name), attributes: Vec::new(), children: Vec::new() }
     }
     fn attr(&mut self, strings: &mut StringTable, key: &str, value: &str) {
         let pair = (strings.id(key), strings.id(value));
@@ -505,11 +448,7 @@ impl Checkpoint {
         let i = match self.index.get(&type_id) {
             Some(&i) => i,
             None => {
-                self.pools.push(PoolData {
-                    type_id,
-                    count: 0,
-                    bytes: Vec::new(),
-                });
+                self.pools.push(PoolData { type_id, count: 0, bytes: Vec::new() });
                 self.index.insert(type_id, self.pools.len() - 1);
                 self.pools.len() - 1
             }
@@ -630,17 +569,8 @@ impl ChunkWriter {
     /// streaming segment.
     pub fn write_checkpoint(&mut self, checkpoint: &Checkpoint, start_ticks: i64, flush: bool) {
         let offset = self.position();
-        let delta = if self.last_checkpoint == 0 {
-            0
-        } else {
-            self.last_checkpoint as i64 - offset as i64
-        };
-        checkpoint.write(
-            &mut self.pending,
-            start_ticks,
-            delta,
-            if flush { CHECKPOINT_FLUSH } else { 0 },
-        );
+        let delta = if self.last_checkpoint == 0 { 0 } else { self.last_checkpoint as i64 - offset as i64 };
+        checkpoint.write(&mut self.pending, start_ticks, delta, if flush { CHECKPOINT_FLUSH } else { 0 });
         self.last_checkpoint = offset;
     }
 
@@ -688,13 +618,8 @@ impl ChunkWriter {
     /// # Panics
     /// If pending bytes were taken before, or no metadata was written.
     pub fn into_bytes(mut self, duration_nanos: i64, final_chunk: bool) -> Vec<u8> {
-        assert_eq!(
-            self.pending_start, 0,
-            "into_bytes needs the whole chunk in memory"
-        );
-        let header = self
-            .finish(duration_nanos, final_chunk)
-            .expect("a chunk needs metadata");
+        assert_eq!(self.pending_start, 0, "into_bytes needs the whole chunk in memory");
+        let header = self.finish(duration_nanos, final_chunk).expect("a chunk needs metadata");
         self.pending[..HEADER_SIZE].copy_from_slice(&header.encode());
         self.pending
     }

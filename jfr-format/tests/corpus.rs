@@ -13,9 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 fn corpus_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
-        .join(target)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
 }
 
 /// Rewrites the first chunk of a JVM recording: keeps at most `per_type` events of each event
@@ -68,12 +66,7 @@ pub fn prune_jvm_chunk(data: Bytes, per_type: usize, max_checkpoint: usize) -> V
     }
     let pruned = Metadata {
         id: md.id,
-        classes: md
-            .classes
-            .iter()
-            .filter(|c| needed.contains(&c.id))
-            .cloned()
-            .collect(),
+        classes: md.classes.iter().filter(|c| needed.contains(&c.id)).cloned().collect(),
         region: md.region.clone(),
     };
     let h = chunk.header();
@@ -100,14 +93,7 @@ pub fn prune_jvm_chunk(data: Bytes, per_type: usize, max_checkpoint: usize) -> V
         let token = begin_record(&mut out, 1);
         put_long(&mut out, start as i64);
         put_long(&mut out, duration as i64);
-        put_long(
-            &mut out,
-            if previous == 0 {
-                0
-            } else {
-                previous as i64 - offset as i64
-            },
-        );
+        put_long(&mut out, if previous == 0 { 0 } else { previous as i64 - offset as i64 });
         out.extend_from_slice(&cp[pos..]);
         end_record(&mut out, token);
         w.write_records(&out);
@@ -167,24 +153,15 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
 fn seed_corpus_parses() {
     let update = std::env::var_os("UPDATE_CORPUS").is_some();
     for (target, name, bytes) in seeds() {
-        assert!(
-            bytes.len() < 64 * 1024,
-            "{target}/{name} is {} bytes",
-            bytes.len()
-        );
+        assert!(bytes.len() < 64 * 1024, "{target}/{name} is {} bytes", bytes.len());
         let path = corpus_dir(target).join(name);
         if update {
             std::fs::create_dir_all(corpus_dir(target)).unwrap();
             std::fs::write(&path, &bytes).unwrap();
         }
-        let stored = std::fs::read(&path).unwrap_or_else(|e| {
-            panic!("{}: {e} (regenerate with UPDATE_CORPUS=1)", path.display())
-        });
-        let data = Bytes::from(if target == "live" {
-            stored[1..].to_vec()
-        } else {
-            stored
-        });
+        let stored = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (regenerate with UPDATE_CORPUS=1)", path.display()));
+        let data = Bytes::from(if target == "live" { stored[1..].to_vec() } else { stored });
         for chunk in chunks(data) {
             let chunk = chunk.unwrap_or_else(|e| panic!("{target}/{name}: {e}"));
             for event in chunk.events() {
@@ -206,19 +183,11 @@ fn jdk_accepts_the_pruned_jvm_chunk_and_live_chunk() {
         let b = s.spawn(|| common::jfr(&["summary", live_path.to_str().unwrap()]));
         // Plain `jfr print` throws on array fields (see jdk.rs); the fixture types have them.
         let c = s.spawn(|| common::jfr(&["print", "--json", live_path.to_str().unwrap()]));
-        a.join()
-            .unwrap()
-            .assert_ok("jfr print of the pruned JVM chunk");
+        a.join().unwrap().assert_ok("jfr print of the pruned JVM chunk");
         let summary = b.join().unwrap();
         let summary = summary.assert_clean("jfr summary of a published, unfinished chunk");
         // Two flush segments have checkpoints; the third segment's events are published too.
-        assert_eq!(
-            common::summary_counts(summary).get("test.AllKinds"),
-            Some(&12),
-            "{summary}"
-        );
-        c.join()
-            .unwrap()
-            .assert_clean("jfr print of a published, unfinished chunk");
+        assert_eq!(common::summary_counts(summary).get("test.AllKinds"), Some(&12), "{summary}");
+        c.join().unwrap().assert_clean("jfr print of a published, unfinished chunk");
     });
 }

@@ -102,27 +102,12 @@ fn checked_visit(data: &[u8], what: &str) -> Result<usize, Error> {
 fn checked_visit_with(data: &[u8], what: &str, deep: bool) -> Result<usize, Error> {
     let started = Instant::now();
     let (result, peak) = peak_of(|| visit_with(Bytes::copy_from_slice(data), deep));
-    assert!(
-        peak <= allocation_limit(data.len()),
-        "{what}: peak allocation {peak} for {} input bytes",
-        data.len()
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{what}: took {:?}",
-        started.elapsed()
-    );
+    assert!(peak <= allocation_limit(data.len()), "{what}: peak allocation {peak} for {} input bytes", data.len());
+    assert!(started.elapsed() < Duration::from_secs(2), "{what}: took {:?}", started.elapsed());
     if let Err(e) = &result {
         let text = e.to_string();
-        assert!(
-            text.starts_with("at offset 0x"),
-            "{what}: error without offset: {text}"
-        );
-        assert!(
-            e.offset() <= data.len() as u64 + 68,
-            "{what}: offset {} beyond input",
-            e.offset()
-        );
+        assert!(text.starts_with("at offset 0x"), "{what}: error without offset: {text}");
+        assert!(e.offset() <= data.len() as u64 + 68, "{what}: offset {} beyond input", e.offset());
     }
     result
 }
@@ -231,11 +216,7 @@ fn random_mutations_never_panic_hang_or_balloon() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut errors = 0;
     for i in 0..MUTATIONS {
-        let mut data = if i % 2 == 0 {
-            f.bytes.clone()
-        } else {
-            live.clone()
-        };
+        let mut data = if i % 2 == 0 { f.bytes.clone() } else { live.clone() };
         mutate(&mut rng, &mut data);
         if checked_visit(&data, &format!("mutation {i}")).is_err() {
             errors += 1;
@@ -263,28 +244,17 @@ fn random_mutations_never_panic_hang_or_balloon() {
                     }
                 }
             });
-            assert!(
-                peak <= allocation_limit(data.len()),
-                "refresh of mutation {i}: peak {peak}"
-            );
+            assert!(peak <= allocation_limit(data.len()), "refresh of mutation {i}: peak {peak}");
         }
     }
-    assert!(
-        errors > MUTATIONS / 10,
-        "only {errors} of {MUTATIONS} mutations were detected as errors"
-    );
+    assert!(errors > MUTATIONS / 10, "only {errors} of {MUTATIONS} mutations were detected as errors");
 }
 
 // ---- Hand-made malformed chunks ----------------------------------------------------------------
 
 /// A chunk with a raw metadata record (`strings`, then the raw element bytes) and raw records
 /// after it (placed after the metadata; `cp` = chunk offset of the last checkpoint in them, or 0).
-fn raw_chunk(
-    strings: &[&str],
-    root: &[u8],
-    records: &[u8],
-    cp_in_records: Option<usize>,
-) -> Vec<u8> {
+fn raw_chunk(strings: &[&str], root: &[u8], records: &[u8], cp_in_records: Option<usize>) -> Vec<u8> {
     let mut body = Vec::new();
     let start = begin_record(&mut body, 0);
     put_long(&mut body, 0);
@@ -382,26 +352,14 @@ fn class(name: &str, id: &str, fields: &[(&str, &str, bool)], event: bool) -> Ve
 }
 
 fn root(classes: &[Vec<u8>]) -> Vec<u8> {
-    el(
-        s("root"),
-        &[],
-        &[el(s("metadata"), &[], classes), el(s("region"), &[], &[])],
-    )
+    el(s("root"), &[], &[el(s("metadata"), &[], classes), el(s("region"), &[], &[])])
 }
 
 fn parse_err(bytes: &[u8]) -> Error {
     let started = Instant::now();
     let (result, peak) = peak_of(|| visit(Bytes::copy_from_slice(bytes)));
-    assert!(
-        peak <= allocation_limit(bytes.len()),
-        "peak {peak} for {} bytes",
-        bytes.len()
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(peak <= allocation_limit(bytes.len()), "peak {peak} for {} bytes", bytes.len());
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     result.expect_err("malformed input must be an error")
 }
 
@@ -412,20 +370,12 @@ fn long_class() -> Vec<u8> {
 #[test]
 fn cycles_of_inline_types_fail_fast() {
     // A { b: B }, B { a: A }: no value of A can ever end.
-    let md = root(&[
-        class("A", "100", &[("b", "101", false)], false),
-        class("B", "101", &[("a", "100", false)], false),
-    ]);
-    assert!(matches!(
-        parse_err(&raw_chunk(STRINGS, &md, &[], None)),
-        Error::NestingTooDeep { .. }
-    ));
+    let md =
+        root(&[class("A", "100", &[("b", "101", false)], false), class("B", "101", &[("a", "100", false)], false)]);
+    assert!(matches!(parse_err(&raw_chunk(STRINGS, &md, &[], None)), Error::NestingTooDeep { .. }));
     // A { a: A }.
     let md = root(&[class("A", "100", &[("a", "100", false)], false)]);
-    assert!(matches!(
-        parse_err(&raw_chunk(STRINGS, &md, &[], None)),
-        Error::NestingTooDeep { .. }
-    ));
+    assert!(matches!(parse_err(&raw_chunk(STRINGS, &md, &[], None)), Error::NestingTooDeep { .. }));
 }
 
 #[test]
@@ -434,12 +384,7 @@ fn deep_values_of_recursive_array_types_fail_at_the_nesting_limit() {
     let md = root(&[
         long_class(),
         class("Node", "101", &[("kids", "101", true)], false),
-        class(
-            "E",
-            "102",
-            &[("startTime", "11", false), ("a", "101", false)],
-            true,
-        ),
+        class("E", "102", &[("startTime", "11", false), ("a", "101", false)], true),
     ]);
     let mut record = Vec::new();
     let start = begin_record(&mut record, 102);
@@ -481,35 +426,17 @@ fn absurd_counts_are_refused_before_allocating() {
         }
         put_varint(&mut md, huge);
         md.extend_from_slice(&[0; 16]);
-        assert!(matches!(
-            parse_err(&raw_chunk(STRINGS, &md, &[], None)),
-            Error::CountTooLarge { .. }
-        ));
+        assert!(matches!(parse_err(&raw_chunk(STRINGS, &md, &[], None)), Error::CountTooLarge { .. }));
     }
 
     // Array length, string lengths (UTF-8, UTF-16, Latin-1) in an event.
     let md = root(&[
         long_class(),
         class("java.lang.String", "20", &[], false),
-        class(
-            "E",
-            "102",
-            &[("startTime", "11", false), ("a", "11", true)],
-            true,
-        ),
-        class(
-            "Node",
-            "101",
-            &[("startTime", "11", false), ("b", "20", false)],
-            true,
-        ),
+        class("E", "102", &[("startTime", "11", false), ("a", "11", true)], true),
+        class("Node", "101", &[("startTime", "11", false), ("b", "20", false)], true),
     ]);
-    for (type_id, payload) in [
-        (102u64, vec![]),
-        (101, vec![3u8]),
-        (101, vec![4]),
-        (101, vec![5]),
-    ] {
+    for (type_id, payload) in [(102u64, vec![]), (101, vec![3u8]), (101, vec![4]), (101, vec![5])] {
         let mut record = Vec::new();
         let start = begin_record(&mut record, type_id);
         put_long(&mut record, 5);
@@ -559,9 +486,8 @@ fn metadata_text_amplification_is_refused() {
     strings.push("annotation");
     strings.push(&big);
     let (ann, big_i) = (strings.len() as u64 - 2, strings.len() as u64 - 1);
-    let attrs: Vec<(u64, u64)> = std::iter::once((s("class"), s("11")))
-        .chain((0..10_000).map(|_| (big_i, big_i)))
-        .collect();
+    let attrs: Vec<(u64, u64)> =
+        std::iter::once((s("class"), s("11"))).chain((0..10_000).map(|_| (big_i, big_i))).collect();
     let annotation = el(ann, &attrs, &[]);
     let mut a = vec![(s("name"), s("long")), (s("id"), s("11"))];
     a.truncate(2);
@@ -584,25 +510,11 @@ fn constant_fan_out_cannot_explode_resolution() {
             &[(s("name"), s("Node")), (s("id"), s("101"))],
             &[el(
                 s("field"),
-                &[
-                    (s("name"), s("kids")),
-                    (s("class"), s("101")),
-                    (s("dimension"), s("1")),
-                    (cp_key, true_v),
-                ],
+                &[(s("name"), s("kids")), (s("class"), s("101")), (s("dimension"), s("1")), (cp_key, true_v)],
                 &[],
             )],
         );
-        root(&[
-            long_class(),
-            node,
-            class(
-                "E",
-                "102",
-                &[("startTime", "11", false), ("a", "11", false)],
-                true,
-            ),
-        ])
+        root(&[long_class(), node, class("E", "102", &[("startTime", "11", false), ("a", "11", false)], true)])
     };
     let mut cp = Vec::new();
     let start = begin_record(&mut cp, 1);
@@ -622,31 +534,12 @@ fn constant_fan_out_cannot_explode_resolution() {
     let bytes = raw_chunk(&strings, &md, &cp, Some(0));
     let chunk = Chunk::parse(Bytes::from(bytes.clone()), 0).expect("legal chunk");
     let started = Instant::now();
-    let (result, peak) = peak_of(|| {
-        chunk.resolve_deep(
-            &jfr_format::Value::Ref {
-                type_id: 101,
-                key: 1,
-            },
-            3,
-        )
-    });
-    assert!(
-        matches!(result, Err(Error::CountTooLarge { .. })),
-        "{result:?}"
-    );
+    let (result, peak) = peak_of(|| chunk.resolve_deep(&jfr_format::Value::Ref { type_id: 101, key: 1 }, 3));
+    assert!(matches!(result, Err(Error::CountTooLarge { .. })), "{result:?}");
     assert!(peak <= allocation_limit(bytes.len()), "peak {peak}");
     assert!(started.elapsed() < Duration::from_secs(1));
     // One level is fine.
-    assert!(chunk
-        .resolve_deep(
-            &jfr_format::Value::Ref {
-                type_id: 101,
-                key: 1
-            },
-            1
-        )
-        .is_ok());
+    assert!(chunk.resolve_deep(&jfr_format::Value::Ref { type_id: 101, key: 1 }, 1).is_ok());
 }
 
 #[test]
@@ -674,10 +567,7 @@ fn hostile_headers_are_errors() {
         let mut bytes = chunk0.to_vec();
         bytes[offset..offset + 8].copy_from_slice(&value.to_be_bytes());
         let err = parse_err(&bytes);
-        assert!(
-            err.offset() <= bytes.len() as u64,
-            "{offset}={value}: {err}"
-        );
+        assert!(err.offset() <= bytes.len() as u64, "{offset}={value}: {err}");
     }
     for (offset, value) in [(4usize, 3u8), (5, 0)] {
         let mut bytes = chunk0.to_vec();
@@ -685,10 +575,7 @@ fn hostile_headers_are_errors() {
         if offset == 5 {
             bytes[4] = 0;
         }
-        assert!(matches!(
-            parse_err(&bytes),
-            Error::UnsupportedVersion { .. }
-        ));
+        assert!(matches!(parse_err(&bytes), Error::UnsupportedVersion { .. }));
     }
     let mut bytes = chunk0.to_vec();
     bytes[64] = 255;
@@ -701,10 +588,7 @@ fn hostile_headers_are_errors() {
 
 #[test]
 fn hostile_checkpoint_chains_and_record_sizes_are_errors() {
-    let md = root(&[
-        long_class(),
-        class("E", "102", &[("startTime", "11", false)], true),
-    ]);
+    let md = root(&[long_class(), class("E", "102", &[("startTime", "11", false)], true)]);
     let checkpoint = |delta: i64| {
         let mut cp = Vec::new();
         let start = begin_record(&mut cp, 1);
@@ -736,10 +620,7 @@ fn hostile_checkpoint_chains_and_record_sizes_are_errors() {
         vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
     ] {
         let err = parse_err(&raw_chunk(STRINGS, &md, &raw, None));
-        assert!(
-            matches!(err, Error::Invalid { .. } | Error::UnexpectedEof { .. }),
-            "{raw:02x?}: {err}"
-        );
+        assert!(matches!(err, Error::Invalid { .. } | Error::UnexpectedEof { .. }), "{raw:02x?}: {err}");
     }
     // Unknown event types are skipped by size, not errors.
     let mut unknown = Vec::new();
@@ -753,23 +634,9 @@ fn hostile_checkpoint_chains_and_record_sizes_are_errors() {
 
 #[test]
 fn undeclared_types_in_fields_and_pools_are_errors() {
-    let md = root(&[
-        long_class(),
-        class(
-            "E",
-            "102",
-            &[("startTime", "11", false), ("a", "999", false)],
-            true,
-        ),
-    ]);
-    assert!(matches!(
-        parse_err(&raw_chunk(STRINGS, &md, &[], None)),
-        Error::UnknownType { type_id: 999, .. }
-    ));
-    let md = root(&[
-        long_class(),
-        class("E", "102", &[("startTime", "11", false)], true),
-    ]);
+    let md = root(&[long_class(), class("E", "102", &[("startTime", "11", false), ("a", "999", false)], true)]);
+    assert!(matches!(parse_err(&raw_chunk(STRINGS, &md, &[], None)), Error::UnknownType { type_id: 999, .. }));
+    let md = root(&[long_class(), class("E", "102", &[("startTime", "11", false)], true)]);
     let mut cp = Vec::new();
     let start = begin_record(&mut cp, 1);
     put_long(&mut cp, 0);
@@ -782,10 +649,7 @@ fn undeclared_types_in_fields_and_pools_are_errors() {
     put_varint(&mut cp, 1);
     put_varint(&mut cp, 1);
     end_record(&mut cp, start);
-    assert!(matches!(
-        parse_err(&raw_chunk(STRINGS, &md, &cp, Some(0))),
-        Error::UnknownType { type_id: 555, .. }
-    ));
+    assert!(matches!(parse_err(&raw_chunk(STRINGS, &md, &cp, Some(0))), Error::UnknownType { type_id: 555, .. }));
     let _ = ids::LONG;
 }
 
@@ -796,12 +660,7 @@ fn nested_claimed_counts_do_not_reserve_memory_at_every_level() {
     let md = root(&[
         long_class(),
         class("Node", "101", &[("kids", "101", true)], false),
-        class(
-            "E",
-            "102",
-            &[("startTime", "11", false), ("a", "101", false)],
-            true,
-        ),
+        class("E", "102", &[("startTime", "11", false), ("a", "101", false)], true),
     ]);
     let mut record = Vec::new();
     let start = begin_record(&mut record, 102);

@@ -22,9 +22,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// `2026-09-21T14:13:20.000000500Z` → ns since the epoch.
 fn parse_instant(text: &str) -> i64 {
-    let t = text
-        .strip_suffix('Z')
-        .unwrap_or_else(|| panic!("instant {text} not in UTC"));
+    let t = text.strip_suffix('Z').unwrap_or_else(|| panic!("instant {text} not in UTC"));
     let (date, time) = t.split_once('T').expect("date T time");
     let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
@@ -36,9 +34,7 @@ fn parse_instant(text: &str) -> i64 {
 
 /// `PT1H2M3.000123S` → ns.
 fn parse_duration(text: &str) -> i64 {
-    let mut rest = text
-        .strip_prefix("PT")
-        .unwrap_or_else(|| panic!("duration {text}"));
+    let mut rest = text.strip_prefix("PT").unwrap_or_else(|| panic!("duration {text}"));
     let mut total = 0i64;
     for (unit, scale) in [('H', 3_600_000_000_000i64), ('M', 60_000_000_000)] {
         if let Some((n, r)) = rest.split_once(unit) {
@@ -48,12 +44,8 @@ fn parse_duration(text: &str) -> i64 {
     }
     if let Some(secs) = rest.strip_suffix('S') {
         let negative = secs.starts_with('-');
-        let (whole, frac) = secs
-            .trim_start_matches('-')
-            .split_once('.')
-            .unwrap_or((secs.trim_start_matches('-'), ""));
-        let ns = whole.parse::<i64>().unwrap() * 1_000_000_000
-            + format!("{frac:0<9}").parse::<i64>().unwrap();
+        let (whole, frac) = secs.trim_start_matches('-').split_once('.').unwrap_or((secs.trim_start_matches('-'), ""));
+        let ns = whole.parse::<i64>().unwrap() * 1_000_000_000 + format!("{frac:0<9}").parse::<i64>().unwrap();
         total += if negative { -ns } else { ns };
     }
     total
@@ -67,9 +59,7 @@ struct Judge<'a> {
 
 impl Judge<'_> {
     fn annotation(anns: &[Annotation], type_id: u64) -> Option<&str> {
-        anns.iter()
-            .find(|a| a.type_id == type_id)
-            .and_then(|a| a.get("value"))
+        anns.iter().find(|a| a.type_id == type_id).and_then(|a| a.get("value"))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -83,12 +73,9 @@ impl Judge<'_> {
         value: &Value,
         json: &Json,
     ) {
-        let fail =
-            |why: &str| panic!("{path}: {why}: wrote {value:?}, jfr print --json shows {json}");
+        let fail = |why: &str| panic!("{path}: {why}: wrote {value:?}, jfr print --json shows {json}");
         if array {
-            let (Value::Array(items), Json::Array(shown)) = (value, json) else {
-                fail("array expected")
-            };
+            let (Value::Array(items), Json::Array(shown)) = (value, json) else { fail("array expected") };
             assert_eq!(items.len(), shown.len(), "{path}: array length");
             for (i, (v, j)) in items.iter().zip(shown).enumerate() {
                 self.check(&format!("{path}[{i}]"), type_id, pooled, false, anns, v, j);
@@ -114,15 +101,7 @@ impl Judge<'_> {
             let class = self.md.class(pool_type).expect("declared pool type");
             if Fixture::is_simple(pool_type) && !class.fields.is_empty() {
                 let f = &class.fields[0];
-                return self.check(
-                    path,
-                    f.type_id,
-                    f.constant_pool,
-                    f.array,
-                    &f.annotations,
-                    resolved,
-                    json,
-                );
+                return self.check(path, f.type_id, f.constant_pool, f.array, &f.annotations, resolved, json);
             }
             return self.check(path, pool_type, false, false, anns, resolved, json);
         }
@@ -144,16 +123,11 @@ impl Judge<'_> {
                     let expected = START_NANOS
                         + self.chunk as i64 * CHUNK_NANOS
                         + (v - (START_TICKS + self.chunk as i64 * CHUNK_NANOS));
-                    let shown =
-                        parse_instant(json.as_str().unwrap_or_else(|| fail("an instant string")));
+                    let shown = parse_instant(json.as_str().unwrap_or_else(|| fail("an instant string")));
                     assert_eq!(shown, expected, "{path}: timestamp");
                 } else if let Some(unit) = Self::annotation(anns, ids::TIMESPAN) {
-                    assert!(
-                        unit == "TICKS" || unit == "NANOSECONDS",
-                        "{path}: unit {unit}"
-                    );
-                    let shown =
-                        parse_duration(json.as_str().unwrap_or_else(|| fail("a duration string")));
+                    assert!(unit == "TICKS" || unit == "NANOSECONDS", "{path}: unit {unit}");
+                    let shown = parse_duration(json.as_str().unwrap_or_else(|| fail("a duration string")));
                     assert_eq!(shown, v, "{path}: timespan in ns");
                 } else {
                     assert_eq!(json.as_i64(), Some(v), "{path}");
@@ -170,14 +144,10 @@ impl Judge<'_> {
             Value::String(s) => assert_eq!(json.as_str(), Some(s.as_str()), "{path}"),
             Value::Object(o) => {
                 let class = self.md.class(o.type_id).expect("declared struct");
-                let Json::Object(map) = json else {
-                    fail("an object expected")
-                };
+                let Json::Object(map) = json else { fail("an object expected") };
                 assert_eq!(map.len(), class.fields.len(), "{path}: field count");
                 for (f, v) in class.fields.iter().zip(&o.fields) {
-                    let j = map
-                        .get(&f.name)
-                        .unwrap_or_else(|| fail(&format!("field {} missing", f.name)));
+                    let j = map.get(&f.name).unwrap_or_else(|| fail(&format!("field {} missing", f.name)));
                     self.check(
                         &format!("{path}.{}", f.name),
                         f.type_id,
@@ -195,30 +165,12 @@ impl Judge<'_> {
 
     fn event(&self, written: &Written, json: &Json) {
         let class = self.md.class(written.type_id).unwrap();
-        let values = json
-            .get("values")
-            .and_then(Json::as_object)
-            .expect("event values");
-        assert_eq!(
-            values.len(),
-            class.fields.len(),
-            "{}: field count in JSON",
-            class.name
-        );
+        let values = json.get("values").and_then(Json::as_object).expect("event values");
+        assert_eq!(values.len(), class.fields.len(), "{}: field count in JSON", class.name);
         for (f, v) in class.fields.iter().zip(&written.values) {
-            let j = values
-                .get(&f.name)
-                .unwrap_or_else(|| panic!("{}.{} missing in JSON", class.name, f.name));
+            let j = values.get(&f.name).unwrap_or_else(|| panic!("{}.{} missing in JSON", class.name, f.name));
             let path = format!("{}(chunk {}).{}", class.name, written.chunk, f.name);
-            self.check(
-                &path,
-                f.type_id,
-                f.constant_pool,
-                f.array,
-                &f.annotations,
-                v,
-                j,
-            );
+            self.check(&path, f.type_id, f.constant_pool, f.array, &f.annotations, v, j);
         }
     }
 }
@@ -236,22 +188,10 @@ fn jdk_prints_every_written_value_exactly() {
     let print = common::jfr(&["print", "--json", "--stack-depth", "1000", p]);
     let summary = summary.assert_clean("jfr summary").to_owned();
     let metadata = metadata.assert_clean("jfr metadata").to_owned();
-    for name in [
-        "test.AllKinds",
-        "test.Sample",
-        "test.Later",
-        "test.Point",
-        "test.Outer",
-    ] {
-        assert!(
-            metadata.contains(name),
-            "jfr metadata lacks {name}:\n{metadata}"
-        );
+    for name in ["test.AllKinds", "test.Sample", "test.Later", "test.Point", "test.Outer"] {
+        assert!(metadata.contains(name), "jfr metadata lacks {name}:\n{metadata}");
     }
-    assert!(
-        metadata.contains("@Category({\"Test\", \"Format\"})"),
-        "array-valued annotation:\n{metadata}"
-    );
+    assert!(metadata.contains("@Category({\"Test\", \"Format\"})"), "array-valued annotation:\n{metadata}");
     assert_eq!(common::summary_chunks(&summary), 3, "{summary}");
     let counts = common::summary_counts(&summary);
     assert_eq!(counts.get("test.AllKinds"), Some(&12), "{summary}");
@@ -261,9 +201,7 @@ fn jdk_prints_every_written_value_exactly() {
 
     let text = print.assert_clean("jfr print --json");
     let json: Json = serde_json::from_str(text).expect("jfr print --json output is JSON");
-    let events = json["recording"]["events"]
-        .as_array()
-        .expect("events array");
+    let events = json["recording"]["events"].as_array().expect("events array");
     assert_eq!(events.len(), f.events.len(), "event count");
     // Match each printed event to the written one by type and start time (unique in the fixture).
     let mut by_key: BTreeMap<(String, i64), &Written> = BTreeMap::new();
@@ -271,27 +209,17 @@ fn jdk_prints_every_written_value_exactly() {
         let md = &f.metadata[w.chunk];
         let name = md.class(w.type_id).unwrap().name.clone();
         let ticks = w.values[0].as_i64().unwrap();
-        let nanos = START_NANOS
-            + w.chunk as i64 * CHUNK_NANOS
-            + (ticks - START_TICKS - w.chunk as i64 * CHUNK_NANOS);
-        assert!(
-            by_key.insert((name, nanos), w).is_none(),
-            "fixture start times are unique"
-        );
+        let nanos = START_NANOS + w.chunk as i64 * CHUNK_NANOS + (ticks - START_TICKS - w.chunk as i64 * CHUNK_NANOS);
+        assert!(by_key.insert((name, nanos), w).is_none(), "fixture start times are unique");
     }
     let mut seen = 0;
     for e in events {
         let name = e["type"].as_str().expect("type").to_owned();
         let start = parse_instant(e["values"]["startTime"].as_str().expect("startTime"));
-        let w = by_key.remove(&(name.clone(), start)).unwrap_or_else(|| {
-            panic!("jfr printed an event we did not write: {name} at {start}: {e}")
-        });
-        Judge {
-            md: &f.metadata[w.chunk],
-            pools: &f.pools,
-            chunk: w.chunk,
-        }
-        .event(w, e);
+        let w = by_key
+            .remove(&(name.clone(), start))
+            .unwrap_or_else(|| panic!("jfr printed an event we did not write: {name} at {start}: {e}"));
+        Judge { md: &f.metadata[w.chunk], pools: &f.pools, chunk: w.chunk }.event(w, e);
         seen += 1;
     }
     assert!(by_key.is_empty(), "events not printed: {:?}", by_key.keys());
@@ -307,17 +235,10 @@ fn our_reader_decodes_the_fixture_exactly() {
         let chunk = chunk.expect("fixture chunk parses");
         sizes.push(chunk.size() as usize);
         assert_eq!(chunk.metadata(), &f.metadata[i], "metadata round trip");
-        assert_eq!(
-            chunk.header().is_final(),
-            i == 2,
-            "final flag only on the last chunk"
-        );
+        assert_eq!(chunk.header().is_final(), i == 2, "final flag only on the last chunk");
         assert!(chunk.header().is_finished());
         for (&(type_id, key), value) in &f.pools {
-            let got = chunk
-                .resolve(type_id, key)
-                .expect("resolves")
-                .expect("present");
+            let got = chunk.resolve(type_id, key).expect("resolves").expect("present");
             assert_eq!(&got, value, "constant ({type_id}, {key})");
         }
         for event in chunk.events() {
@@ -330,11 +251,7 @@ fn our_reader_decodes_the_fixture_exactly() {
     }
     assert_eq!(n, f.events.len());
     assert_eq!(sizes, f.chunk_sizes);
-    assert_eq!(
-        sizes.iter().sum::<usize>(),
-        f.bytes.len(),
-        "no trailing bytes"
-    );
+    assert_eq!(sizes.iter().sum::<usize>(), f.bytes.len(), "no trailing bytes");
 }
 
 /// Per-type counts our reader finds, named as `jfr summary` names them.
@@ -349,20 +266,14 @@ fn our_counts(data: Bytes) -> (BTreeMap<String, u64>, usize) {
             let name = match record.type_id {
                 0 => "jdk.Metadata".to_owned(),
                 1 => "jdk.CheckPoint".to_owned(),
-                t => chunk
-                    .types()
-                    .class(t)
-                    .map(|c| c.name.clone())
-                    .unwrap_or_else(|| format!("unknown({t})")),
+                t => chunk.types().class(t).map(|c| c.name.clone()).unwrap_or_else(|| format!("unknown({t})")),
             };
             *counts.entry(name).or_insert(0) += 1;
         }
         for event in chunk.events() {
             let event = event.expect("JVM event decodes");
             chunk.event_thread(&event).expect("thread resolves");
-            chunk
-                .event_stack_trace(&event)
-                .expect("stack trace resolves");
+            chunk.event_stack_trace(&event).expect("stack trace resolves");
         }
     }
     (counts, nchunks)
@@ -387,13 +298,9 @@ fn jvm_recording_counts_match_jfr_summary() {
         });
         (a.join().unwrap(), b.join().unwrap())
     });
-    let summary = summary
-        .assert_ok("jfr summary of the JVM recording")
-        .to_owned();
-    let expected: BTreeMap<String, u64> = common::summary_counts(&summary)
-        .into_iter()
-        .filter(|&(_, c)| c > 0)
-        .collect();
+    let summary = summary.assert_ok("jfr summary of the JVM recording").to_owned();
+    let expected: BTreeMap<String, u64> =
+        common::summary_counts(&summary).into_iter().filter(|&(_, c)| c > 0).collect();
     let (counts, nchunks) = our_counts(data.clone());
     assert_eq!(nchunks as u64, common::summary_chunks(&summary));
     assert_eq!(counts, expected, "per-type counts vs jfr summary");
@@ -404,38 +311,19 @@ fn jvm_recording_counts_match_jfr_summary() {
     for e in json["recording"]["events"].as_array().unwrap() {
         let v = &e["values"];
         let start = parse_instant(v["startTime"].as_str().unwrap());
-        printed
-            .entry((start, v["sampledThread"]["osThreadId"].as_i64().unwrap()))
-            .or_default()
-            .push(v);
+        printed.entry((start, v["sampledThread"]["osThreadId"].as_i64().unwrap())).or_default().push(v);
     }
     let mut compared = 0;
     for chunk in chunks(data) {
         let chunk = chunk.unwrap();
-        let class = chunk
-            .metadata()
-            .class_by_name("jdk.ExecutionSample")
-            .expect("declared")
-            .id;
-        for event in chunk
-            .events()
-            .map(Result::unwrap)
-            .filter(|e| e.type_id == class)
-        {
+        let class = chunk.metadata().class_by_name("jdk.ExecutionSample").expect("declared").id;
+        for event in chunk.events().map(Result::unwrap).filter(|e| e.type_id == class) {
             let thread = chunk.event_thread(&event).unwrap().expect("sampled thread");
             let start = chunk.ticks_to_epoch_nanos(event.start_ticks());
             let candidates = printed
                 .get(&(start, thread.os_thread_id))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "no printed sample at {start} for thread {}",
-                        thread.os_thread_id
-                    )
-                });
-            let trace = chunk
-                .event_stack_trace(&event)
-                .unwrap()
-                .expect("stack trace");
+                .unwrap_or_else(|| panic!("no printed sample at {start} for thread {}", thread.os_thread_id));
+            let trace = chunk.event_stack_trace(&event).unwrap().expect("stack trace");
             let matches = candidates.iter().any(|v| {
                 let frames = v["stackTrace"]["frames"].as_array().unwrap();
                 v["sampledThread"]["javaName"].as_str() == thread.java_name.as_deref()
@@ -450,10 +338,7 @@ fn jvm_recording_counts_match_jfr_summary() {
                             && j["type"].as_str() == fr.frame_type.as_deref()
                     })
             });
-            assert!(
-                matches,
-                "sample at {start}: our view {thread:?} {trace:?} differs from {candidates:?}"
-            );
+            assert!(matches, "sample at {start}: our view {thread:?} {trace:?} differs from {candidates:?}");
             compared += 1;
         }
     }
@@ -470,31 +355,11 @@ fn jdk_array_fields_print_in_json_and_xml() {
     use jfr_format::metadata::{event_class, EventTypeSpec, Field, Region};
     use jfr_format::write::{put_field, put_long, ChunkWriter, StringEncoding};
     let cases: Vec<(&str, u64, Value)> = vec![
-        (
-            "int",
-            ids::INT,
-            Value::Array(vec![Value::Int(1), Value::Int(-2)]),
-        ),
-        (
-            "double",
-            ids::DOUBLE,
-            Value::Array(vec![Value::Double(1.5)]),
-        ),
-        (
-            "boolean",
-            ids::BOOLEAN,
-            Value::Array(vec![Value::Boolean(true)]),
-        ),
-        (
-            "string",
-            ids::STRING,
-            Value::Array(vec![s("x"), Value::Null]),
-        ),
-        (
-            "struct",
-            POINT,
-            Value::Array(vec![obj(POINT, vec![Value::Int(1), Value::Int(2), s("p")])]),
-        ),
+        ("int", ids::INT, Value::Array(vec![Value::Int(1), Value::Int(-2)])),
+        ("double", ids::DOUBLE, Value::Array(vec![Value::Double(1.5)])),
+        ("boolean", ids::BOOLEAN, Value::Array(vec![Value::Boolean(true)])),
+        ("string", ids::STRING, Value::Array(vec![s("x"), Value::Null])),
+        ("struct", POINT, Value::Array(vec![obj(POINT, vec![Value::Int(1), Value::Int(2), s("p")])])),
     ];
     let paths: Vec<_> = cases
         .iter()
@@ -511,11 +376,7 @@ fn jdk_array_fields_print_in_json_and_xml() {
                 stack_trace: false,
                 fields: vec![Field::new("a", *type_id).array()],
             }));
-            let md = Metadata {
-                id: 1,
-                classes,
-                region: Region::default(),
-            };
+            let md = Metadata { id: 1, classes, region: Region::default() };
             let mut w = ChunkWriter::new(START_NANOS, START_TICKS);
             w.write_metadata(&md, START_TICKS);
             let field = md.class(150).unwrap().fields[1].clone();

@@ -21,10 +21,7 @@ impl LiveFile {
         let mut writer = ChunkWriter::new(START_NANOS, START_TICKS);
         let (at, header) = writer.take_pending();
         assert_eq!((at, header.len()), (0, HEADER_SIZE));
-        LiveFile {
-            bytes: header,
-            writer,
-        }
+        LiveFile { bytes: header, writer }
     }
     /// Appends what the writer produced (the file now runs ahead of the published size).
     fn append(&mut self) {
@@ -76,10 +73,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
     let mut file = LiveFile::new();
 
     // Stage 0: a fresh header (size 68, no metadata) is not readable yet.
-    assert_eq!(
-        Chunk::parse(file.snapshot(), 0).unwrap_err(),
-        Error::NoMetadata { offset: 0 }
-    );
+    assert_eq!(Chunk::parse(file.snapshot(), 0).unwrap_err(), Error::NoMetadata { offset: 0 });
 
     // Segment 1: metadata, events, the constants except threads 2 and 3, a FLUSH checkpoint.
     let mut seq = 0;
@@ -107,11 +101,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
     let (mut pos, flushes) = drain(&chunk, HEADER_SIZE as u64, &mut events);
     assert_eq!((events.len(), flushes), (written.len(), 1));
     assert_eq!(pos, h1.chunk_size as u64);
-    assert_eq!(
-        chunk.resolve(ids::THREAD, 2).unwrap(),
-        None,
-        "thread 2 not yet defined"
-    );
+    assert_eq!(chunk.resolve(ids::THREAD, 2).unwrap(), None, "thread 2 not yet defined");
     file.bytes.truncate(h1.chunk_size as usize);
 
     // Nothing new: Unchanged.
@@ -130,59 +120,34 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
     file.apply(&writes[..1]);
     assert_eq!(file.bytes[64], STATE_GUARD);
     assert_eq!(chunk.refresh(file.snapshot()).unwrap(), Refresh::Locked);
-    assert_eq!(
-        Chunk::parse(file.snapshot(), 0).unwrap_err(),
-        Error::HeaderLocked { offset: 0 }
-    );
+    assert_eq!(Chunk::parse(file.snapshot(), 0).unwrap_err(), Error::HeaderLocked { offset: 0 });
     file.apply(&writes[1..2]);
-    assert_eq!(
-        chunk.refresh(file.snapshot()).unwrap(),
-        Refresh::Locked,
-        "body written, state not yet"
-    );
+    assert_eq!(chunk.refresh(file.snapshot()).unwrap(), Refresh::Locked, "body written, state not yet");
     file.apply(&writes[2..]);
     assert_eq!(chunk.refresh(file.snapshot()).unwrap(), Refresh::Grew);
     assert_eq!(chunk.header().state, 3);
     let before = events.len();
     let (p, flushes) = drain(&chunk, pos, &mut events);
     pos = p;
-    assert_eq!(
-        (events.len() - before, flushes),
-        (written.len() - before, 1)
-    );
-    let thread = chunk
-        .thread_info(&r(ids::THREAD, 3))
-        .unwrap()
-        .expect("thread 3 now defined");
+    assert_eq!((events.len() - before, flushes), (written.len() - before, 1));
+    let thread = chunk.thread_info(&r(ids::THREAD, 3)).unwrap().expect("thread 3 now defined");
     assert_eq!(thread.java_name.as_deref(), Some("wörker-ß ☃"));
-    assert!(
-        chunk.thread_info(&r(ids::THREAD, 1)).unwrap().is_some(),
-        "older constants stay"
-    );
+    assert!(chunk.thread_info(&r(ids::THREAD, 1)).unwrap().is_some(), "older constants stay");
     assert_eq!(chunk.checkpoint_offsets().len(), 2);
 
     // Segment 3: new metadata mid-chunk (id 2, one more event type), events of the new type.
     file.writer.write_metadata(&md2, START_TICKS);
     let mid_class = md2.class(150).unwrap().clone();
     for n in 0..3 {
-        let values = vec![
-            Value::Long(START_TICKS + 50_000 + n),
-            r(ids::THREAD, 2),
-            s(&format!("note {n}")),
-        ];
+        let values = vec![Value::Long(START_TICKS + 50_000 + n), r(ids::THREAD, 2), s(&format!("note {n}"))];
         file.writer.write_event(150, |o| {
             for (f, v) in mid_class.fields.iter().zip(&values) {
                 put_field(o, &md2, f, v, StringEncoding::CharArray).unwrap();
             }
         });
-        written.push(common::fixture::Written {
-            chunk: 0,
-            type_id: 150,
-            values,
-        });
+        written.push(common::fixture::Written { chunk: 0, type_id: 150, values });
     }
-    file.writer
-        .write_checkpoint(&Checkpoint::new(), START_TICKS, true);
+    file.writer.write_checkpoint(&Checkpoint::new(), START_TICKS, true);
     file.append();
     let h3 = file.writer.publish(3_000).unwrap();
     file.apply(&publish_writes(&h3));
@@ -234,11 +199,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
     // The JDK reads the unfinished chunk with metadata replaced mid-chunk (state 4, flags 1).
     let summary = common::jfr(&["summary", mid_chunk_path.to_str().unwrap()]);
     let summary = summary.assert_clean("jfr summary of a live chunk with mid-chunk metadata");
-    assert_eq!(
-        common::summary_counts(summary).get("test.MidChunk"),
-        Some(&3),
-        "{summary}"
-    );
+    assert_eq!(common::summary_counts(summary).get("test.MidChunk"), Some(&3), "{summary}");
     let header = ChunkHeader::parse(&std::fs::read(&mid_chunk_path).unwrap(), 0).unwrap();
     assert_eq!((header.state, header.flags), (4, 1));
 }
@@ -247,10 +208,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
 fn generations_cycle_through_1_to_254() {
     let md = metadata(false);
     let mut w = ChunkWriter::new(0, 0);
-    assert!(
-        w.publish(1).is_none(),
-        "never publish data without metadata (P14)"
-    );
+    assert!(w.publish(1).is_none(), "never publish data without metadata (P14)");
     w.write_metadata(&md, 0);
     let mut previous = w.header().state;
     let mut seen = std::collections::BTreeSet::new();

@@ -3,9 +3,7 @@
 
 use bytes::Bytes;
 use jfr_format::header::ChunkHeader;
-use jfr_format::metadata::{
-    event_class, ids, jdk_types, Class, EventTypeSpec, Field, Metadata, Region,
-};
+use jfr_format::metadata::{event_class, ids, jdk_types, Class, EventTypeSpec, Field, Metadata, Region};
 use jfr_format::write::{
     put_field, put_int, put_long, put_short, put_string_as, put_varint, ChunkWriter, StringEncoding,
 };
@@ -15,11 +13,7 @@ use proptest::prelude::*;
 const EVENT: u64 = 100;
 const PAIR: u64 = 300;
 
-const ENCODINGS: [StringEncoding; 3] = [
-    StringEncoding::Utf8,
-    StringEncoding::CharArray,
-    StringEncoding::Latin1,
-];
+const ENCODINGS: [StringEncoding; 3] = [StringEncoding::Utf8, StringEncoding::CharArray, StringEncoding::Latin1];
 
 fn metadata(fields: Vec<Field>) -> Metadata {
     let mut classes = jdk_types();
@@ -37,11 +31,7 @@ fn metadata(fields: Vec<Field>) -> Metadata {
         stack_trace: false,
         fields,
     }));
-    Metadata {
-        id: 1,
-        classes,
-        region: Region::default(),
-    }
+    Metadata { id: 1, classes, region: Region::default() }
 }
 
 /// One chunk with one event per element of `events`, each written field by field.
@@ -61,10 +51,7 @@ fn chunk_with(md: &Metadata, events: &[Vec<Value>], encoding: StringEncoding) ->
 
 fn read_events(data: Bytes) -> Vec<Vec<Value>> {
     let chunk = Chunk::parse(data, 0).expect("chunk parses");
-    chunk
-        .events()
-        .map(|e| e.expect("event decodes").values)
-        .collect()
+    chunk.events().map(|e| e.expect("event decodes").values).collect()
 }
 
 /// Equality that treats floats by their bits (NaN round trips too).
@@ -72,9 +59,7 @@ fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
         (Value::Double(x), Value::Double(y)) => x.to_bits() == y.to_bits(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
         (Value::Object(x), Value::Object(y)) => {
             x.type_id == y.type_id
                 && x.fields.len() == y.fields.len()
@@ -115,11 +100,7 @@ prop_compose! {
 
 /// A string value: null, empty, or any text (Latin-1 only when `latin1`).
 fn string(latin1: bool) -> BoxedStrategy<Value> {
-    let text_strategy = if latin1 {
-        "[\\x00-\\xff]{0,40}".boxed()
-    } else {
-        any::<String>().boxed()
-    };
+    let text_strategy = if latin1 { "[\\x00-\\xff]{0,40}".boxed() } else { any::<String>().boxed() };
     prop_oneof![Just(Value::Null), text_strategy.prop_map(|s| text(&s))].boxed()
 }
 
@@ -263,18 +244,9 @@ fn string_tags_zero_to_five_decode() {
     let payloads: Vec<(Vec<u8>, Value)> = vec![
         (vec![0], Value::Null),
         (vec![1], text("")),
-        (
-            vec![2, 7],
-            Value::Ref {
-                type_id: ids::STRING,
-                key: 7,
-            },
-        ),
+        (vec![2, 7], Value::Ref { type_id: ids::STRING, key: 7 }),
         (vec![3, 2, b'h', b'i'], text("hi")),
-        (
-            vec![4, 3, 0x68, 0xe9, 0x01, 0xff, 0xff, 0x03],
-            text("h\u{e9}\u{ffff}"),
-        ),
+        (vec![4, 3, 0x68, 0xe9, 0x01, 0xff, 0xff, 0x03], text("h\u{e9}\u{ffff}")),
         (vec![5, 2, 0x63, 0xe9], text("c\u{e9}")),
         // Unpaired surrogates in a char array become U+FFFD rather than an error.
         (vec![4, 1, 0x80, 0xb0, 0x03], text("\u{fffd}")),
@@ -314,10 +286,7 @@ fn metadata_round_trips_with_annotations_settings_and_regions() {
         simple_type: true,
         fields: vec![Field::new("only", ids::STRING)],
         settings: vec![],
-        annotations: vec![jfr_format::metadata::Annotation::values(
-            ids::CATEGORY,
-            ["a", "b", "c"],
-        )],
+        annotations: vec![jfr_format::metadata::Annotation::values(ids::CATEGORY, ["a", "b", "c"])],
     });
     let data = chunk_with(&md, &[], StringEncoding::Utf8);
     let chunk = Chunk::parse(data, 0).unwrap();
@@ -332,11 +301,7 @@ fn metadata_id_changes_exactly_when_the_descriptor_changes() {
     assert!(a.same_descriptor(&b));
     assert_eq!(a.id_after(&b), 9, "unchanged descriptor keeps the id");
     let mut c = a.clone();
-    c.classes
-        .last_mut()
-        .unwrap()
-        .fields
-        .push(Field::new("y", ids::LONG));
+    c.classes.last_mut().unwrap().fields.push(Field::new("y", ids::LONG));
     assert_eq!(c.id_after(&b), 10);
     let mut d = a.clone();
     d.region.attributes.clear();
@@ -356,14 +321,9 @@ fn multi_chunk_files_end_exactly_and_flag_only_the_last() {
         });
         file.extend(w.into_bytes(1000, i == 2));
     }
-    let parsed: Vec<Chunk> = chunks(Bytes::from(file.clone()))
-        .map(Result::unwrap)
-        .collect();
+    let parsed: Vec<Chunk> = chunks(Bytes::from(file.clone())).map(Result::unwrap).collect();
     assert_eq!(parsed.len(), 3);
-    assert_eq!(
-        parsed.iter().map(|c| c.size()).sum::<u64>(),
-        file.len() as u64
-    );
+    assert_eq!(parsed.iter().map(|c| c.size()).sum::<u64>(), file.len() as u64);
     for (i, c) in parsed.iter().enumerate() {
         assert_eq!(c.header().flags, if i == 2 { 3 } else { 1 });
         assert_eq!(c.header().state, 0);

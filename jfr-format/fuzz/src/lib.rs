@@ -32,8 +32,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size >= layout.size() {
-            let now =
-                CURRENT.fetch_add(new_size - layout.size(), Relaxed) + new_size - layout.size();
+            let now = CURRENT.fetch_add(new_size - layout.size(), Relaxed) + new_size - layout.size();
             PEAK.fetch_max(now, Relaxed);
         } else {
             CURRENT.fetch_sub(layout.size() - new_size, Relaxed);
@@ -53,11 +52,7 @@ pub fn bounded(data: &[u8], body: fn(&[u8])) {
     body(data);
     let peak = PEAK.load(Relaxed).saturating_sub(base);
     let limit = 64 * data.len() + (1 << 20);
-    assert!(
-        peak <= limit,
-        "peak allocation {peak} bytes for a {}-byte input",
-        data.len()
-    );
+    assert!(peak <= limit, "peak allocation {peak} bytes for a {}-byte input", data.len());
 }
 
 /// Parses every chunk, iterates every event, resolves every stack trace and thread, within the
@@ -122,10 +117,7 @@ fn live_body(data: &[u8]) {
         let Some((size, size_len)) = jfr_format::varint::read_u64(&data[pos..]) else {
             break;
         };
-        let Some((type_id, _)) = data
-            .get(pos + size_len..)
-            .and_then(jfr_format::varint::read_u64)
-        else {
+        let Some((type_id, _)) = data.get(pos + size_len..).and_then(jfr_format::varint::read_u64) else {
             break;
         };
         if size == 0 || size > (data.len() - pos) as u64 {
@@ -159,10 +151,7 @@ fn live_body(data: &[u8]) {
             // A reader that looks while the header is rewritten must see "locked".
             file[64] = jfr_format::header::STATE_GUARD;
             if let Some(c) = &mut chunk {
-                assert_eq!(
-                    c.refresh(Bytes::copy_from_slice(&file)).ok(),
-                    Some(Refresh::Locked)
-                );
+                assert_eq!(c.refresh(Bytes::copy_from_slice(&file)).ok(), Some(Refresh::Locked));
             }
         }
         let state = if i + 1 == last { 0 } else { generation };

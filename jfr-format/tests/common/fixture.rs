@@ -3,9 +3,7 @@
 //! compare what a reader reports against it.
 
 use bytes::Bytes;
-use jfr_format::metadata::{
-    event_class, ids, jdk_types, Annotation, Class, EventTypeSpec, Field, Metadata, Region,
-};
+use jfr_format::metadata::{event_class, ids, jdk_types, Annotation, Class, EventTypeSpec, Field, Metadata, Region};
 use jfr_format::write::{put_field, Checkpoint, ChunkWriter, StringEncoding};
 use jfr_format::{Object, Text, Value};
 use std::collections::BTreeMap;
@@ -62,21 +60,12 @@ fn string_encoding(field: &str) -> StringEncoding {
 pub fn metadata(later: bool) -> Metadata {
     let mut classes = jdk_types();
     let mut point = Class::new(POINT, "test.Point");
-    point.fields = vec![
-        Field::new("x", ids::INT),
-        Field::new("y", ids::INT),
-        Field::new("label", ids::STRING),
-    ];
-    point
-        .annotations
-        .push(Annotation::value(ids::LABEL, "Point"));
+    point.fields = vec![Field::new("x", ids::INT), Field::new("y", ids::INT), Field::new("label", ids::STRING)];
+    point.annotations.push(Annotation::value(ids::LABEL, "Point"));
     classes.push(point);
     let mut outer = Class::new(OUTER, "test.Outer");
-    outer.fields = vec![
-        Field::new("inner", POINT),
-        Field::new("weight", ids::DOUBLE),
-        Field::new("tags", ids::STRING).array(),
-    ];
+    outer.fields =
+        vec![Field::new("inner", POINT), Field::new("weight", ids::DOUBLE), Field::new("tags", ids::STRING).array()];
     classes.push(outer);
     classes.push(event_class(EventTypeSpec {
         id: ALL_KINDS,
@@ -142,11 +131,7 @@ pub fn metadata(later: bool) -> Metadata {
             fields: vec![Field::new("msg", ids::STRING)],
         }));
     }
-    let mut md = Metadata {
-        id: 1,
-        classes,
-        region: Region::default(),
-    };
+    let mut md = Metadata { id: 1, classes, region: Region::default() };
     if later {
         md.id = md.id_after(&metadata(false));
     }
@@ -171,14 +156,7 @@ pub fn pools() -> BTreeMap<(u64, u64), Value> {
     }
     p.insert(
         (ids::PACKAGE, 400),
-        obj(
-            ids::PACKAGE,
-            vec![
-                r(ids::SYMBOL, 1001),
-                r(ids::MODULE, 0),
-                Value::Boolean(true),
-            ],
-        ),
+        obj(ids::PACKAGE, vec![r(ids::SYMBOL, 1001), r(ids::MODULE, 0), Value::Boolean(true)]),
     );
     for (key, name, package) in [(500, 1002, 400), (501, 1003, 0), (502, 1006, 400)] {
         p.insert(
@@ -221,12 +199,7 @@ pub fn pools() -> BTreeMap<(u64, u64), Value> {
     let frame = |m: u64, line: i32, bci: i32, kind: u64| {
         obj(
             ids::STACK_FRAME,
-            vec![
-                r(ids::METHOD, 600 + m),
-                Value::Int(line),
-                Value::Int(bci),
-                r(ids::FRAME_TYPE, kind),
-            ],
+            vec![r(ids::METHOD, 600 + m), Value::Int(line), Value::Int(bci), r(ids::FRAME_TYPE, kind)],
         )
     };
     let long: Vec<Value> = (0..70u64)
@@ -236,24 +209,14 @@ pub fn pools() -> BTreeMap<(u64, u64), Value> {
             frame(i % 8, line, (i * 3) as i32, kind)
         })
         .collect();
-    p.insert(
-        (ids::STACK_TRACE, 1),
-        obj(
-            ids::STACK_TRACE,
-            vec![Value::Boolean(true), Value::Array(long)],
-        ),
-    );
+    p.insert((ids::STACK_TRACE, 1), obj(ids::STACK_TRACE, vec![Value::Boolean(true), Value::Array(long)]));
     p.insert(
         (ids::STACK_TRACE, 2),
         obj(
             ids::STACK_TRACE,
             vec![
                 Value::Boolean(false),
-                Value::Array(vec![
-                    frame(1, 42, 0, 1),
-                    frame(2, 0, 0, 3),
-                    frame(3, 1234567, 65535, 2),
-                ]),
+                Value::Array(vec![frame(1, 42, 0, 1), frame(2, 0, 0, 3), frame(3, 1234567, 65535, 2)]),
             ],
         ),
     );
@@ -285,17 +248,13 @@ pub fn pools() -> BTreeMap<(u64, u64), Value> {
 
 /// Simple types are written as their single field.
 fn is_simple(type_id: u64) -> bool {
-    matches!(
-        type_id,
-        ids::SYMBOL | ids::FRAME_TYPE | ids::THREAD_STATE | ids::STRING
-    )
+    matches!(type_id, ids::SYMBOL | ids::FRAME_TYPE | ids::THREAD_STATE | ids::STRING)
 }
 
 fn all_kinds(chunk: usize, n: usize, seq: i64) -> Vec<Value> {
     let start = START_TICKS + chunk as i64 * CHUNK_NANOS + 1000 * (n as i64 + 1);
     let extreme = n % 2 == 1;
-    let point =
-        |x: i32, y: i32, label: &str| obj(POINT, vec![Value::Int(x), Value::Int(y), s(label)]);
+    let point = |x: i32, y: i32, label: &str| obj(POINT, vec![Value::Int(x), Value::Int(y), s(label)]);
     vec![
         Value::Long(start),
         Value::Long(if extreme { 0 } else { 123_456 }),
@@ -310,45 +269,18 @@ fn all_kinds(chunk: usize, n: usize, seq: i64) -> Vec<Value> {
         Value::Double(if extreme { f64::MAX } else { -2.5e-7 }),
         Value::Boolean(!extreme),
         Value::Char(if extreme { 0x00e9 } else { u16::from(b'Q') }),
-        s(if extreme {
-            "UTF-8: 日本語 🎉"
-        } else {
-            "plain ascii"
-        }),
-        s(if extreme {
-            "chars: Grüße 𝄞"
-        } else {
-            "chars"
-        }),
-        s(if extreme {
-            "latin1: café ÿ"
-        } else {
-            "latin1"
-        }),
+        s(if extreme { "UTF-8: 日本語 🎉" } else { "plain ascii" }),
+        s(if extreme { "chars: Grüße 𝄞" } else { "chars" }),
+        s(if extreme { "latin1: café ÿ" } else { "latin1" }),
         r(ids::STRING, 7 + (n as u64 % 2)),
         Value::Null,
         s(""),
         r(ids::CLASS, 500 + (n as u64 % 3)),
         Value::Long(if extreme { 1 } else { 1_500_000_000 }),
         Value::Long(if extreme { 0 } else { 4096 }),
-        Value::Array(if extreme {
-            vec![]
-        } else {
-            vec![Value::Int(1), Value::Int(-1), Value::Int(i32::MAX)]
-        }),
-        Value::Array(vec![
-            point(1, 2, "p1"),
-            point(-3, 4, "ü"),
-            point(i32::MIN, i32::MAX, ""),
-        ]),
-        obj(
-            OUTER,
-            vec![
-                point(9, -9, "inner ✓"),
-                Value::Double(0.1),
-                Value::Array(vec![s("a"), Value::Null, s("ç")]),
-            ],
-        ),
+        Value::Array(if extreme { vec![] } else { vec![Value::Int(1), Value::Int(-1), Value::Int(i32::MAX)] }),
+        Value::Array(vec![point(1, 2, "p1"), point(-3, 4, "ü"), point(i32::MIN, i32::MAX, "")]),
+        obj(OUTER, vec![point(9, -9, "inner ✓"), Value::Double(0.1), Value::Array(vec![s("a"), Value::Null, s("ç")])]),
         Value::Array(vec![s("x"), s("yz")]),
     ]
 }
@@ -358,22 +290,13 @@ fn sample(chunk: usize, n: usize) -> Vec<Value> {
     vec![
         Value::Long(start),
         r(ids::THREAD, 1 + (n as u64 % 3)),
-        if n % 5 == 4 {
-            r(ids::STACK_TRACE, 0)
-        } else {
-            r(ids::STACK_TRACE, 1 + (n as u64 % 2))
-        },
+        if n % 5 == 4 { r(ids::STACK_TRACE, 0) } else { r(ids::STACK_TRACE, 1 + (n as u64 % 2)) },
         r(ids::THREAD_STATE, if n.is_multiple_of(2) { 5 } else { 225 }),
     ]
 }
 
 /// Writes the events of `chunk` into `w` and returns them.
-pub fn write_events(
-    w: &mut ChunkWriter,
-    md: &Metadata,
-    chunk: usize,
-    seq: &mut i64,
-) -> Vec<Written> {
+pub fn write_events(w: &mut ChunkWriter, md: &Metadata, chunk: usize, seq: &mut i64) -> Vec<Written> {
     let mut written = Vec::new();
     let mut emit = |w: &mut ChunkWriter, type_id: u64, values: Vec<Value>| {
         let class = md.class(type_id).expect("declared");
@@ -382,11 +305,7 @@ pub fn write_events(
                 put_field(out, md, f, v, string_encoding(&f.name)).expect("value fits its field");
             }
         });
-        written.push(Written {
-            chunk,
-            type_id,
-            values,
-        });
+        written.push(Written { chunk, type_id, values });
     };
     for n in 0..4 {
         *seq += 1;
@@ -397,11 +316,7 @@ pub fn write_events(
     }
     if md.class(LATER).is_some() {
         let start = START_TICKS + chunk as i64 * CHUNK_NANOS + 99_000;
-        emit(
-            w,
-            LATER,
-            vec![Value::Long(start), r(ids::THREAD, 3), s("added in chunk 3")],
-        );
+        emit(w, LATER, vec![Value::Long(start), r(ids::THREAD, 3), s("added in chunk 3")]);
     }
     written
 }
@@ -411,9 +326,7 @@ pub fn checkpoint(pools: &BTreeMap<(u64, u64), Value>) -> Checkpoint {
     let mut cp = Checkpoint::new();
     for (&(type_id, key), value) in pools {
         if type_id == ids::STRING {
-            cp.add(type_id, key, |out| {
-                jfr_format::write::put_string(out, value.as_str())
-            });
+            cp.add(type_id, key, |out| jfr_format::write::put_string(out, value.as_str()));
         } else {
             cp.add_value(type_id, key, value);
         }
@@ -442,9 +355,7 @@ pub fn fixture() -> Fixture {
         for (i, (&(type_id, key), value)) in pools.iter().enumerate() {
             let target = if i % 2 == 0 { &mut first } else { &mut second };
             if type_id == ids::STRING {
-                target.add(type_id, key, |out| {
-                    jfr_format::write::put_string(out, value.as_str())
-                });
+                target.add(type_id, key, |out| jfr_format::write::put_string(out, value.as_str()));
             } else {
                 target.add_value(type_id, key, value);
             }
@@ -457,13 +368,7 @@ pub fn fixture() -> Fixture {
         bytes.extend(chunk_bytes);
         metas.push(md);
     }
-    Fixture {
-        bytes,
-        chunk_sizes,
-        metadata: metas,
-        events,
-        pools,
-    }
+    Fixture { bytes, chunk_sizes, metadata: metas, events, pools }
 }
 
 impl Fixture {

@@ -25,15 +25,12 @@ pub fn jdk_tool(name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|p| p.join(name)));
     }
-    candidates
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "JDK tool `{name}` not found on PATH or in $JAVA_HOME/bin: the jfr-format tests \
+    candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!(
+            "JDK tool `{name}` not found on PATH or in $JAVA_HOME/bin: the jfr-format tests \
              need a JDK 17+ (java, javac, jfr) to judge the writer; install one"
-            )
-        })
+        )
+    })
 }
 
 /// Output of a JDK tool run.
@@ -72,10 +69,7 @@ impl ToolOutput {
 
 /// Runs `jfr` with `args`.
 pub fn jfr(args: &[&str]) -> ToolOutput {
-    let out = Command::new(jdk_tool("jfr"))
-        .args(args)
-        .output()
-        .expect("run jfr");
+    let out = Command::new(jdk_tool("jfr")).args(args).output().expect("run jfr");
     ToolOutput {
         ok: out.status.success(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -96,12 +90,8 @@ pub fn judge(path: &Path) -> (serde_json::Value, String) {
     metadata.assert_clean(&format!("jfr metadata {p}"));
     let summary = summary.assert_clean(&format!("jfr summary {p}")).to_owned();
     let text = json.assert_clean(&format!("jfr print --json {p}"));
-    let parsed = serde_json::from_str(text).unwrap_or_else(|e| {
-        panic!(
-            "jfr print --json {p} is not JSON ({e}):\n{}",
-            &text[..text.len().min(4000)]
-        )
-    });
+    let parsed = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("jfr print --json {p} is not JSON ({e}):\n{}", &text[..text.len().min(4000)]));
     (parsed, summary)
 }
 
@@ -161,18 +151,11 @@ pub fn jvm_recording() -> &'static Path {
         let dir = tmp_dir().join(format!("jvm-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("Busy.java"), BUSY_JAVA).unwrap();
-        let status = Command::new(jdk_tool("javac"))
-            .arg("Busy.java")
-            .current_dir(&dir)
-            .status()
-            .expect("run javac");
+        let status = Command::new(jdk_tool("javac")).arg("Busy.java").current_dir(&dir).status().expect("run javac");
         assert!(status.success(), "javac Busy.java failed");
         let out = dir.join("busy.jfr");
         let output = Command::new(jdk_tool("java"))
-            .arg(format!(
-                "-XX:StartFlightRecording=filename={},settings=profile",
-                out.display()
-            ))
+            .arg(format!("-XX:StartFlightRecording=filename={},settings=profile", out.display()))
             .args(["-cp", ".", "Busy", "800"])
             .current_dir(&dir)
             .output()

@@ -1,0 +1,187 @@
+//! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
+
+use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
+
+/// `jdk.ExecutionSample`.
+pub const EXECUTION_SAMPLE: u64 = 100;
+/// `jdk.ActiveRecording`.
+pub const ACTIVE_RECORDING: u64 = 101;
+/// `jdk.ActiveSetting`.
+pub const ACTIVE_SETTING: u64 = 102;
+/// `jdk.CPULoad`.
+pub const CPU_LOAD: u64 = 103;
+/// `jdk.ResidentSetSize` (JDK 21's declaration).
+pub const RESIDENT_SET_SIZE: u64 = 104;
+/// `jdk.ThreadStart`.
+pub const THREAD_START: u64 = 105;
+/// `jdk.ThreadEnd`.
+pub const THREAD_END: u64 = 106;
+/// `jdk.DataLoss`: bytes of recording data lost.
+pub const JDK_DATA_LOSS: u64 = 107;
+/// `recorder.DataLoss`: events and samples lost, with the reason.
+pub const DATA_LOSS: u64 = 108;
+
+fn f(name: &str, type_id: u64, label: &str) -> Field {
+    Field::new(name, type_id).with(label_annotation(label))
+}
+
+fn percentage(name: &str, label: &str) -> Field {
+    f(name, ids::FLOAT, label).with(Annotation::marker(ids::PERCENTAGE))
+}
+
+fn bytes(name: &str, label: &str) -> Field {
+    f(name, ids::LONG, label).with(Annotation::marker(ids::UNSIGNED)).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
+}
+
+fn spec<'a>(
+    id: u64,
+    name: &'a str,
+    label: &'a str,
+    category: &'a [&'a str],
+    description: &'a str,
+) -> EventTypeSpec<'a> {
+    EventTypeSpec {
+        id,
+        name,
+        label,
+        description: Some(description),
+        category,
+        duration: false,
+        thread: false,
+        stack_trace: false,
+        fields: Vec::new(),
+    }
+}
+
+/// The built-in event classes.
+pub fn classes() -> Vec<Class> {
+    let mut out = Vec::new();
+
+    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread).
+    let mut sample = event_class(EventTypeSpec {
+        fields: vec![
+            f("sampledThread", ids::THREAD, "Thread").pooled(),
+            f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
+            f("state", ids::THREAD_STATE, "Thread State").pooled(),
+        ],
+        ..spec(
+            EXECUTION_SAMPLE,
+            "jdk.ExecutionSample",
+            "Method Profiling Sample",
+            &["Java Virtual Machine", "Profiling"],
+            "Snapshot of a running thread's stack, taken by the CPU sampler",
+        )
+    });
+    sample.settings.push(jfr_format::metadata::Setting {
+        name: "period".into(),
+        type_id: ids::SETTING_PERIOD,
+        default_value: "10 ms".into(),
+        annotations: vec![label_annotation("Period")],
+    });
+    out.push(sample);
+
+    out.push(event_class(EventTypeSpec {
+        duration: true,
+        thread: true,
+        stack_trace: true,
+        fields: vec![
+            f("id", ids::LONG, "Id"),
+            f("name", ids::STRING, "Name"),
+            f("destination", ids::STRING, "Destination"),
+            f("maxAge", ids::LONG, "Max Age").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
+            f("flushInterval", ids::LONG, "Flush Interval").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
+            f("maxSize", ids::LONG, "Max Size").with(Annotation::value(ids::DATA_AMOUNT, "BYTES")),
+            f("recordingStart", ids::LONG, "Start Time")
+                .with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH")),
+            f("recordingDuration", ids::LONG, "Recording Duration")
+                .with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
+        ],
+        ..spec(ACTIVE_RECORDING, "jdk.ActiveRecording", "Flight Recording", &["Flight Recorder"], "The recording")
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        duration: true,
+        thread: true,
+        stack_trace: true,
+        fields: vec![
+            f("id", ids::LONG, "Event Id"),
+            f("name", ids::STRING, "Setting Name"),
+            f("value", ids::STRING, "Setting Value"),
+        ],
+        ..spec(ACTIVE_SETTING, "jdk.ActiveSetting", "Recording Setting", &["Flight Recorder"], "A setting in effect")
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            percentage("jvmUser", "JVM User"),
+            percentage("jvmSystem", "JVM System"),
+            percentage("machineTotal", "Machine Total"),
+        ],
+        ..spec(
+            CPU_LOAD,
+            "jdk.CPULoad",
+            "CPU Load",
+            &["Operating System", "Processor"],
+            "Process (\"JVM\" fields) and machine CPU load",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![bytes("size", "Resident Set Size"), bytes("peak", "Resident Set Size Peak Value")],
+        ..spec(
+            RESIDENT_SET_SIZE,
+            "jdk.ResidentSetSize",
+            "Resident Set Size",
+            &["Operating System", "Memory"],
+            "Resident set size of the process",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        thread: true,
+        stack_trace: true,
+        fields: vec![
+            f("thread", ids::THREAD, "New Java Thread").pooled(),
+            f("parentThread", ids::THREAD, "Parent Java Thread").pooled(),
+        ],
+        ..spec(THREAD_START, "jdk.ThreadStart", "Java Thread Start", &["Java Application"], "A thread was seen")
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        thread: true,
+        fields: vec![f("thread", ids::THREAD, "Java Thread").pooled()],
+        ..spec(THREAD_END, "jdk.ThreadEnd", "Java Thread End", &["Java Application"], "A thread ended")
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![bytes("amount", "Amount"), bytes("total", "Total")],
+        ..spec(
+            JDK_DATA_LOSS,
+            "jdk.DataLoss",
+            "Data Loss",
+            &["Flight Recorder"],
+            "Data could not be recorded: bytes lost",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("reason", ids::STRING, "Reason"),
+            f("events", ids::LONG, "Lost Events"),
+            f("samples", ids::LONG, "Lost Samples"),
+            bytes("bytes", "Lost Bytes"),
+            f("totalEvents", ids::LONG, "Total Lost Events"),
+            f("totalSamples", ids::LONG, "Total Lost Samples"),
+        ],
+        ..spec(
+            DATA_LOSS,
+            "recorder.DataLoss",
+            "Recorder Data Loss",
+            &["Flight Recorder"],
+            "Events or CPU samples that could not be recorded, with the reason (buffers full, write failed, ...)",
+        )
+    }));
+
+    debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
+    out
+}

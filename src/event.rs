@@ -1,0 +1,517 @@
+//! Typed events: declared once with [`event!`](crate::event), committed with one call.
+//!
+//! Every event type has the JDK's implicit fields, in the order the JDK reader requires
+//! (jfr-format.md §3): `startTime`, `duration` (0 for instant events), `eventThread`, `stackTrace`,
+//! then its own fields. The record is encoded on the committing thread into its own event buffer;
+//! nothing on this path takes a lock or waits for the flusher (a thread's first commit in a
+//! recording, and the first commit of an event type in the process, take a one-time slow path).
+
+use crate::metadata_registry::TypeRegistry;
+use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use jfr_format::metadata::{ids, label_annotation, Annotation, Field};
+use jfr_format::write;
+
+/// A value that can be a field of an event.
+pub trait FieldType {
+    /// The field's metadata; may register the classes it needs (nested structs).
+    fn describe(name: &str, registry: &mut TypeRegistry) -> Field;
+    /// Appends the value's encoding.
+    fn encode(&self, out: &mut Vec<u8>);
+    /// The field holds constant-pool references the flusher must define (see [`ThreadRef`]).
+    fn has_constant_refs() -> bool {
+        false
+    }
+}
+
+/// Appends the shortest JFR varint of `v`: exactly the bytes of [`jfr_format::varint::write_u64`],
+/// without its byte loop and variable-length copy (a `memcpy` call). The commit path writes every
+/// integer through this: the 7-bit groups are spread into one word (three shift-and-mask steps),
+/// which is appended whole and cut to length.
+#[inline(always)]
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
+    if v >> 56 != 0 {
+        // 9 bytes (the last one of 8 full bits): rare (negative longs), keep the general encoder.
+        return write::put_varint(out, v);
+    }
+    // 2..=8 bytes of 7 bits each; all but the last carry the continuation bit.
+    let len = (64 - v.leading_zeros() as usize).div_ceil(7);
+    // Spread the 56 low bits into 8 bytes of 7 bits: 28-bit halves into 32-bit lanes, 14-bit
+    // quarters into 16-bit lanes, 7-bit groups into bytes.
+    let mut word = (v & 0x0FFF_FFFF) | ((v & 0x00FF_FFFF_F000_0000) << 4);
+    word = (word & 0x0000_3FFF_0000_3FFF) | ((word & 0x0FFF_C000_0FFF_C000) << 2);
+    word = (word & 0x007F_007F_007F_007F) | ((word & 0x3F80_3F80_3F80_3F80) << 1);
+    word |= 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
+    let at = out.len();
+    out.extend_from_slice(&word.to_le_bytes());
+    out.truncate(at + len);
+}
+
+macro_rules! primitive {
+    ($t:ty, $id:expr, $put:expr $(, $ann:expr)*) => {
+        impl FieldType for $t {
+            fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+                #[allow(unused_mut)]
+                let mut f = Field::new(name, $id);
+                $( f.annotations.push($ann); )*
+                f
+            }
+            #[inline]
+            fn encode(&self, out: &mut Vec<u8>) {
+                let put: fn(&mut Vec<u8>, $t) = $put;
+                put(out, *self)
+            }
+        }
+    };
+}
+
+primitive!(bool, ids::BOOLEAN, write::put_bool);
+primitive!(i8, ids::BYTE, write::put_byte);
+// Unsigned Rust integers widen to the next JFR type, so every reader shows their true value (the JDK
+// prints an `@Unsigned byte` of 200 as -56). u64 keeps its bits in a long marked `@Unsigned`.
+primitive!(u8, ids::SHORT, |o, v| put_u64(o, u64::from(v)));
+primitive!(i16, ids::SHORT, |o, v| put_u64(o, u64::from(v as u16)));
+primitive!(u16, ids::INT, |o, v| put_u64(o, u64::from(v)));
+primitive!(i32, ids::INT, |o, v| put_u64(o, u64::from(v as u32)));
+primitive!(u32, ids::LONG, |o, v| put_u64(o, u64::from(v)));
+primitive!(i64, ids::LONG, |o, v| put_u64(o, v as u64));
+primitive!(u64, ids::LONG, put_u64, Annotation::marker(ids::UNSIGNED));
+primitive!(usize, ids::LONG, |o, v| put_u64(o, v as u64), Annotation::marker(ids::UNSIGNED));
+primitive!(isize, ids::LONG, |o, v| put_u64(o, v as u64));
+primitive!(f32, ids::FLOAT, write::put_float);
+primitive!(f64, ids::DOUBLE, write::put_double);
+primitive!(char, ids::CHAR, |o, v| {
+    let mut units = [0u16; 2];
+    // A JFR char is one UTF-16 code unit; characters outside the BMP keep their first unit.
+    put_u64(o, u64::from(v.encode_utf16(&mut units)[0]))
+});
+
+impl FieldType for String {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::STRING)
+    }
+    #[inline]
+    fn encode(&self, out: &mut Vec<u8>) {
+        write::put_string(out, Some(self))
+    }
+}
+
+impl FieldType for &'static str {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::STRING)
+    }
+    #[inline]
+    fn encode(&self, out: &mut Vec<u8>) {
+        write::put_string(out, Some(self))
+    }
+}
+
+impl FieldType for Option<String> {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::STRING)
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        write::put_string(out, self.as_deref())
+    }
+}
+
+// No `Vec<T>` fields: JDK 17's `jfr print` throws a NullPointerException on every array field of
+// an event except stack frames (PrettyWriter.printArray passes no field descriptor to printValue;
+// seen for arrays of strings, numbers and structs — the byte[] case of jfr-format.md pitfall P6 is
+// one instance), and the JDK's own event API does not allow array fields either. Every file we
+// write must pass `jfr print`, so events offer no arrays; the format crate still reads and writes
+// them (stack traces are arrays of frames).
+
+/// A time span, recorded in nanoseconds (`@Timespan("NANOSECONDS")`).
+impl FieldType for std::time::Duration {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESPAN, "NANOSECONDS"))
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, i64::try_from(self.as_nanos()).unwrap_or(i64::MAX) as u64)
+    }
+}
+
+/// A wall-clock instant, recorded in milliseconds since the epoch (`@Timestamp`).
+impl FieldType for std::time::SystemTime {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH"))
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        let ms = match self.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => d.as_millis() as i64,
+            Err(e) => -(e.duration().as_millis() as i64),
+        };
+        put_u64(out, ms as u64)
+    }
+}
+
+/// A byte count (`@DataAmount("BYTES")`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bytes(pub u64);
+
+impl FieldType for Bytes {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::LONG).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.0)
+    }
+}
+
+/// A fraction 0.0–1.0 shown as a percentage (`@Percentage`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Percentage(pub f32);
+
+impl FieldType for Percentage {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::FLOAT).with(Annotation::marker(ids::PERCENTAGE))
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        write::put_float(out, self.0)
+    }
+}
+
+/// A reference to an OS thread of this process (a `java.lang.Thread` constant keyed by tid): the
+/// flusher defines the thread in the chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThreadRef(pub u32);
+
+impl ThreadRef {
+    /// The calling thread.
+    pub fn current() -> ThreadRef {
+        ThreadRef(crate::thread::current_tid())
+    }
+}
+
+impl FieldType for ThreadRef {
+    fn describe(name: &str, _: &mut TypeRegistry) -> Field {
+        Field::new(name, ids::THREAD).pooled()
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        crate::commit::note_thread_ref(self.0);
+        put_u64(out, u64::from(self.0))
+    }
+    fn has_constant_refs() -> bool {
+        true
+    }
+}
+
+/// Describes a field for the `event!` macro.
+#[doc(hidden)]
+pub fn __field<T: FieldType>(
+    name: &str,
+    label: Option<&str>,
+    description: Option<&str>,
+    registry: &mut TypeRegistry,
+) -> Field {
+    let mut f = T::describe(name, registry);
+    f.annotations.insert(0, label_annotation(label.unwrap_or(name)));
+    if let Some(d) = description {
+        f.annotations.push(Annotation::value(ids::DESCRIPTION, d));
+    }
+    f
+}
+
+/// The static description and run-time settings of one event type. Made by [`event!`](crate::event).
+pub struct EventType {
+    /// Event name, e.g. `app.Request`.
+    pub name: &'static str,
+    /// Display label.
+    pub label: &'static str,
+    /// Description.
+    pub description: Option<&'static str>,
+    /// Category path, outermost first.
+    pub category: &'static [&'static str],
+    /// The type's own fields (after the implicit ones).
+    pub fields: fn(&mut TypeRegistry) -> Vec<Field>,
+    /// The fields hold constant references.
+    pub has_refs: fn() -> bool,
+    pub(crate) id: AtomicU64,
+    pub(crate) enabled: AtomicBool,
+    pub(crate) threshold_ticks: AtomicI64,
+    pub(crate) stack_trace: AtomicBool,
+}
+
+impl std::fmt::Debug for EventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventType").field("name", &self.name).finish()
+    }
+}
+
+impl EventType {
+    /// Used by [`event!`](crate::event).
+    #[doc(hidden)]
+    pub const fn new(
+        name: &'static str,
+        label: &'static str,
+        description: Option<&'static str>,
+        category: &'static [&'static str],
+        fields: fn(&mut TypeRegistry) -> Vec<Field>,
+        has_refs: fn() -> bool,
+    ) -> EventType {
+        EventType {
+            name,
+            label,
+            description,
+            category,
+            fields,
+            has_refs,
+            id: AtomicU64::new(0),
+            enabled: AtomicBool::new(true),
+            threshold_ticks: AtomicI64::new(0),
+            stack_trace: AtomicBool::new(true),
+        }
+    }
+
+    /// The type id, registering the type on first use.
+    #[inline]
+    pub fn id(&'static self) -> u64 {
+        // Acquire: pairs with the Release store in `TypeRegistry::register`, so the settings
+        // applied at registration are visible.
+        match self.id.load(Ordering::Acquire) {
+            0 => crate::metadata_registry::register(self),
+            id => id,
+        }
+    }
+
+    /// The type is enabled.
+    pub fn is_enabled(&self) -> bool {
+        // Relaxed: a setting; a commit racing with a change may go either way.
+        self.enabled.load(Ordering::Relaxed)
+    }
+}
+
+/// An event type declared with [`event!`](crate::event).
+pub trait Event {
+    /// The type's static description and settings.
+    fn event_type() -> &'static EventType;
+    /// Appends the type's own fields (not the implicit ones).
+    fn write_fields(&self, out: &mut Vec<u8>);
+
+    /// Records the event now, as an instant (duration 0).
+    #[inline(always)]
+    fn commit(&self)
+    where
+        Self: Sized,
+    {
+        crate::commit::commit_event(self, crate::clock::ticks(), 0);
+    }
+
+    /// Records the event as having lasted from `span`'s start until now.
+    #[inline(always)]
+    fn commit_span(&self, span: Span)
+    where
+        Self: Sized,
+    {
+        let now = crate::clock::ticks();
+        crate::commit::commit_event(self, span.start_ticks, now - span.start_ticks);
+    }
+
+    /// Starts a duration event: the returned guard commits it (with the time elapsed) when it is
+    /// dropped or [`Timed::end`] is called; its fields can be changed meanwhile.
+    fn begin(self) -> Timed<Self>
+    where
+        Self: Sized,
+    {
+        Timed { event: Some(self), span: Span::begin() }
+    }
+
+    /// The event type is enabled in the running recording (skip building expensive fields if not).
+    fn is_enabled() -> bool
+    where
+        Self: Sized,
+    {
+        crate::commit::recording() && Self::event_type().is_enabled()
+    }
+}
+
+/// The start of a duration event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    start_ticks: i64,
+}
+
+impl Span {
+    /// Marks now as the start.
+    pub fn begin() -> Span {
+        Span { start_ticks: crate::clock::ticks() }
+    }
+}
+
+/// A duration event in progress; commits on drop. See [`Event::begin`].
+#[derive(Debug)]
+pub struct Timed<E: Event> {
+    event: Option<E>,
+    span: Span,
+}
+
+impl<E: Event> Timed<E> {
+    /// Commits now.
+    pub fn end(mut self) {
+        if let Some(e) = self.event.take() {
+            e.commit_span(self.span);
+        }
+    }
+    /// Drops the event without recording it.
+    pub fn cancel(mut self) {
+        self.event = None;
+    }
+}
+
+impl<E: Event> std::ops::Deref for Timed<E> {
+    type Target = E;
+    fn deref(&self) -> &E {
+        // The event is only taken by `end`/`cancel`, which consume the guard.
+        self.event.as_ref().expect("event present until the guard is consumed")
+    }
+}
+
+impl<E: Event> std::ops::DerefMut for Timed<E> {
+    fn deref_mut(&mut self) -> &mut E {
+        self.event.as_mut().expect("event present until the guard is consumed")
+    }
+}
+
+impl<E: Event> Drop for Timed<E> {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            e.commit_span(self.span);
+        }
+    }
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __opt {
+    () => {
+        None
+    };
+    ($e:expr) => {
+        Some($e)
+    };
+}
+
+/// Declares an event type.
+///
+/// ```
+/// recorder::event! {
+///     /// One handled request.
+///     #[event(name = "app.Request", label = "Request", description = "An HTTP request", category = ["App", "HTTP"])]
+///     pub struct Request {
+///         #[field(label = "Path")]
+///         pub path: String,
+///         #[field(label = "Status", description = "HTTP status code")]
+///         pub status: i32,
+///         pub bytes: recorder::Bytes,
+///     }
+/// }
+/// use recorder::Event;
+/// Request { path: "/".into(), status: 200, bytes: recorder::Bytes(512) }.commit();
+/// ```
+///
+/// Fields may be any [`FieldType`]: integers, floats, `bool`, `char`, strings,
+/// [`Duration`](std::time::Duration), [`SystemTime`](std::time::SystemTime), [`Bytes`],
+/// [`Percentage`], [`ThreadRef`], and structs declared with [`event_struct!`](crate::event_struct).
+#[macro_export]
+macro_rules! event {
+    (
+        $(#[doc = $doc:literal])*
+        #[event(name = $name:literal, label = $label:literal $(, description = $desc:literal)? $(, category = [$($cat:literal),* $(,)?])? $(,)?)]
+        $vis:vis struct $ty:ident {
+            $(
+                $(#[doc = $fdoc:literal])*
+                $(#[field(label = $flabel:literal $(, description = $fdesc:literal)? $(,)?)])?
+                $fvis:vis $fname:ident : $fty:ty
+            ),* $(,)?
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        $vis struct $ty {
+            $( $(#[doc = $fdoc])* $fvis $fname : $fty ),*
+        }
+
+        impl $crate::Event for $ty {
+            fn event_type() -> &'static $crate::EventType {
+                static TYPE: $crate::EventType = $crate::EventType::new(
+                    $name,
+                    $label,
+                    $crate::__opt!($($desc)?),
+                    &[$($($cat),*)?],
+                    |_registry| ::std::vec![
+                        $( $crate::__field::<$fty>(
+                            ::core::stringify!($fname),
+                            $crate::__opt!($($flabel)?),
+                            $crate::__opt!($($($fdesc)?)?),
+                            _registry,
+                        ) ),*
+                    ],
+                    || false $( || <$fty as $crate::FieldType>::has_constant_refs() )*,
+                );
+                &TYPE
+            }
+
+            #[inline]
+            fn write_fields(&self, _out: &mut ::std::vec::Vec<u8>) {
+                $( $crate::FieldType::encode(&self.$fname, _out); )*
+            }
+        }
+    };
+}
+
+/// Declares a struct that can be an event field (encoded inline, as a nested JFR struct type).
+///
+/// ```
+/// recorder::event_struct! {
+///     #[struct_type(name = "app.Endpoint", label = "Endpoint")]
+///     pub struct Endpoint { pub host: String, pub port: u16 }
+/// }
+/// ```
+#[macro_export]
+macro_rules! event_struct {
+    (
+        $(#[doc = $doc:literal])*
+        #[struct_type(name = $name:literal, label = $label:literal $(,)?)]
+        $vis:vis struct $ty:ident {
+            $(
+                $(#[doc = $fdoc:literal])*
+                $(#[field(label = $flabel:literal $(, description = $fdesc:literal)? $(,)?)])?
+                $fvis:vis $fname:ident : $fty:ty
+            ),* $(,)?
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        $vis struct $ty {
+            $( $(#[doc = $fdoc])* $fvis $fname : $fty ),*
+        }
+
+        impl $crate::FieldType for $ty {
+            fn describe(name: &str, registry: &mut $crate::TypeRegistry) -> $crate::__jfr::metadata::Field {
+                let fields = ::std::vec![
+                    $( $crate::__field::<$fty>(
+                        ::core::stringify!($fname),
+                        $crate::__opt!($($flabel)?),
+                        $crate::__opt!($($($fdesc)?)?),
+                        registry,
+                    ) ),*
+                ];
+                let id = registry.struct_type($name, $label, fields);
+                $crate::__jfr::metadata::Field::new(name, id)
+            }
+            #[inline]
+            fn encode(&self, _out: &mut ::std::vec::Vec<u8>) {
+                $( $crate::FieldType::encode(&self.$fname, _out); )*
+            }
+            fn has_constant_refs() -> bool {
+                false $( || <$fty as $crate::FieldType>::has_constant_refs() )*
+            }
+        }
+    };
+}

@@ -1,0 +1,180 @@
+//! The process-wide registry of event and struct types, and the metadata descriptor built from it.
+//!
+//! Type ids are assigned once per process and never reused, so they are stable across chunks and
+//! recordings. The descriptor's metadata id is the registry version: it changes exactly when a type
+//! is added (pitfall P9), and types are only ever added, so metadata grows within a chunk.
+
+use crate::builtin;
+use crate::event::EventType;
+use crate::sync::statics::Ordering;
+use jfr_format::metadata::{event_class, jdk_types, label_annotation, Class, EventTypeSpec, Field, Metadata, Region};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+
+/// First id for user types.
+const FIRST_USER_TYPE: u64 = 1000;
+
+/// Per-type settings, applied at start, at registration and at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Record the type at all.
+    pub enabled: bool,
+    /// Drop duration events shorter than this.
+    pub threshold: std::time::Duration,
+    /// Capture the committing thread's stack.
+    pub stack_trace: bool,
+}
+
+impl Default for EventSettings {
+    fn default() -> EventSettings {
+        EventSettings { enabled: true, threshold: std::time::Duration::ZERO, stack_trace: true }
+    }
+}
+
+/// Registered types. Passed to [`crate::FieldType::describe`] so nested structs can register.
+#[derive(Debug)]
+pub struct TypeRegistry {
+    classes: Vec<Class>,
+    struct_ids: BTreeMap<String, u64>,
+    events: Vec<&'static EventType>,
+    next_id: u64,
+    version: u64,
+    settings: BTreeMap<String, EventSettings>,
+}
+
+static REGISTRY: Mutex<TypeRegistry> = Mutex::new(TypeRegistry {
+    classes: Vec::new(),
+    struct_ids: BTreeMap::new(),
+    events: Vec::new(),
+    next_id: FIRST_USER_TYPE,
+    version: 1,
+    settings: BTreeMap::new(),
+});
+
+impl TypeRegistry {
+    /// Registers (once) a struct type with these fields; returns its id.
+    pub fn struct_type(&mut self, name: &str, label: &str, fields: Vec<Field>) -> u64 {
+        if let Some(&id) = self.struct_ids.get(name) {
+            return id;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut class = Class::new(id, name);
+        class.fields = fields;
+        class.annotations.push(label_annotation(label));
+        self.classes.push(class);
+        self.struct_ids.insert(name.to_owned(), id);
+        self.version += 1;
+        id
+    }
+}
+
+/// Registers `ty` (first commit of the type in this process); returns its id.
+#[cold]
+pub(crate) fn register(ty: &'static EventType) -> u64 {
+    let mut reg = REGISTRY.lock();
+    // Relaxed: we hold the registry lock, which orders registrations.
+    let existing = ty.id.load(Ordering::Relaxed);
+    if existing != 0 {
+        return existing;
+    }
+    if let Some(other) = reg.events.iter().find(|e| e.name == ty.name) {
+        // Two declarations with one name: share the id (the first declaration's fields win).
+        let id = other.id.load(Ordering::Relaxed);
+        ty.id.store(id, Ordering::Release);
+        return id;
+    }
+    let fields = (ty.fields)(&mut reg);
+    let id = reg.next_id;
+    reg.next_id += 1;
+    let class = event_class(EventTypeSpec {
+        id,
+        name: ty.name,
+        label: ty.label,
+        description: ty.description,
+        category: ty.category,
+        duration: true,
+        thread: true,
+        stack_trace: true,
+        fields,
+    });
+    reg.classes.push(class);
+    reg.events.push(ty);
+    reg.version += 1;
+    let settings = reg.settings.get(ty.name).copied().unwrap_or_default();
+    apply(ty, settings);
+    // Release: publishes the settings stored by `apply`; pairs with the Acquire load in
+    // `EventType::id`.
+    ty.id.store(id, Ordering::Release);
+    id
+}
+
+fn apply(ty: &EventType, s: EventSettings) {
+    // Relaxed: settings; commits racing with a change may see either value.
+    ty.enabled.store(s.enabled, Ordering::Relaxed);
+    ty.threshold_ticks.store(i64::try_from(s.threshold.as_nanos()).unwrap_or(i64::MAX), Ordering::Relaxed);
+    ty.stack_trace.store(s.stack_trace, Ordering::Relaxed);
+}
+
+/// Sets the settings of the event type called `name`, now if it is registered and at its
+/// registration otherwise.
+pub(crate) fn set_settings(name: &str, settings: EventSettings) {
+    let mut reg = REGISTRY.lock();
+    reg.settings.insert(name.to_owned(), settings);
+    if let Some(ty) = reg.events.iter().find(|e| e.name == name) {
+        apply(ty, settings);
+    }
+}
+
+/// Current settings of every registered user event type and every type with explicit settings.
+pub(crate) fn all_settings() -> Vec<(String, u64, EventSettings)> {
+    let reg = REGISTRY.lock();
+    let mut out: Vec<(String, u64, EventSettings)> = reg
+        .events
+        .iter()
+        .map(|e| {
+            let s = reg.settings.get(e.name).copied().unwrap_or_default();
+            (e.name.to_owned(), e.id.load(Ordering::Relaxed), s)
+        })
+        .collect();
+    for (name, s) in &reg.settings {
+        if !out.iter().any(|(n, _, _)| n == name) {
+            out.push((name.clone(), 0, *s));
+        }
+    }
+    out
+}
+
+/// The registry version: changes whenever a type is added.
+pub(crate) fn version() -> u64 {
+    REGISTRY.lock().version
+}
+
+/// The full descriptor: the JDK 17 type set, the built-in events, and every registered type.
+pub(crate) fn metadata() -> Metadata {
+    let reg = REGISTRY.lock();
+    let mut classes = jdk_types();
+    classes.extend(builtin::classes());
+    classes.extend(reg.classes.iter().cloned());
+    Metadata { id: reg.version, classes, region: Region::default() }
+}
+
+/// Names of every known event type (built-in and registered).
+pub(crate) fn event_names() -> Vec<String> {
+    metadata().classes.iter().filter(|c| c.is_event()).map(|c| c.name.clone()).collect()
+}
+
+/// Before fork: hold the registry so no other thread holds it while the process is copied.
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(REGISTRY.lock());
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds the registry through [`lock_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_after_fork() {
+    // SAFETY: the caller holds the lock.
+    unsafe { REGISTRY.force_unlock() };
+}

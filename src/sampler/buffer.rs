@@ -1,0 +1,982 @@
+//! The flush-safe SamplerBuffer protocol (sampler-protocol.md §4), free of signals and syscalls so
+//! that the loom models in `loom-tests` run exactly this code.
+//!
+//! # Actors
+//! - **Owner**: the sampled thread's SIGPROF handler ([`Core::write_record`]) and, in normal
+//!   context, the same thread's [`Core::retire_slot`] (unregistration / thread exit).
+//! - **L holders**: whoever holds the chunk-writer lock L, proven by `&mut LockedState` (the caller
+//!   keeps it inside its `Mutex`): the flusher ([`Core::drain_active`] + [`Core::drain_full`]), the
+//!   recorder thread ([`Core::drain_full`]), stop.
+//!
+//! # Buffer states
+//! CLEAN (in `LockedState::free` or a slot's `spare`; `pos == flushed_pos == 0`) -> ACTIVE(T)
+//! (`slot.active`) -> FULL (on the `full_head` Treiber stack; `pos` final) -> DRAINING (popped by an
+//! L holder) -> CLEAN. Buffers and slots are allocated once in [`Core::new`] and never freed while
+//! the `Core` lives, so a stale pointer is never dangling.
+//!
+//! # Invariants (numbering of sampler-protocol.md §4.7)
+//! - I1: `0 <= flushed_pos <= pos <= capacity` whenever an L holder observes `pos` with Acquire.
+//! - I2: words `>= pos` are written only by the owner; words in `[0, pos)` are never written until
+//!   recycle, and recycle happens only in DRAINING under L.
+//! - I3: each committed record is handed to the drain callback exactly once: only L holders parse,
+//!   they start at `flushed_pos` and store the exact end they read.
+//! - I4: a buffer becomes ACTIVE only through the owner's `spare.swap(null)`, and only L holders
+//!   fill `spare`, with CLEAN buffers.
+//! - I5: L holders keep no buffer or slot pointer past unlock (`LockedState` holds indices only).
+//! - I6: per slot, `taken == written + lost_total` once every buffer has been drained.
+//! - I10: the handler path takes no lock and allocates nothing.
+//! - I11: owner code outside the handler raises `suppress` with a compiler fence first.
+//! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
+//!   and is accessed through a raw pointer only in a range the accessor owns.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use crate::sync::{
+    compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    UnsafeCell,
+};
+use std::ptr;
+
+/// Checks a protocol invariant on the L-holder side: always under loom (the models run in
+/// release mode), in debug builds otherwise. Never used on the handler path.
+macro_rules! protocol_assert {
+    ($($t:tt)*) => {
+        if cfg!(any(debug_assertions, loom)) {
+            assert!($($t)*);
+        }
+    };
+}
+
+/// Words in a record header (see [`RecordHeader`]).
+pub const HEADER_WORDS: usize = 5;
+
+/// Record flag: the walk stopped at `max_depth` while frames remained.
+pub const FLAG_TRUNCATED: u8 = 1;
+/// Record flag: the thread's stack bounds were unknown, only the leaf PC was recorded.
+pub const FLAG_LEAF_ONLY: u8 = 2;
+/// Record kind of a CPU sample.
+pub const KIND_EXEC_SAMPLE: u8 = 1;
+
+/// Slot state: unused, may be claimed.
+pub const SLOT_FREE: u8 = 0;
+/// Slot state: owned by a live thread.
+pub const SLOT_LIVE: u8 = 1;
+/// Slot state: the owner retired it; an L holder reaps it back to FREE.
+pub const SLOT_EXITED: u8 = 2;
+
+/// The fixed part of a record, as the owner writes it.
+///
+/// Layout, one u64 word each: w0 = nframes (bits 0..16) | flags (16..24) | kind (24..32) |
+/// fragment index k (32..48) | fragment count n (48..64); w1 = ticks; w2 = tid (low 32) | slot
+/// index (high 32); w3 = sample id; w4 = stack pointer at the sample. Then `nframes` IPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecordHeader {
+    /// CLOCK_MONOTONIC ns.
+    pub ticks: i64,
+    /// Kernel thread id of the sampled thread.
+    pub tid: u32,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Fragment index k of n (a later issue splits oversized samples; today always 0 of 1).
+    pub frag_index: u16,
+    /// Fragment count n (today always 1).
+    pub frag_count: u16,
+    /// Process-wide sample id.
+    pub sample_id: u64,
+    /// Stack pointer of the interrupted context.
+    pub sp: u64,
+}
+
+/// One decoded record, handed to the drain callback.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleRecord<'a> {
+    /// Kernel thread id of the sampled thread (not the drainer's).
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns at capture (`crate::clock::ticks`).
+    pub ticks: i64,
+    /// The walk stopped at `max_depth` while frames remained.
+    pub truncated: bool,
+    /// Stack bounds were not known yet: `ips` holds the leaf PC only.
+    pub leaf_only: bool,
+    /// Innermost first: `ips[0]` is the interrupted PC, the rest are return addresses
+    /// (symbolize `ip - 1` for those).
+    pub ips: &'a [u64],
+    /// Process-wide sample id, unique and increasing per thread.
+    pub sample_id: u64,
+    /// Stack pointer at the sample.
+    pub sp: u64,
+    /// Fragment index k (0-based) of `frag_count`.
+    pub frag_index: u16,
+    /// Fragment count n.
+    pub frag_count: u16,
+}
+
+/// A per-thread sample buffer: payload words plus the two positions of the protocol.
+#[derive(Debug)]
+pub struct SamplerBuffer {
+    index: u32,
+    /// End of the committed records, in words.
+    /// Written by: the owner (handler), monotonic while ACTIVE; reset by an L holder in DRAINING.
+    /// Read by: owner (Relaxed), L holders (Acquire). Invariants: I1, I2.
+    pos: AtomicUsize,
+    /// End of the records already handed to a drain callback, in words.
+    /// Written and read by: L holders only. Invariants: I1, I3.
+    flushed_pos: AtomicUsize,
+    /// Full-queue link. Written by: the pushing owner before its Release CAS of `full_head`.
+    /// Read by: the L holder that swapped the list out (Acquire).
+    next: AtomicPtr<SamplerBuffer>,
+    words: Box<[UnsafeCell<u64>]>,
+}
+
+impl SamplerBuffer {
+    fn new(index: u32, capacity_words: usize) -> SamplerBuffer {
+        SamplerBuffer {
+            index,
+            pos: AtomicUsize::new(0),
+            flushed_pos: AtomicUsize::new(0),
+            next: AtomicPtr::new(ptr::null_mut()),
+            words: (0..capacity_words).map(|_| UnsafeCell::new(0)).collect(),
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Writes one word. Returns false (and writes nothing) out of range.
+    ///
+    /// Only the owner calls this, only at indices `>= pos` (I2).
+    #[inline(always)]
+    fn write_word(&self, at: usize, value: u64) -> bool {
+        match self.words.get(at) {
+            Some(cell) => {
+                // SAFETY: I2: `at >= pos` and only the owner writes above `pos`; L holders read only
+                // below a `pos` they loaded with Acquire, so no access to this word is concurrent.
+                cell.with_mut(|p| unsafe { p.write(value) });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reads one word; 0 out of range.
+    ///
+    /// Only L holders call this, only at indices `< pos` loaded with Acquire (I1, I2).
+    #[inline(always)]
+    fn read_word(&self, at: usize) -> u64 {
+        match self.words.get(at) {
+            // SAFETY: I2: the word lies below a `pos` this L holder loaded with Acquire (pairs with
+            // the owner's Release commit), so it is initialized and no longer written.
+            Some(cell) => cell.with(|p| unsafe { p.read() }),
+            None => 0,
+        }
+    }
+}
+
+/// Per-thread state. Never freed while the `Core` lives; reused after its thread is reaped.
+#[derive(Debug)]
+pub struct ThreadSlot {
+    index: u32,
+    /// The buffer the handler writes. Written by: owner only (rotation, retire). Read by: owner
+    /// (Relaxed), L holders (Acquire).
+    active: AtomicPtr<SamplerBuffer>,
+    /// A CLEAN buffer ready for rotation. L holders fill it (null -> buf, Release); the owner
+    /// empties it (swap to null, Acquire).
+    spare: AtomicPtr<SamplerBuffer>,
+    /// Non-zero while the owner is in a critical section of its own (I11) or the slot is retired.
+    suppress: AtomicU32,
+    /// `SLOT_FREE` / `SLOT_LIVE` / `SLOT_EXITED`.
+    state: AtomicU8,
+    /// The owner's kernel thread id; the handler drops signals whose thread is not this one.
+    tid: AtomicU32,
+    /// Lost samples not yet reported by `take_lost` (owner adds, L holder swaps to 0).
+    lost: AtomicU64,
+    /// Statistics (I6): samples attempted, lost (ever), handed to a drain callback.
+    taken: AtomicU64,
+    lost_total: AtomicU64,
+    written: AtomicU64,
+    /// Stack bounds [lo, hi) for the frame walk; `hi == 0` means unknown (leaf only).
+    stack_lo: AtomicUsize,
+    stack_hi: AtomicUsize,
+    /// Last sampled stack pointer, so an L holder can find bounds for discovered threads.
+    last_sp: AtomicUsize,
+}
+
+impl ThreadSlot {
+    fn new(index: u32) -> ThreadSlot {
+        ThreadSlot {
+            index,
+            active: AtomicPtr::new(ptr::null_mut()),
+            spare: AtomicPtr::new(ptr::null_mut()),
+            suppress: AtomicU32::new(1),
+            state: AtomicU8::new(SLOT_FREE),
+            tid: AtomicU32::new(0),
+            lost: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            lost_total: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            stack_lo: AtomicUsize::new(0),
+            stack_hi: AtomicUsize::new(0),
+            last_sp: AtomicUsize::new(0),
+        }
+    }
+
+    /// Index of this slot in the table.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The owner's tid (Relaxed; see [`Core::admit`] for the handler's ordered read).
+    pub fn tid(&self) -> u32 {
+        // Relaxed: informational; the ordered read is in `Core::admit`.
+        self.tid.load(Ordering::Relaxed)
+    }
+
+    /// `SLOT_*` state (Acquire: pairs with the Release stores in `claim_slot`/`retire_slot`/`reap`).
+    pub fn state(&self) -> u8 {
+        // Acquire: pairs with the Release stores of `state` in `Core::claim_slot`,
+        // `Core::retire_slot` and `Core::reap_exited`.
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Stack bounds `(lo, hi)`; `hi == 0` when unknown.
+    ///
+    /// # Signal safety
+    /// Two atomic loads.
+    #[inline]
+    pub fn stack_bounds(&self) -> (usize, usize) {
+        // Acquire: pairs with the Release store of `stack_hi` in `set_stack_bounds`; `stack_lo`
+        // (stored before it) is then current.
+        let hi = self.stack_hi.load(Ordering::Acquire);
+        // Relaxed: ordered by the Acquire load of `stack_hi` above.
+        let lo = self.stack_lo.load(Ordering::Relaxed);
+        (lo, hi)
+    }
+
+    /// Publishes stack bounds for the handler's walk.
+    pub fn set_stack_bounds(&self, lo: usize, hi: usize) {
+        // Relaxed: published by the Release store of `stack_hi` below.
+        self.stack_lo.store(lo, Ordering::Relaxed);
+        // Release: publishes `stack_lo`; pairs with the Acquire load in `stack_bounds` (handler).
+        self.stack_hi.store(hi, Ordering::Release);
+    }
+
+    /// Records the stack pointer of the latest sample.
+    ///
+    /// # Signal safety
+    /// One atomic store.
+    #[inline]
+    pub fn note_sp(&self, sp: usize) {
+        // Relaxed: a hint for `discover_threads`; nothing is published through it.
+        self.last_sp.store(sp, Ordering::Relaxed);
+    }
+
+    /// The stack pointer of the latest sample (0 if none).
+    pub fn last_sp(&self) -> usize {
+        // Relaxed: a hint only (see `note_sp`).
+        self.last_sp.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-slot statistics (see [`Core::slot_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotStats {
+    /// Owner tid.
+    pub tid: u32,
+    /// Samples attempted by the handler for this slot.
+    pub taken: u64,
+    /// Records handed to a drain callback.
+    pub written: u64,
+    /// Samples counted lost.
+    pub lost: u64,
+}
+
+/// State only L holders touch: the CLEAN free list and scratch space. It holds indices, never
+/// pointers (I5), so it is `Send` and carries no lifetime.
+#[derive(Debug)]
+pub struct LockedState {
+    core_id: usize,
+    free: Vec<u32>,
+    scratch: Vec<u64>,
+    exited: Vec<bool>,
+}
+
+impl LockedState {
+    /// Number of CLEAN buffers on the free list.
+    pub fn free_buffers(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// The shared protocol state: slot table, buffer arena, full queue, wakeup flag, counters.
+#[derive(Debug)]
+pub struct Core {
+    slots: Box<[ThreadSlot]>,
+    buffers: Box<[SamplerBuffer]>,
+    /// Treiber stack of FULL buffers. Owners push (Release CAS); L holders swap it out (Acquire).
+    full_head: AtomicPtr<SamplerBuffer>,
+    /// Set (Release swap) by an owner after a push or a missing spare; cleared (Acquire swap) by
+    /// the recorder in [`Core::take_pending`].
+    recorder_pending: AtomicBool,
+    /// Number of wakeups posted (the syscall, if any, is done by the caller of `write_record`).
+    wakeups: AtomicU64,
+    next_sample_id: AtomicU64,
+    /// Samples that reached no slot (no sampler, stale signal, foreign thread).
+    unattributed: AtomicU64,
+    /// Statistics of reaped slots (L holders write, Relaxed).
+    retired_taken: AtomicU64,
+    retired_written: AtomicU64,
+    retired_lost: AtomicU64,
+    max_record_words: usize,
+}
+
+/// Outcome of [`Core::write_record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// The record was committed (else it was counted lost).
+    pub committed: bool,
+    /// `recorder_pending` went from clear to set: the caller must post the wakeup syscall.
+    pub wake: bool,
+}
+
+/// Writes the IPs of one record, in order, after the header.
+#[derive(Debug)]
+pub struct FrameSink<'a> {
+    buf: &'a SamplerBuffer,
+    at: usize,
+    end: usize,
+}
+
+impl FrameSink<'_> {
+    /// Appends one IP; ignored once the reserved frame count is reached.
+    ///
+    /// # Signal safety
+    /// One plain store into the owner's own region.
+    #[inline(always)]
+    pub fn push(&mut self, ip: u64) {
+        if self.at < self.end && self.buf.write_word(self.at, ip) {
+            self.at += 1;
+        }
+    }
+}
+
+impl Core {
+    /// Allocates `nslots` slots and `nbuffers` buffers of `capacity_words` words each; every
+    /// buffer starts CLEAN on the returned free list.
+    ///
+    /// # Panics
+    /// If `capacity_words < HEADER_WORDS + 1` or a count exceeds `u32::MAX`.
+    pub fn new(nslots: usize, nbuffers: usize, capacity_words: usize) -> (Core, LockedState) {
+        assert!(
+            capacity_words > HEADER_WORDS,
+            "buffer too small for one record"
+        );
+        assert!(nslots <= u32::MAX as usize && nbuffers <= u32::MAX as usize);
+        let core = Core {
+            slots: (0..nslots).map(|i| ThreadSlot::new(i as u32)).collect(),
+            buffers: (0..nbuffers)
+                .map(|i| SamplerBuffer::new(i as u32, capacity_words))
+                .collect(),
+            full_head: AtomicPtr::new(ptr::null_mut()),
+            recorder_pending: AtomicBool::new(false),
+            wakeups: AtomicU64::new(0),
+            next_sample_id: AtomicU64::new(1),
+            unattributed: AtomicU64::new(0),
+            retired_taken: AtomicU64::new(0),
+            retired_written: AtomicU64::new(0),
+            retired_lost: AtomicU64::new(0),
+            max_record_words: capacity_words,
+        };
+        let locked = LockedState {
+            core_id: 0,
+            free: (0..nbuffers as u32).rev().collect(),
+            scratch: Vec::new(),
+            exited: Vec::new(),
+        };
+        (core, locked)
+    }
+
+    /// Binds `locked` to this core's address, so later calls can check they belong together.
+    /// Call once the `Core` has its final address (e.g. after boxing it).
+    pub fn bind(&self, locked: &mut LockedState) {
+        locked.core_id = self as *const Core as usize;
+    }
+
+    /// # Panics
+    /// If `locked` belongs to another (or a stopped) sampler: its indices would name the wrong
+    /// buffers.
+    fn check_locked(&self, locked: &LockedState) {
+        assert!(
+            locked.core_id == 0 || locked.core_id == self as *const Core as usize,
+            "SamplerLocked of another sampler"
+        );
+    }
+
+    /// Makes `locked` unusable with any sampler (after stop).
+    pub fn unbind(&self, locked: &mut LockedState) {
+        locked.free.clear();
+        locked.core_id = usize::MAX;
+    }
+
+    /// Returns a CLEAN buffer taken with [`Core::take_clean`] to the free list (L held).
+    pub fn return_clean(&self, locked: &mut LockedState, index: u32) {
+        self.check_locked(locked);
+        locked.free.push(index);
+    }
+
+    /// The slot table.
+    pub fn slots(&self) -> &[ThreadSlot] {
+        &self.slots
+    }
+
+    /// Slot `index`, if it exists.
+    ///
+    /// # Signal safety
+    /// A bounds-checked index.
+    #[inline]
+    pub fn slot(&self, index: usize) -> Option<&ThreadSlot> {
+        self.slots.get(index)
+    }
+
+    /// Largest record (header + frames) in words that fits a buffer.
+    pub fn max_record_words(&self) -> usize {
+        self.max_record_words
+    }
+
+    /// Next process-wide sample id.
+    ///
+    /// # Signal safety
+    /// One atomic RMW.
+    #[inline]
+    pub fn next_sample_id(&self) -> u64 {
+        // Relaxed: uniqueness comes from the RMW itself; nothing is published through it.
+        self.next_sample_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a sample that reached no slot.
+    ///
+    /// # Signal safety
+    /// One atomic RMW.
+    #[inline]
+    pub fn count_unattributed(&self) {
+        // Relaxed: statistics only.
+        self.unattributed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Samples that reached no slot.
+    pub fn unattributed(&self) -> u64 {
+        // Relaxed: statistics only.
+        self.unattributed.load(Ordering::Relaxed)
+    }
+
+    // ---------------------------------------------------------------- owner side (normal context)
+
+    /// Claims a FREE slot for thread `tid` with stack bounds `(lo, hi)` (`hi == 0`: unknown).
+    /// The slot is LIVE with no buffers; an L holder's [`Core::refill_spares`] supplies them.
+    ///
+    /// Callers must serialize claims (the sampler's registry lock); L holders may reap
+    /// concurrently.
+    pub fn claim_slot(&self, tid: u32, lo: usize, hi: usize) -> Option<&ThreadSlot> {
+        for slot in self.slots.iter() {
+            // Acquire (success): pairs with the Release store of FREE in `reap_exited`, so the
+            // reaper's resets of the counters and buffer pointers are visible. Relaxed (failure):
+            // nothing is read.
+            if slot
+                .state
+                .compare_exchange(SLOT_FREE, SLOT_LIVE, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // Relaxed: published by the Release store of `suppress` below.
+            slot.tid.store(tid, Ordering::Relaxed);
+            slot.set_stack_bounds(lo, hi);
+            // Relaxed: published by the Release store of `suppress` below.
+            slot.last_sp.store(0, Ordering::Relaxed);
+            // Release: publishes `tid` and the bounds; pairs with the Acquire load of `suppress`
+            // in `admit` (a handler that sees 0 here also sees this slot's new tid).
+            slot.suppress.store(0, Ordering::Release);
+            return Some(slot);
+        }
+        None
+    }
+
+    /// Handler admission: the slot belongs to thread `tid` and is not suppressed.
+    ///
+    /// Counts the sample as taken (and lost when suppressed) on success of the tid check;
+    /// returns false if the caller must not write. A mismatched tid counts as unattributed.
+    ///
+    /// # Signal safety
+    /// Atomic loads and RMWs only.
+    #[inline]
+    pub fn admit(&self, slot: &ThreadSlot, tid: u32) -> bool {
+        // Acquire: pairs with the Release store of `suppress` in `claim_slot`; if we read 0, the
+        // claimer's `tid` store is visible below.
+        let suppressed = slot.suppress.load(Ordering::Acquire) != 0;
+        // Relaxed: ordered by the Acquire load of `suppress` above.
+        if slot.tid.load(Ordering::Relaxed) != tid {
+            self.count_unattributed();
+            return false;
+        }
+        // Relaxed: statistics; single writer (the owner).
+        slot.taken.fetch_add(1, Ordering::Relaxed);
+        if suppressed {
+            Self::count_lost(slot);
+            return false;
+        }
+        true
+    }
+
+    /// Counts a sample of `slot` as lost (after [`Core::admit`] counted it taken).
+    ///
+    /// # Signal safety
+    /// Two atomic RMWs.
+    #[inline]
+    pub fn lose(&self, slot: &ThreadSlot) {
+        Self::count_lost(slot);
+    }
+
+    #[inline]
+    fn count_lost(slot: &ThreadSlot) {
+        // Relaxed: statistics; reported through `take_lost` (swap) by an L holder.
+        slot.lost.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: statistics only.
+        slot.lost_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The handler's buffer step (§4.2 steps 4-7): reserve `HEADER_WORDS + nframes` words in the
+    /// slot's active buffer, rotating to the spare when it does not fit, write the header, let
+    /// `fill` push exactly `nframes` IPs (missing ones are written as 0), and commit with a Release
+    /// store of `pos`. Call [`Core::admit`] first (it counts the sample as taken).
+    ///
+    /// Must only be called by the slot's owner (its signal handler, or a loom thread standing in
+    /// for it): it is the single writer of `active`, of `pos` and of the words above `pos`.
+    ///
+    /// # Signal safety
+    /// No allocation, no lock, no syscall (the wakeup syscall is the caller's, when the outcome
+    /// says so), CAS retry loops only.
+    #[inline]
+    pub fn write_record(
+        &self,
+        slot: &ThreadSlot,
+        hdr: &RecordHeader,
+        nframes: usize,
+        fill: impl FnOnce(&mut FrameSink<'_>),
+    ) -> WriteOutcome {
+        let len = HEADER_WORDS + nframes;
+        if len > self.max_record_words || nframes > u16::MAX as usize {
+            Self::count_lost(slot);
+            return WriteOutcome {
+                committed: false,
+                wake: false,
+            };
+        }
+        // Relaxed: only this thread (the owner) writes `active`.
+        let mut b = slot.active.load(Ordering::Relaxed);
+        // SAFETY: `b` is null or points into `self.buffers`, which lives as long as `self`.
+        let mut p = match unsafe { b.as_ref() } {
+            // Relaxed: only the owner moves `pos` of its ACTIVE buffer.
+            Some(buf) => buf.pos.load(Ordering::Relaxed),
+            None => 0,
+        };
+        let mut rotated = false;
+        // SAFETY: as above.
+        let fits = unsafe { b.as_ref() }.is_some_and(|buf| buf.capacity().saturating_sub(p) >= len);
+        if !fits {
+            // Acquire: pairs with the Release CAS in `refill_spares`; the recycler's reset of
+            // `pos`/`flushed_pos` is visible.
+            let n = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
+            if n.is_null() {
+                Self::count_lost(slot);
+                return WriteOutcome {
+                    committed: false,
+                    wake: self.notify_recorder(),
+                };
+            }
+            // Release: the new buffer's clean positions (and this slot's switch) are visible to
+            // an L holder's Acquire load of `active` in `drain_active`. Stored before the old
+            // buffer becomes reachable from the full queue (§4.2 publication order).
+            slot.active.store(n, Ordering::Release);
+            if !b.is_null() {
+                // SAFETY: `b` points into `self.buffers` (see above).
+                self.push_full(unsafe { &*b });
+            }
+            b = n;
+            // Relaxed: the recycle's reset is ordered before us by the Acquire swap of `spare`.
+            // SAFETY: `n` came from a spare, which only holds pointers into `self.buffers`.
+            p = unsafe { &*n }.pos.load(Ordering::Relaxed);
+            rotated = true;
+        }
+        // SAFETY: `b` is non-null here and points into `self.buffers`.
+        let buf = unsafe { &*b };
+        let w0 = (nframes as u64)
+            | (u64::from(hdr.flags) << 16)
+            | (u64::from(KIND_EXEC_SAMPLE) << 24)
+            | (u64::from(hdr.frag_index) << 32)
+            | (u64::from(hdr.frag_count) << 48);
+        buf.write_word(p, w0);
+        buf.write_word(p + 1, hdr.ticks as u64);
+        buf.write_word(p + 2, u64::from(hdr.tid) | (u64::from(slot.index) << 32));
+        buf.write_word(p + 3, hdr.sample_id);
+        buf.write_word(p + 4, hdr.sp);
+        let mut sink = FrameSink {
+            buf,
+            at: p + HEADER_WORDS,
+            end: p + len,
+        };
+        fill(&mut sink);
+        while sink.at < sink.end {
+            sink.push(0);
+        }
+        // Release: the commit point; publishes the record's words to L holders. Pairs with the
+        // Acquire loads of `pos` in `drain_active` / `drain_full`.
+        buf.pos.store(p + len, Ordering::Release);
+        WriteOutcome {
+            committed: true,
+            wake: rotated && self.notify_recorder(),
+        }
+    }
+
+    /// Pushes a FULL buffer on the Treiber stack.
+    fn push_full(&self, b: &SamplerBuffer) {
+        let bp = b as *const SamplerBuffer as *mut SamplerBuffer;
+        // Relaxed: the CAS below re-validates the head.
+        let mut head = self.full_head.load(Ordering::Relaxed);
+        loop {
+            // Relaxed: published by the Release CAS below.
+            b.next.store(head, Ordering::Relaxed);
+            // Release (success): publishes `next` and the buffer's final `pos`/words; pairs with
+            // the Acquire swap of `full_head` in `drain_full`. Relaxed (failure): retry.
+            match self.full_head.compare_exchange_weak(
+                head,
+                bp,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Sets `recorder_pending`; returns true if the caller must post the wakeup (it was clear).
+    ///
+    /// # Signal safety
+    /// One atomic RMW.
+    #[inline]
+    pub fn notify_recorder(&self) -> bool {
+        // Release: publishes the push that preceded it; pairs with the Acquire swap in
+        // `take_pending`. If it was already set, the recorder has not consumed it yet and will
+        // see our push when it does, so no second wakeup is needed.
+        let was = self.recorder_pending.swap(true, Ordering::Release);
+        if !was {
+            // Relaxed: statistics / loom's stand-in for the wakeup syscall.
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+        !was
+    }
+
+    /// Clears `recorder_pending`; true if it was set (the recorder should run `drain_full`).
+    pub fn take_pending(&self) -> bool {
+        // Acquire: pairs with the Release swap in `notify_recorder`; the pushes before it are
+        // visible to the `drain_full` that follows.
+        self.recorder_pending.swap(false, Ordering::Acquire)
+    }
+
+    /// Wakeups posted so far (loom models use it as the semaphore count).
+    pub fn wakeups(&self) -> u64 {
+        // Relaxed: statistics.
+        self.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// Owner-side retirement (§4.6 exit), normal context on the owning thread (or on behalf of a
+    /// dead thread by an L holder): suppress the handler, take `active` and `spare` and push them
+    /// on the full queue, mark the slot EXITED. Disarm the thread's timer before calling.
+    /// Returns true if the caller should post the wakeup.
+    pub fn retire_slot(&self, slot: &ThreadSlot) -> bool {
+        // Relaxed + compiler fence: same-thread only (a handler on this thread); I11.
+        slot.suppress.fetch_add(1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        // AcqRel: Release orders this thread's prior commits before the push below (the push is
+        // Release too); Acquire pairs with the handler's own Release store of `active` (same
+        // thread, or a dead thread's last rotation observed through its exit).
+        let b = slot.active.swap(ptr::null_mut(), Ordering::AcqRel);
+        // Acquire: pairs with the Release CAS in `refill_spares`.
+        let s = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
+        // SAFETY: both are null or point into `self.buffers`.
+        if let Some(b) = unsafe { b.as_ref() } {
+            self.push_full(b);
+        }
+        // SAFETY: as above.
+        if let Some(s) = unsafe { s.as_ref() } {
+            self.push_full(s);
+        }
+        // Release: the pushes above happen-before an L holder's Acquire load of EXITED in
+        // `reap_exited`, which therefore drains them before freeing the slot.
+        slot.state.store(SLOT_EXITED, Ordering::Release);
+        self.notify_recorder()
+    }
+
+    // ---------------------------------------------------------------- L holders
+
+    /// Active pass (§4.3 step 2): for every slot, hands the records in `[flushed_pos, pos)` of
+    /// its active buffer to `f` and advances `flushed_pos`.
+    pub fn drain_active(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        self.check_locked(locked);
+        for slot in self.slots.iter() {
+            // Acquire: pairs with the owner's Release store of `active` in `write_record`.
+            let b = slot.active.load(Ordering::Acquire);
+            // SAFETY: null or a pointer into `self.buffers`; L is held so it cannot be recycled
+            // while we use it (I5).
+            if let Some(b) = unsafe { b.as_ref() } {
+                self.process(b, locked, f);
+            }
+        }
+    }
+
+    /// Full pass (§4.3 step 3 / §4.4): swaps out the full queue, processes what is left of each
+    /// buffer, recycles them onto the free list, reaps retired slots and refills spares.
+    pub fn drain_full(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        self.check_locked(locked);
+        // Slots seen EXITED before the swap below have all their buffers in the queue we take.
+        let mut exited = std::mem::take(&mut locked.exited);
+        exited.clear();
+        exited.extend(self.slots.iter().map(|slot| slot.state() == SLOT_EXITED));
+        self.drain_queue(locked, f);
+        if exited.iter().any(|&e| e) {
+            self.reap_exited(locked, |i| exited.get(i).copied().unwrap_or(false), f);
+        }
+        locked.exited = exited;
+        self.refill_spares(locked);
+    }
+
+    fn drain_queue(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        // Acquire: pairs with the Release CAS in `push_full` (and its release sequence); takes
+        // the whole list, so no ABA.
+        let mut b = self.full_head.swap(ptr::null_mut(), Ordering::Acquire);
+        // SAFETY: the queue holds only pointers into `self.buffers`; we own them now (DRAINING).
+        while let Some(buf) = unsafe { b.as_ref() } {
+            // Relaxed: made visible by the Acquire swap above.
+            b = buf.next.load(Ordering::Relaxed);
+            self.process(buf, locked, f);
+            self.recycle(buf, locked);
+        }
+    }
+
+    /// Parses `[flushed_pos, pos)` of `b` (L held).
+    fn process(
+        &self,
+        b: &SamplerBuffer,
+        locked: &mut LockedState,
+        f: &mut dyn FnMut(&SampleRecord<'_>),
+    ) {
+        // Acquire: pairs with the owner's Release commit in `write_record`; words below are final.
+        let e = b.pos.load(Ordering::Acquire);
+        // Relaxed: `flushed_pos` is serialized by L.
+        let mut s = b.flushed_pos.load(Ordering::Relaxed);
+        protocol_assert!(
+            s <= e && e <= b.capacity(),
+            "I1 violated: flushed_pos {s} pos {e}"
+        );
+        while s + HEADER_WORDS <= e {
+            let w0 = b.read_word(s);
+            let nframes = (w0 & 0xffff) as usize;
+            let len = HEADER_WORDS + nframes;
+            if s + len > e {
+                // Corrupt length: cannot happen with a correct owner; skip the rest (I3 still
+                // holds: nothing is handed out twice).
+                protocol_assert!(false, "record overruns pos");
+                break;
+            }
+            let flags = ((w0 >> 16) & 0xff) as u8;
+            let w2 = b.read_word(s + 2);
+            locked.scratch.clear();
+            for i in 0..nframes {
+                locked.scratch.push(b.read_word(s + HEADER_WORDS + i));
+            }
+            let rec = SampleRecord {
+                tid: w2 as u32,
+                ticks: b.read_word(s + 1) as i64,
+                truncated: flags & FLAG_TRUNCATED != 0,
+                leaf_only: flags & FLAG_LEAF_ONLY != 0,
+                ips: &locked.scratch,
+                sample_id: b.read_word(s + 3),
+                sp: b.read_word(s + 4),
+                frag_index: (w0 >> 32) as u16,
+                frag_count: (w0 >> 48) as u16,
+            };
+            f(&rec);
+            if let Some(slot) = self.slots.get((w2 >> 32) as usize) {
+                // Relaxed: statistics; only L holders write it.
+                slot.written.fetch_add(1, Ordering::Relaxed);
+            }
+            s += len;
+        }
+        // Relaxed: serialized by L (the next L holder acquires L after our release).
+        b.flushed_pos.store(e, Ordering::Relaxed);
+    }
+
+    /// DRAINING -> CLEAN: reset both positions and put the buffer on the free list.
+    fn recycle(&self, b: &SamplerBuffer, locked: &mut LockedState) {
+        // Relaxed: the buffer is unreachable; the reset is published by the Release CAS that
+        // later puts it into a spare (`refill_spares`).
+        b.pos.store(0, Ordering::Relaxed);
+        // Relaxed: as above.
+        b.flushed_pos.store(0, Ordering::Relaxed);
+        // Relaxed: as above.
+        b.next.store(ptr::null_mut(), Ordering::Relaxed);
+        locked.free.push(b.index);
+    }
+
+    /// Gives every LIVE slot whose spare is empty a CLEAN buffer from the free list.
+    pub fn refill_spares(&self, locked: &mut LockedState) {
+        self.check_locked(locked);
+        for slot in self.slots.iter() {
+            if slot.state() != SLOT_LIVE {
+                continue;
+            }
+            // Relaxed: a hint; the CAS below decides.
+            if !slot.spare.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            let Some(&i) = locked.free.last() else { return };
+            let Some(buf) = self.buffers.get(i as usize) else {
+                return;
+            };
+            let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
+            // Release (success): publishes the recycle's resets; pairs with the Acquire swap of
+            // `spare` in `write_record`. Relaxed (failure): the owner cannot fill it, so failure
+            // means another L holder did - impossible under L, kept for robustness.
+            if slot
+                .spare
+                .compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                locked.free.pop();
+            }
+        }
+    }
+
+    /// Takes a CLEAN buffer off the free list (L held), to hand to a registering thread through a
+    /// lock-free reserve (see `Sampler::register_current_thread`). Returns its index.
+    pub fn take_clean(&self, locked: &mut LockedState) -> Option<u32> {
+        self.check_locked(locked);
+        locked.free.pop()
+    }
+
+    /// Installs CLEAN buffer `index` (from [`Core::take_clean`]) as `slot`'s spare if the spare is
+    /// empty. Normal context, by the slot's registrant. Returns false if it was not installed
+    /// (the caller still owns the buffer).
+    pub fn install_spare(&self, slot: &ThreadSlot, index: u32) -> bool {
+        let Some(buf) = self.buffers.get(index as usize) else {
+            return false;
+        };
+        let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
+        // Release (success): publishes the recycle's resets (which reached us through the
+        // reserve queue's own release/acquire); pairs with the Acquire swap of `spare` in
+        // `write_record`. Relaxed (failure): an L holder filled it first; nothing is read.
+        slot.spare
+            .compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Frees retired slots selected by `is_exited` (seen EXITED before the last queue swap):
+    /// reclaims a spare that a refill put there after the retirement, folds the slot's
+    /// statistics into the retired totals, marks it FREE.
+    fn reap_exited(
+        &self,
+        locked: &mut LockedState,
+        is_exited: impl Fn(usize) -> bool,
+        f: &mut dyn FnMut(&SampleRecord<'_>),
+    ) {
+        for slot in self.slots.iter() {
+            if !is_exited(slot.index as usize) || slot.state() != SLOT_EXITED {
+                continue;
+            }
+            // Acquire: pairs with the Release CAS in `refill_spares` (an earlier L holder).
+            let s = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
+            // SAFETY: null or a pointer into `self.buffers`; the slot is retired, so we own it.
+            if let Some(s) = unsafe { s.as_ref() } {
+                self.process(s, locked, f);
+                self.recycle(s, locked);
+            }
+            // Acquire: pairs with the owner's Release store (it is null after `retire_slot`).
+            let a = slot.active.swap(ptr::null_mut(), Ordering::Acquire);
+            // SAFETY: as above.
+            if let Some(a) = unsafe { a.as_ref() } {
+                self.process(a, locked, f);
+                self.recycle(a, locked);
+            }
+            self.fold_stats(slot);
+            // Release: publishes the resets above; pairs with the Acquire CAS in `claim_slot`.
+            slot.state.store(SLOT_FREE, Ordering::Release);
+        }
+    }
+
+    fn fold_stats(&self, slot: &ThreadSlot) {
+        // Relaxed (all): statistics; the slot is retired, its owner no longer writes them.
+        let t = slot.taken.swap(0, Ordering::Relaxed);
+        let w = slot.written.swap(0, Ordering::Relaxed);
+        let l = slot.lost_total.swap(0, Ordering::Relaxed);
+        slot.lost.store(0, Ordering::Relaxed);
+        self.retired_taken.fetch_add(t, Ordering::Relaxed);
+        self.retired_written.fetch_add(w, Ordering::Relaxed);
+        self.retired_lost.fetch_add(l, Ordering::Relaxed);
+    }
+
+    /// Lost samples since the last call, per thread (L held).
+    pub fn take_lost(&self, locked: &mut LockedState) -> Vec<(u32, u64)> {
+        self.check_locked(locked);
+        let mut out = Vec::new();
+        for slot in self.slots.iter() {
+            if slot.state() == SLOT_FREE {
+                continue;
+            }
+            // Relaxed: statistics; the counter itself is the only data.
+            let n = slot.lost.swap(0, Ordering::Relaxed);
+            if n != 0 {
+                out.push((slot.tid(), n));
+            }
+        }
+        out
+    }
+
+    /// Statistics of one slot.
+    pub fn slot_stats(&self, slot: &ThreadSlot) -> SlotStats {
+        // Relaxed (all): statistics.
+        SlotStats {
+            tid: slot.tid(),
+            taken: slot.taken.load(Ordering::Relaxed),
+            written: slot.written.load(Ordering::Relaxed),
+            lost: slot.lost_total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Totals of reaped slots `(taken, written, lost)`.
+    pub fn retired_totals(&self) -> (u64, u64, u64) {
+        // Relaxed (all): statistics.
+        (
+            self.retired_taken.load(Ordering::Relaxed),
+            self.retired_written.load(Ordering::Relaxed),
+            self.retired_lost.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Teardown after every producer is gone (all timers disarmed, no handler running): drains
+    /// everything, retires and reaps every slot, returns all buffers to the free list.
+    pub fn drain_all_final(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        self.check_locked(locked);
+        for slot in self.slots.iter() {
+            if slot.state() == SLOT_LIVE {
+                self.retire_slot(slot);
+            }
+        }
+        self.drain_queue(locked, f);
+        self.reap_exited(locked, |_| true, f);
+        self.take_pending();
+    }
+}

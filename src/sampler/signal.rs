@@ -1,0 +1,366 @@
+//! Everything that runs in signal context: the one `extern "C"` SIGPROF handler, register
+//! extraction (one arch module), the validated frame-pointer walk, and the static through which
+//! the handler finds the sampler. Nothing here allocates, locks, formats or panics.
+//!
+//! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
+//! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
+//! preallocated table), check the slot belongs to this thread, walk, `Core::write_record`, post
+//! the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
+//! SIGPROF handler, if it had one.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use super::buffer::{RecordHeader, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
+use super::Shared;
+use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
+use libc::{c_int, c_void, siginfo_t};
+use std::ptr;
+
+/// The running sampler, or null. Written only by `Sampler::start`/`stop` (normal context, under
+/// the lifecycle lock); read by the handler.
+pub(super) static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
+/// Handlers currently between their increment and decrement (stop's grace period).
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// The application's previous SIGPROF disposition (`sa_sigaction` value and `sa_flags`).
+static PREV_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
+/// The previous action, for restoring it (normal context only).
+static PREV_ACTION: parking_lot::Mutex<Option<libc::sigaction>> = parking_lot::const_mutex(None);
+
+/// Tag in the high 32 bits of a POSIX timer's `sigev_value`, so a timer signal carries
+/// (tag, slot index) and foreign timer signals are told apart.
+pub(super) const TIMER_TAG: u64 = 0x5a4d_5052; // "ZMPR"
+
+/// `si_code` values of a perf event's F_SETSIG signal.
+const POLL_IN: c_int = 1;
+const POLL_HUP: c_int = 6;
+
+/// Installs the handler unless it is already the current SIGPROF action (normal context; caller
+/// holds the lifecycle lock). Whatever else is installed becomes the handler we chain to.
+pub(super) fn install() -> std::io::Result<()> {
+    // SAFETY: zeroed is a valid `sigaction` (empty mask, no flags, SIG_DFL).
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: query only; `old` is a valid out pointer.
+    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let ours = on_sigprof as *const () as usize;
+    if old.sa_sigaction == ours {
+        return Ok(());
+    }
+    // Relaxed: read by the handler only after the sigaction below, which the kernel orders.
+    PREV_HANDLER.store(old.sa_sigaction, Ordering::Relaxed);
+    // Relaxed: as above.
+    PREV_FLAGS.store(old.sa_flags as usize, Ordering::Relaxed);
+    *PREV_ACTION.lock() = Some(old);
+    // SAFETY: zeroed is a valid `sigaction`.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = ours;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `act.sa_mask` is a valid sigset; SIGPROF itself is blocked during the handler
+    // because SA_NODEFER is not set.
+    unsafe { libc::sigemptyset(&mut act.sa_mask) };
+    // SAFETY: `act` is fully initialized; `on_sigprof` has the SA_SIGINFO signature.
+    if unsafe { libc::sigaction(libc::SIGPROF, &act, ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN). If it was
+/// SIG_DFL our handler stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal
+/// still pending from a disarmed timer can never kill the process.
+pub(super) fn uninstall() {
+    let prev = *PREV_ACTION.lock();
+    let Some(prev) = prev else { return };
+    if prev.sa_sigaction == libc::SIG_DFL {
+        return;
+    }
+    // SAFETY: `prev` is the action the kernel gave us in `install`.
+    unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
+}
+
+/// Unpublishes the sampler and waits until no handler can still be using it.
+pub(super) fn unpublish_and_wait() {
+    // Relaxed + the SeqCst fence below: Dekker with the handler's increment + fence + load.
+    SHARED.store(ptr::null_mut(), Ordering::Relaxed);
+    // SeqCst fence: forbids the load of IN_HANDLER below from moving before the store above;
+    // pairs with the fence in `on_sigprof`. Either the handler sees null or we see its count.
+    fence(Ordering::SeqCst);
+    // Acquire: pairs with the Release decrement in `on_sigprof`; its accesses are done.
+    while IN_HANDLER.load(Ordering::Acquire) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// In a forked child (only the forking thread survives): forget the parent's sampler, so the
+/// child starts "not recording" and may start a recording of its own. Returns the parent's
+/// `Shared` (still mapped in the child) so its locks can be released.
+///
+/// # Signal safety
+/// Atomic stores only (it runs in the `pthread_atfork` child hook).
+pub(super) fn forget_in_child() -> *mut Shared {
+    // Relaxed: single-threaded child.
+    let shared = SHARED.swap(ptr::null_mut(), Ordering::Relaxed);
+    // Relaxed: no handler of the parent's other threads exists in the child.
+    IN_HANDLER.store(0, Ordering::Relaxed);
+    if PREV_ACTION.is_locked() {
+        // SAFETY: the holder was a parent thread that does not exist in the child.
+        unsafe { PREV_ACTION.force_unlock() };
+    }
+    shared
+}
+
+/// Publishes a fully initialized sampler.
+pub(super) fn publish(shared: *mut Shared) {
+    // Release: publishes the initialized `Shared`; pairs with the Acquire load in `on_sigprof`.
+    SHARED.store(shared, Ordering::Release);
+}
+
+/// The SIGPROF handler.
+///
+/// # Signal safety
+/// The whole point: atomics, `clock_gettime`, `gettid`, and a `write` to an eventfd.
+extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
+    // SAFETY: `__errno_location` returns this thread's errno; reading/writing it is signal-safe.
+    let errno = unsafe { *libc::__errno_location() };
+    // Relaxed + SeqCst fence: Dekker with `unpublish_and_wait` (see there).
+    IN_HANDLER.fetch_add(1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    // Acquire: pairs with the Release store in `publish`.
+    let shared = SHARED.load(Ordering::Acquire);
+    // SAFETY: non-null means published and not yet freed: `stop` nulls it and waits for
+    // IN_HANDLER to reach 0 before freeing.
+    let handled = match unsafe { shared.as_ref() } {
+        Some(shared) => on_signal(shared, info, ctx),
+        None => is_our_timer(info),
+    };
+    // Release: our reads of `Shared` happen-before `unpublish_and_wait` sees the count drop.
+    IN_HANDLER.fetch_sub(1, Ordering::Release);
+    if !handled {
+        chain(sig, info, ctx);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Passes a foreign SIGPROF to the application's previous handler; SIG_DFL/SIG_IGN: drop it.
+fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
+    // Relaxed: written before our handler was installed (kernel-ordered).
+    let h = PREV_HANDLER.load(Ordering::Relaxed);
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        return;
+    }
+    // Relaxed: as above.
+    let flags = PREV_FLAGS.load(Ordering::Relaxed) as c_int;
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the application installed `h` with SA_SIGINFO, so it has this signature.
+        let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: without SA_SIGINFO the handler takes the signal number only.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+fn is_our_timer(info: *mut siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let Some(info) = (unsafe { info.as_ref() }) else {
+        return false;
+    };
+    if info.si_code != libc::SI_TIMER {
+        return false;
+    }
+    // SAFETY: SI_TIMER siginfo carries `si_value`.
+    let v = unsafe { info.si_value() }.sival_ptr as usize as u64;
+    v >> 32 == TIMER_TAG
+}
+
+/// Maps the siginfo to a slot index: POSIX timer (`si_value`) or perf event (`si_fd`).
+fn slot_index(shared: &Shared, info: *mut siginfo_t) -> Option<usize> {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let info_ref = unsafe { info.as_ref() }?;
+    let code = info_ref.si_code;
+    if code == libc::SI_TIMER {
+        // SAFETY: SI_TIMER siginfo carries `si_value`.
+        let v = unsafe { info_ref.si_value() }.sival_ptr as usize as u64;
+        return (v >> 32 == TIMER_TAG).then_some((v & 0xffff_ffff) as usize);
+    }
+    if code == POLL_IN || code == POLL_HUP {
+        // The SIGPOLL member: `long si_band` at offset 16, `int si_fd` at offset 24 on 64-bit.
+        // SAFETY: siginfo_t is 128 bytes; offset 24 is inside it and 4-byte aligned.
+        let fd = unsafe { (info as *const u8).add(24).cast::<c_int>().read() };
+        return shared.slot_for_fd(fd);
+    }
+    None
+}
+
+/// Returns true if the signal was ours (handled or counted), false if it must be chained.
+fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
+    let Some(index) = slot_index(shared, info) else {
+        return false;
+    };
+    let core = &shared.core;
+    let Some(slot) = core.slot(index) else {
+        core.count_unattributed();
+        return true;
+    };
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    if !core.admit(slot, tid) {
+        return true;
+    }
+    let Some(regs) = arch::registers(ctx) else {
+        // No context: count it lost (taken was counted by `admit`).
+        core.lose(slot);
+        return true;
+    };
+    slot.note_sp(regs.sp);
+    let (lo, hi) = slot.stack_bounds();
+    let max_depth = shared.max_depth;
+    let mut flags = 0;
+    let (nframes, truncated) = if hi == 0 {
+        flags |= FLAG_LEAF_ONLY;
+        (1, false)
+    } else {
+        walk(&regs, lo, hi, max_depth, |_| {})
+    };
+    if truncated {
+        flags |= FLAG_TRUNCATED;
+    }
+    let hdr = RecordHeader {
+        ticks: crate::clock::ticks(),
+        tid,
+        flags,
+        frag_index: 0,
+        frag_count: 1,
+        sample_id: core.next_sample_id(),
+        sp: regs.sp as u64,
+    };
+    let outcome = core.write_record(slot, &hdr, nframes, |sink| {
+        if hi == 0 {
+            sink.push(regs.pc as u64);
+        } else {
+            walk(&regs, lo, hi, max_depth, |ip| sink.push(ip));
+        }
+    });
+    if outcome.wake {
+        shared.post_wake();
+    }
+    true
+}
+
+/// Registers of the interrupted context.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Registers {
+    pub(super) pc: usize,
+    pub(super) fp: usize,
+    pub(super) sp: usize,
+}
+
+/// Walks frame pointers from `regs`, calling `emit` for the PC and then each return address,
+/// innermost first, at most `max_depth` in all. Returns (frames emitted, truncated).
+///
+/// Every read is validated: the frame pointer is 8-byte aligned, inside `[max(lo, sp), hi - 16]`
+/// (the sampled thread's own stack, which is mapped), and strictly increasing; a zero return
+/// address ends the walk. A garbage frame pointer ends the walk; it never faults.
+///
+/// # Signal safety
+/// Loads from the thread's own stack only.
+#[inline]
+pub(super) fn walk(
+    regs: &Registers,
+    lo: usize,
+    hi: usize,
+    max_depth: usize,
+    mut emit: impl FnMut(u64),
+) -> (usize, bool) {
+    if max_depth == 0 {
+        return (0, false);
+    }
+    emit(regs.pc as u64);
+    let mut n = 1;
+    let lo = lo.max(regs.sp);
+    let Some(top) = hi.checked_sub(16) else {
+        return (n, false);
+    };
+    let mut fp = regs.fp;
+    loop {
+        if !fp.is_multiple_of(8) || fp < lo || fp > top {
+            return (n, false);
+        }
+        // SAFETY: `fp` is 8-byte aligned and `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped
+        // part of this thread's stack (bounds from registration or /proc/self/maps).
+        let (next, ret) = unsafe {
+            (
+                ptr::read_volatile(fp as *const usize),
+                ptr::read_volatile((fp + 8) as *const usize),
+            )
+        };
+        if ret == 0 {
+            return (n, false);
+        }
+        if n >= max_depth {
+            return (n, true);
+        }
+        emit(ret as u64);
+        n += 1;
+        if next <= fp {
+            return (n, false);
+        }
+        fp = next;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    use super::Registers;
+    use libc::c_void;
+
+    /// rip / rbp / rsp from the ucontext.
+    ///
+    /// # Signal safety
+    /// Three loads from the kernel-provided ucontext.
+    #[inline(always)]
+    pub(super) fn registers(ctx: *mut c_void) -> Option<Registers> {
+        // SAFETY: for an SA_SIGINFO handler the third argument is the thread's `ucontext_t`.
+        let uc = unsafe { ctx.cast::<libc::ucontext_t>().as_ref() }?;
+        let g = &uc.uc_mcontext.gregs;
+        Some(Registers {
+            pc: *g.get(libc::REG_RIP as usize)? as usize,
+            fp: *g.get(libc::REG_RBP as usize)? as usize,
+            sp: *g.get(libc::REG_RSP as usize)? as usize,
+        })
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    use super::Registers;
+    use libc::c_void;
+
+    /// pc / x29 (fp) / sp from the ucontext.
+    ///
+    /// # Signal safety
+    /// Three loads from the kernel-provided ucontext.
+    #[inline(always)]
+    pub(super) fn registers(ctx: *mut c_void) -> Option<Registers> {
+        // SAFETY: for an SA_SIGINFO handler the third argument is the thread's `ucontext_t`.
+        let uc = unsafe { ctx.cast::<libc::ucontext_t>().as_ref() }?;
+        let m = &uc.uc_mcontext;
+        Some(Registers {
+            pc: m.pc as usize,
+            fp: *m.regs.get(29)? as usize,
+            sp: m.sp as usize,
+        })
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the sampler supports x86_64 and aarch64 only");

@@ -1,0 +1,283 @@
+//! Stack interning: a fixed-capacity, insert-only trie of frames shared by every thread.
+//!
+//! A stack is interned outermost frame first; each node is keyed by (parent node, instruction
+//! pointer), so interning a stack costs one probe per frame whatever its depth, shares prefixes with
+//! every other stack, and **allocates nothing**: the node table is allocated once at start. The
+//! stack-trace constant key of a stack is its innermost node id (shifted left one bit, with the
+//! `truncated` flag in bit 0), so two threads that intern the same stack get the same key without
+//! talking to each other. Frames are expanded into a list only when an L holder serializes the
+//! stack trace into a chunk (`expand`).
+//!
+//! Concurrency: any thread may insert (application threads committing events that carry a stack,
+//! and L holders interning sampled stacks); nobody ever removes. A slot goes EMPTY → BUSY → READY:
+//! the inserter claims an empty slot with a CAS, writes `parent` and `ip`, then publishes the
+//! fingerprint with a Release store. A reader that finds a BUSY slot does not wait: it moves on, and
+//! at worst the same (parent, ip) gets a second node, which costs space but never correctness.
+
+use crate::sync::{AtomicU64, Ordering};
+
+const EMPTY: u64 = 0;
+const BUSY: u64 = 1;
+
+struct Node {
+    /// 0 = empty, 1 = being written, else the fingerprint of (parent, ip) with bit 63 set.
+    tag: AtomicU64,
+    parent: AtomicU64,
+    ip: AtomicU64,
+}
+
+/// The shared stack trie.
+pub struct StackTable {
+    nodes: Box<[Node]>,
+    mask: usize,
+    /// Frames that did not fit because the table was full (statistics).
+    overflow: AtomicU64,
+}
+
+impl std::fmt::Debug for StackTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackTable").field("capacity", &self.nodes.len()).finish()
+    }
+}
+
+#[inline]
+fn fingerprint(parent: u64, ip: u64) -> u64 {
+    // A 64-bit mix (splitmix64 finalizer) of both words; bit 63 keeps it clear of EMPTY and BUSY.
+    let mut x = parent.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ip;
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    x | (1 << 63)
+}
+
+/// A stack-trace constant key: innermost node id and truncated flag. 0 means "no stack".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackKey(pub u64);
+
+impl StackKey {
+    /// No stack trace.
+    pub const NONE: StackKey = StackKey(0);
+
+    /// The stack was cut by a depth limit.
+    pub fn truncated(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    fn node(self) -> u64 {
+        self.0 >> 1
+    }
+}
+
+impl StackTable {
+    /// A table of `capacity` nodes (rounded up to a power of two, at least 1024).
+    pub fn new(capacity: usize) -> StackTable {
+        let capacity = capacity.max(1024).next_power_of_two();
+        let nodes = (0..capacity)
+            .map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0) }
+    }
+
+    /// Frames that could not be interned because the table was full.
+    pub fn overflow(&self) -> u64 {
+        // Relaxed: statistics only.
+        self.overflow.load(Ordering::Relaxed)
+    }
+
+    /// The node for (parent, ip), inserting it if needed; `None` if the table is full.
+    #[inline]
+    fn child(&self, parent: u64, ip: u64) -> Option<u64> {
+        let fp = fingerprint(parent, ip);
+        let mut index = (fp as usize) & self.mask;
+        // Bounded probe: a full table ends the search instead of looping forever.
+        for _ in 0..64 {
+            let node = &self.nodes[index];
+            // Acquire: pairs with the Release store of `tag` below (other inserters), so the
+            // `parent`/`ip` words read next are the ones written before the tag was published.
+            let tag = node.tag.load(Ordering::Acquire);
+            if tag == fp {
+                // Relaxed: ordered by the Acquire load of `tag` above.
+                if node.parent.load(Ordering::Relaxed) == parent && node.ip.load(Ordering::Relaxed) == ip {
+                    return Some(index as u64 + 1);
+                }
+            } else if tag == EMPTY {
+                // Relaxed on failure: we only learn the slot is taken and re-read it.
+                // Acquire on success is not needed: nothing was published through EMPTY.
+                if node.tag.compare_exchange(EMPTY, BUSY, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                    // Relaxed: published by the Release store of `tag` just below.
+                    node.parent.store(parent, Ordering::Relaxed);
+                    node.ip.store(ip, Ordering::Relaxed);
+                    // Release: publishes `parent` and `ip`; pairs with the Acquire loads of `tag` in
+                    // `child` and `expand` on every thread.
+                    node.tag.store(fp, Ordering::Release);
+                    return Some(index as u64 + 1);
+                }
+                // Lost the race for this slot: look at it again (it may now hold our node).
+                // Acquire: as above.
+                let tag = node.tag.load(Ordering::Acquire);
+                if tag == fp && node.parent.load(Ordering::Relaxed) == parent && node.ip.load(Ordering::Relaxed) == ip {
+                    return Some(index as u64 + 1);
+                }
+            }
+            index = (index + 1) & self.mask;
+        }
+        None
+    }
+
+    /// Interns a stack given innermost frame first (the order a walk produces). `truncated` records
+    /// that frames were dropped. Returns the stack-trace key.
+    pub fn intern(&self, frames_innermost_first: &[u64], truncated: bool) -> StackKey {
+        let mut node = 0u64;
+        let mut cut = truncated;
+        for &ip in frames_innermost_first.iter().rev() {
+            match self.child(node, ip) {
+                Some(n) => node = n,
+                None => {
+                    // Relaxed: statistics only.
+                    self.overflow.fetch_add(1, Ordering::Relaxed);
+                    cut = true;
+                    break;
+                }
+            }
+        }
+        if node == 0 {
+            return StackKey::NONE;
+        }
+        StackKey((node << 1) | u64::from(cut))
+    }
+
+    /// Expands a key into its frames, innermost first, appending to `out`. Returns `false` if the
+    /// key does not name a node of this table.
+    pub fn expand(&self, key: StackKey, out: &mut Vec<u64>) -> bool {
+        let mut node = key.node();
+        let mut steps = 0;
+        while node != 0 {
+            let Some(slot) = self.nodes.get(node as usize - 1) else {
+                return false;
+            };
+            // Acquire: pairs with the Release store of `tag` in `child`.
+            let tag = slot.tag.load(Ordering::Acquire);
+            if tag == EMPTY || tag == BUSY {
+                return false;
+            }
+            out.push(slot.ip.load(Ordering::Relaxed));
+            node = slot.parent.load(Ordering::Relaxed);
+            steps += 1;
+            if steps > self.nodes.len() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_stack_same_key_and_prefix_sharing() {
+        let t = StackTable::new(1024);
+        let a = t.intern(&[3, 2, 1], false);
+        let b = t.intern(&[3, 2, 1], false);
+        let c = t.intern(&[4, 2, 1], true);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert!(c.truncated());
+        let mut out = Vec::new();
+        assert!(t.expand(c, &mut out));
+        assert_eq!(out, [4, 2, 1]);
+        assert_eq!(t.intern(&[], false), StackKey::NONE);
+    }
+
+    #[test]
+    fn full_table_truncates_instead_of_looping() {
+        let t = StackTable::new(1024);
+        let frames: Vec<u64> = (1..5000).collect();
+        let k = t.intern(&frames, false);
+        assert!(k.truncated());
+        assert!(t.overflow() > 0);
+        let mut out = Vec::new();
+        assert!(t.expand(k, &mut out));
+        assert!(!out.is_empty() && out.len() < frames.len());
+        assert_eq!(*out.last().unwrap(), 4999);
+    }
+
+    #[test]
+    fn concurrent_interning_agrees() {
+        let t = std::sync::Arc::new(StackTable::new(1 << 16));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    (0..2000u64).map(|i| t.intern(&[i % 97, i % 13, 7], false)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<StackKey>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for keys in &results {
+            for (i, k) in keys.iter().enumerate() {
+                let mut out = Vec::new();
+                assert!(t.expand(*k, &mut out));
+                let i = i as u64;
+                assert_eq!(out, [i % 97, i % 13, 7]);
+            }
+        }
+    }
+}
+
+/// High bits that mark a synthetic `<elided:K>` frame; K is in the low 40 bits. No user-space
+/// address has these bits set on x86_64 or aarch64.
+const ELIDED_TAG: u64 = 0xFFFF_FF00_0000_0000;
+
+/// The synthetic frame standing for `k` dropped frames.
+pub fn elided_marker(k: u64) -> u64 {
+    ELIDED_TAG | (k & 0xFF_FFFF_FFFF)
+}
+
+/// If `ip` is an elided marker, the number of frames it stands for.
+pub fn as_elided(ip: u64) -> Option<u64> {
+    (ip & ELIDED_TAG == ELIDED_TAG).then_some(ip & 0xFF_FFFF_FFFF)
+}
+
+/// Which frames of a deep stack are kept (issue "deep stacks"): the innermost `inner`, the
+/// outermost `outer`, or both with one elided marker between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepthPolicy {
+    /// Innermost frames kept (0 with `outer > 0` keeps only the outermost).
+    pub inner: usize,
+    /// Outermost frames kept.
+    pub outer: usize,
+}
+
+impl Default for DepthPolicy {
+    fn default() -> DepthPolicy {
+        DepthPolicy { inner: 128, outer: 0 }
+    }
+}
+
+/// Largest number of frames kept at each end.
+pub const MAX_DEPTH_PER_END: usize = 2048;
+
+impl DepthPolicy {
+    /// Applies the policy to a full stack (innermost first): the kept frames, with a marker between
+    /// the two ends when frames were dropped, and whether any were dropped.
+    pub fn apply(&self, frames: &[u64], out: &mut Vec<u64>) -> bool {
+        let inner = self.inner.min(MAX_DEPTH_PER_END);
+        let outer = self.outer.min(MAX_DEPTH_PER_END);
+        if frames.len() <= inner + outer || (inner == 0 && outer == 0) {
+            out.extend_from_slice(frames);
+            return false;
+        }
+        let dropped = frames.len() - inner - outer;
+        out.extend_from_slice(&frames[..inner]);
+        if inner > 0 && outer > 0 {
+            out.push(elided_marker(dropped as u64));
+        }
+        out.extend_from_slice(&frames[frames.len() - outer..]);
+        true
+    }
+}

@@ -1,0 +1,177 @@
+//! Frame-pointer walk of the calling thread, in normal context (events that carry a stack).
+//!
+//! Every read is validated: 16-byte-aligned records are not required, but each frame pointer must be
+//! 8-byte aligned, strictly above the previous one and inside the thread's stack bounds (from
+//! `pthread_getattr_np`, cached per thread), so a garbage frame pointer ends the walk instead of
+//! faulting. The walk is bounded by `HARD_WALK_LIMIT`.
+#![allow(unsafe_code)]
+
+use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
+use std::cell::Cell;
+
+/// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
+pub const HARD_WALK_LIMIT: usize = 65_536;
+
+thread_local! {
+    static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// The calling thread's stack as [low, high).
+pub fn current_stack_bounds() -> (usize, usize) {
+    let cached = STACK_BOUNDS.with(Cell::get);
+    if cached.1 != 0 {
+        return cached;
+    }
+    let bounds = query_stack_bounds().unwrap_or((0, 0));
+    STACK_BOUNDS.with(|c| c.set(bounds));
+    bounds
+}
+
+fn query_stack_bounds() -> Option<(usize, usize)> {
+    // SAFETY: `attr` is initialized by pthread_getattr_np before use and destroyed after; the
+    // out-pointers are valid locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || addr.is_null() {
+            return None;
+        }
+        Some((addr as usize, addr as usize + size))
+    }
+}
+
+/// The current function's frame-pointer register (inlined into its caller).
+#[inline(always)]
+pub fn frame_pointer() -> usize {
+    let fp: usize;
+    // SAFETY: reads the frame-pointer register into a local; no memory is touched.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    // SAFETY: as above, for aarch64's frame-pointer register.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        std::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        fp = 0;
+    }
+    fp
+}
+
+/// Walks the calling thread's stack into `out` (innermost first) under `policy`. Frame records
+/// below `anchor` (the frame-pointer value of the recorder's outermost own frame, see
+/// [`frame_pointer`]) are skipped, so the first kept frame is the recorder's caller. Pass 0 to keep
+/// every frame. Returns whether frames were dropped.
+///
+/// The first kept frame is stored as its return address minus one, so that every stack in the
+/// recording follows the sampler's convention: frame 0 is an address inside the instruction, later
+/// frames are return addresses.
+#[inline(never)]
+pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, out: &mut Vec<u64>) -> bool {
+    let (lo, hi) = current_stack_bounds();
+    out.clear();
+    ring.clear();
+    if hi == 0 {
+        return false;
+    }
+    let inner = policy.inner.min(MAX_DEPTH_PER_END);
+    let outer = policy.outer.min(MAX_DEPTH_PER_END);
+    let unlimited = inner == 0 && outer == 0;
+    let mut fp = frame_pointer();
+    let mut steps = 0;
+    let mut total = 0usize;
+    // The innermost `inner` frames go straight to `out`; the rest pass through a ring of the last
+    // `outer` frames seen, so the outermost end survives a walk of any depth.
+    let mut ring_head = 0usize;
+    while steps < HARD_WALK_LIMIT {
+        steps += 1;
+        if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
+            break;
+        }
+        // SAFETY: [fp, fp + 16) lies inside this thread's own stack (checked above), which is
+        // mapped and readable while the thread runs this code.
+        let (next, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
+        if ret == 0 {
+            break;
+        }
+        if fp >= anchor {
+            if unlimited || out.len() < inner {
+                out.push(ret as u64);
+            } else if outer > 0 {
+                if ring.len() < outer {
+                    ring.push(ret as u64);
+                } else {
+                    ring[ring_head] = ret as u64;
+                    ring_head = (ring_head + 1) % outer;
+                }
+            }
+            total += 1;
+        }
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    let kept = out.len() + ring.len();
+    let dropped = total - kept;
+    if dropped > 0 && inner > 0 && outer > 0 {
+        out.push(crate::stack::elided_marker(dropped as u64));
+    }
+    // Unroll the ring oldest first: that is inner-to-outer order.
+    let (newer, older) = ring.split_at(ring_head.min(ring.len()));
+    out.extend_from_slice(older);
+    out.extend_from_slice(newer);
+    if let Some(first) = out.first_mut() {
+        if crate::stack::as_elided(*first).is_none() {
+            *first = first.saturating_sub(1);
+        }
+    }
+    dropped > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn recurse(n: usize, out: &mut Vec<u64>, policy: DepthPolicy) -> bool {
+        if n == 0 {
+            let mut scratch = Vec::new();
+            return capture_current(0, policy, &mut scratch, out);
+        }
+        let r = recurse(n - 1, out, policy);
+        std::hint::black_box(n);
+        r
+    }
+
+    #[test]
+    fn walks_own_stack_with_depth_policies() {
+        let mut out = Vec::new();
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 1000, outer: 0 });
+        assert!(!truncated);
+        assert!(out.len() > 50, "walked {} frames", out.len());
+        let full = out.len();
+
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 10, outer: 0 });
+        assert!(truncated);
+        assert_eq!(out.len(), 10);
+
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 0, outer: 5 });
+        assert!(truncated);
+        assert_eq!(out.len(), 5);
+
+        let truncated = recurse(50, &mut out, DepthPolicy { inner: 4, outer: 3 });
+        assert!(truncated);
+        assert_eq!(out.len(), 8);
+        assert_eq!(crate::stack::as_elided(out[4]), Some(full as u64 - 7));
+    }
+}

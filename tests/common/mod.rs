@@ -1,0 +1,111 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use jfr_format::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One recording per process at a time: tests that record hold this.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The `.jfr` chunk files of a recording directory, in name order (= start order).
+pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jfr"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// An event read back with its fields by name.
+#[derive(Debug, Clone)]
+pub struct ReadEvent {
+    pub type_name: String,
+    pub fields: Vec<(String, Value)>,
+    pub start_ticks: i64,
+    pub thread: Option<String>,
+    pub stack: Option<Vec<String>>,
+}
+
+impl ReadEvent {
+    pub fn field(&self, name: &str) -> &Value {
+        &self.fields.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no field {name}")).1
+    }
+    pub fn field_i64(&self, name: &str) -> i64 {
+        self.field(name).as_i64().unwrap_or_else(|| panic!("{name} is not an integer"))
+    }
+}
+
+/// Every event of type `type_name` in the file at `path` (all chunks).
+pub fn read_events(path: &Path, type_name: &str) -> Vec<ReadEvent> {
+    let data = bytes::Bytes::from(std::fs::read(path).unwrap());
+    let mut out = Vec::new();
+    for chunk in jfr_format::chunks(data) {
+        let chunk = chunk.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let Some(class) = chunk.metadata().class_by_name(type_name).cloned() else {
+            continue;
+        };
+        for event in chunk.events() {
+            let event = event.unwrap();
+            if event.type_id != class.id {
+                continue;
+            }
+            let thread = chunk.event_thread(&event).unwrap().map(|t| t.name().to_owned());
+            let stack =
+                chunk.event_stack_trace(&event).unwrap().map(|s| s.frames.iter().map(|f| f.qualified_name()).collect());
+            out.push(ReadEvent {
+                type_name: type_name.to_owned(),
+                fields: class.fields.iter().map(|f| f.name.clone()).zip(event.values.iter().cloned()).collect(),
+                start_ticks: event.start_ticks(),
+                thread,
+                stack,
+            });
+        }
+    }
+    out
+}
+
+/// Runs a JDK tool; a missing JDK is a failure, not a skip.
+pub fn jdk(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("`{tool}` is required (install openjdk-17-jdk-headless): {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{tool} {args:?} failed:\n{text}");
+    text
+}
+
+/// `jfr summary`, `jfr print` and `jfr metadata` accept every file.
+pub fn jdk_accepts(files: &[PathBuf]) {
+    for f in files {
+        let p = f.to_str().unwrap();
+        for cmd in ["summary", "metadata"] {
+            let text = jdk("jfr", &[cmd, p]);
+            assert!(!text.contains("Exception"), "jfr {cmd} {p}:\n{text}");
+        }
+        let out = Command::new("jfr").args(["print", p]).output().expect("jfr is required");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("Exception"), "jfr print {p}:\n{stderr}");
+    }
+}
+
+/// Per-type counts from `jfr summary`.
+pub fn jfr_summary_counts(path: &Path) -> std::collections::BTreeMap<String, u64> {
+    let text = jdk("jfr", &["summary", path.to_str().unwrap()]);
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() == 3 && parts[1].chars().all(|c| c.is_ascii_digit()) && parts[0].contains('.') {
+            out.insert(parts[0].to_owned(), parts[1].parse().unwrap());
+        }
+    }
+    out
+}
