@@ -241,6 +241,26 @@ fn our_reader_decodes_the_fixture_exactly() {
             let got = chunk.resolve(type_id, key).expect("resolves").expect("present");
             assert_eq!(&got, value, "constant ({type_id}, {key})");
         }
+        // Typed views: thread and stack trace → frames → method → class → package.
+        let first = chunk.events().next().unwrap().unwrap();
+        let thread = chunk.event_thread(&first).unwrap().unwrap();
+        assert_eq!((thread.name(), thread.os_thread_id, thread.java_thread_id), ("main", 4242, 1));
+        let trace = chunk.event_stack_trace(&first).unwrap().unwrap();
+        assert!(trace.truncated);
+        assert_eq!(trace.frames.len(), 70);
+        let f0 = &trace.frames[0];
+        assert_eq!(
+            (f0.method.as_str(), f0.class.as_str(), f0.package.as_deref(), f0.line, f0.frame_type.as_deref()),
+            ("method0_λ", "com/example/Worker", Some("com/example"), 10, Some("Interpreted"))
+        );
+        let f3 = &trace.frames[3];
+        assert_eq!(
+            (f3.method.as_str(), f3.class.as_str(), f3.package.as_deref(), f3.line, f3.frame_type.as_deref()),
+            ("method3_λ", "com/example/Worker", Some("com/example"), -1, Some("Native"))
+        );
+        let f1 = &trace.frames[1];
+        assert_eq!((f1.class.as_str(), f1.package.as_deref(), f1.bytecode_index), ("libc.so.6", None, 3));
+        assert_eq!(chunk.event_duration_ticks(&first), Some(123_456));
         for event in chunk.events() {
             let event = event.expect("event decodes");
             let w = &f.events[n];
