@@ -488,7 +488,17 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                                 name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
                                 constant_pool: find(child, "constantPool").is_some_and(|v| v != "false"),
-                                array: find(child, "dimension").is_some_and(|v| v == "1"),
+                                array: match find(child, "dimension") {
+                                    None | Some("0") => false,
+                                    Some("1") => true,
+                                    Some(other) => {
+                                        return Err(Error::Invalid {
+                                            offset: at,
+                                            expected: "a field dimension of 0 or 1",
+                                            found: other.parse().unwrap_or(u64::MAX),
+                                        })
+                                    }
+                                },
                                 annotations: annotations(child)?,
                             }),
                             "setting" => class.settings.push(Setting {

@@ -682,3 +682,11 @@ fn nested_claimed_counts_do_not_reserve_memory_at_every_level() {
     md.extend(std::iter::repeat_n(0u8, 100_000));
     let _ = parse_err(&raw_chunk(STRINGS, &md, &[], None));
 }
+
+#[test]
+fn multi_dimensional_fields_are_refused() {
+    let field = el(s("field"), &[(s("name"), s("a")), (s("class"), s("11")), (s("dimension"), s("2"))], &[]);
+    let e = el(s("class"), &[(s("name"), s("E")), (s("id"), s("102")), (s("superType"), s("jdk.jfr.Event"))], &[field]);
+    let err = parse_err(&raw_chunk(STRINGS, &root(&[long_class(), e]), &[], None));
+    assert!(matches!(err, Error::Invalid { found: 2, .. }), "{err}");
+}
