@@ -328,6 +328,7 @@ const STRINGS: &[&str] = &[
     "java.lang.String",
     "20",
     "999",
+    "2",
 ];
 fn s(name: &str) -> u64 {
     STRINGS.iter().position(|&x| x == name).unwrap() as u64
