@@ -15,7 +15,7 @@
 //! - [`header`]: the 68-byte chunk header and the live-update (guard/generation) protocol.
 //! - [`metadata`]: the type model, the JDK 17 stack-trace and thread types ([`metadata::jdk_types`])
 //!   and event-type helpers.
-//! - [`write`]: value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
+//! - [`write`](mod@write): value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
 //! - [`read`]: [`read::Chunk`] (header, metadata, lazily resolved constant pools, events, refresh of
 //!   live chunks) and [`read::chunks`] for multi-chunk files.
 //! - [`view`]: typed views of threads and stack traces.
