@@ -70,7 +70,7 @@ pub struct DemoArgs {
     pub top: usize,
 }
 
-/// Parses `10ms`, `500us`, `1s`, `2m`, `100ns` (a bare number is milliseconds).
+/// Parses `10ms`, `500us`, `1s`, `2m`, `1h`, `100ns` (a bare number is milliseconds).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
@@ -82,7 +82,8 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "" | "ms" => 1e6,
         "s" => 1e9,
         "m" | "min" => 60e9,
-        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s or m)")),
+        "h" => 3600e9,
+        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
     };
     if !value.is_finite() || value < 0.0 {
         return Err(format!("`{text}` is not a duration such as 10ms"));
@@ -358,7 +359,8 @@ impl DumpArgs {
             if same_file {
                 anyhow::bail!("{}: the output would overwrite the input", output.display());
             }
-        } else if (self.format == DumpFormat::Jfr || self.compress) && std::io::IsTerminal::is_terminal(&std::io::stdout())
+        } else if (self.format == DumpFormat::Jfr || self.compress)
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
         {
             anyhow::bail!("binary output is not written to a terminal: give -o FILE or redirect stdout");
         }

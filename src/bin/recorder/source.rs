@@ -83,6 +83,12 @@ pub fn load(path: &Path) -> anyhow::Result<Source> {
         // Recording order is the chunks' start time (the JDK's RepositoryFiles does the same);
         // the sort is stable, so chunks of one file keep their order.
         source.chunks.sort_by_key(|c| c.chunk.header().start_nanos);
+        // A chunk being compressed is briefly there twice (`x.jfr.zst` is complete before `x.jfr`
+        // is removed): identical chunks count once.
+        source.chunks.dedup_by(|b, a| {
+            let (ha, hb) = (a.chunk.header(), b.chunk.header());
+            ha.start_nanos == hb.start_nanos && ha.chunk_size == hb.chunk_size && a.chunk.bytes() == b.chunk.bytes()
+        });
         if source.chunks.is_empty() && source.damage.is_empty() {
             anyhow::bail!(
                 "{}: no readable .jfr chunk files in this directory (a live repository may not have published one yet)",
@@ -117,7 +123,8 @@ pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
             let entry = entry.with_context(|| format!("{}", sub.display()))?;
             let path = entry.path();
-            if entry.file_type().is_ok_and(|k| !k.is_dir()) && is_chunk_file_name(&entry.file_name().to_string_lossy()) {
+            if entry.file_type().is_ok_and(|k| !k.is_dir()) && is_chunk_file_name(&entry.file_name().to_string_lossy())
+            {
                 files.push(path);
             }
         }
@@ -142,7 +149,8 @@ pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {
         return Ok(data);
     }
     let mut out = Vec::with_capacity(data.len() * 4);
-    let result = zstd::stream::read::Decoder::new(&data[..]).and_then(|mut d| std::io::Read::read_to_end(&mut d, &mut out));
+    let result =
+        zstd::stream::read::Decoder::new(&data[..]).and_then(|mut d| std::io::Read::read_to_end(&mut d, &mut out));
     match result {
         Ok(_) => Ok(Bytes::from(out)),
         Err(e) => Err((

@@ -78,10 +78,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         Ok(()) => writeln!(out, "Flame graph: {} (open it in a browser)", svg.display())?,
         Err(e) => writeln!(out, "No flame graph: {e:#}")?,
     }
-    writeln!(out, "Files: repository {}{}", repository.display(), match &args.output {
-        Some(o) => format!(", recording {}", o.display()),
-        None => String::new(),
-    })?;
+    writeln!(
+        out,
+        "Files: repository {}{}",
+        repository.display(),
+        match &args.output {
+            Some(o) => format!(", recording {}", o.display()),
+            None => String::new(),
+        }
+    )?;
     writeln!(out)?;
     writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
     writeln!(out, "      jfr summary {}", args.output.as_ref().unwrap_or(&repository).display())?;
@@ -101,9 +106,7 @@ fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyh
     if folded.counts.is_empty() {
         anyhow::bail!("no CPU samples were recorded");
     }
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?,
-    );
+    let mut out = std::io::BufWriter::new(std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?);
     crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", &mut out)?;
     out.flush().with_context(|| format!("{}", svg.display()))?;
     Ok(())

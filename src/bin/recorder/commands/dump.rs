@@ -176,6 +176,14 @@ enum Out {
 impl Sink {
     fn open(cfg: &DumpConfig) -> anyhow::Result<Sink> {
         let (base, file): (Box<dyn Write>, _) = match &cfg.output {
+            // A device or pipe (`-o /dev/null`, a FIFO) is written directly.
+            Some(path) if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .with_context(|| format!("{}", path.display()))?;
+                (Box::new(std::io::BufWriter::with_capacity(1 << 16, f)) as Box<dyn Write>, None)
+            }
             Some(path) => {
                 let mut partial = path.clone().into_os_string();
                 partial.push(".part");
