@@ -348,7 +348,20 @@ fn top_follows_a_live_repository() {
     let out = child.wait_with_output().unwrap();
     reader.join().unwrap();
     lines.extend(rx.try_iter());
+    // `dump --pid`: the running process (this one) writes what it recorded through its control
+    // socket; the temporary file is removed afterwards.
+    let pid = std::process::id().to_string();
+    let folded = recorder_ok(&["dump", "--pid", &pid, "--format", "collapsed", "--thread", "fmt-live"]);
+    let by_pid: u64 = parse_collapsed(&folded).iter().map(|(_, n)| n).sum();
+    assert!(by_pid > 100 && folded.contains("fmt_hot_beta"), "{folded}");
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("recorder-dump-{pid}-from-")))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary dumps are removed: {leftovers:?}");
     rec.stop().unwrap();
+    assert_error(&recorder(&["dump", "--pid", "999999999", "--format", "json"]), &["--pid 999999999"]);
     let text = lines.join("\n");
     let counts: Vec<u64> = lines.iter().filter_map(|l| sample_count(l)).collect();
     assert!(counts.len() >= 3, "one table per refresh:\n{text}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
