@@ -181,7 +181,7 @@ pub fn stack_type_ids(chunk: &Chunk, names: &[String]) -> Vec<u64> {
         .types()
         .classes()
         .iter()
-        .filter(|c| c.is_event() && names.iter().any(|n| *n == c.name) && c.field_index("stackTrace").is_some())
+        .filter(|c| c.is_event() && names.contains(&c.name) && c.field_index("stackTrace").is_some())
         .map(|c| c.id)
         .collect()
 }
