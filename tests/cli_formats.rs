@@ -282,8 +282,11 @@ fn top_once_on_a_file_and_a_repository_prints_the_hot_functions() {
             assert!(pcts[0] > 0.0 && pcts[1] > 10.0 && pcts[1] >= pcts[0], "{hot} is hot: {row}");
         }
     }
-    // A finished file prints once and exits, even without --once.
+    // A finished file prints once and exits, even without --once; so does the repository of a
+    // stopped recording (its last chunk is final).
     let text = recorder_ok(&["top", s(&r.file)]);
+    assert_eq!(text.matches("CPU samples").count(), 1, "{text}");
+    let text = recorder_ok(&["top", "--interval", "10ms", s(&r.repo)]);
     assert_eq!(text.matches("CPU samples").count(), 1, "{text}");
 }
 

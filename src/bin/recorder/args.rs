@@ -136,7 +136,8 @@ EXAMPLES:
     recorder top --once app.jfr
 
 A file is a finished recording: one table of its last --window is printed. A directory is a
-repository, followed live until Ctrl-C (or once with --once). When stdout is not a terminal, one
+repository, followed live until its recording ends (its final chunk is written), Ctrl-C, or once
+with --once. When stdout is not a terminal, one
 table is printed per refresh, without clearing the screen.";
 
 /// A recording: a `.jfr` file, or a directory of chunk files.

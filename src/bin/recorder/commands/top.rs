@@ -5,14 +5,16 @@
 //! directory is a repository followed live: every `--interval` its chunk files are polled; a new
 //! file is parsed, a live chunk is re-read ([`jfr_format::Chunk::refresh`], which honours the
 //! header's guard protocol) when its file grew or its header still says "in progress", and only
-//! the records published since the last poll are decoded. Finished chunks are read once. The
+//! the records published since the last poll are decoded. Finished chunks are read once; when all
+//! are read and the newest is the recording's final chunk, the table is printed once more and
+//! `top` exits (the recording is over). The
 //! window ends at the latest published time of the recording (the newest chunk header's end, or
 //! the newest sample), so a stopped recording still shows its last window.
 
 use crate::args::TopConfig;
 use crate::source::{self, Damage};
 use crate::Outcome;
-use jfr_format::header::HEADER_SIZE;
+use jfr_format::header::{FLAG_FINAL_CHUNK, HEADER_SIZE};
 use jfr_format::{Chunk, Item, Refresh, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{IsTerminal, Write};
@@ -121,7 +123,7 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
         }
         out.flush()?;
         drop(out);
-        if cfg.once {
+        if cfg.once || repo.ended() {
             return Ok(Outcome::Clean);
         }
         std::thread::sleep(cfg.interval);
@@ -157,6 +159,8 @@ struct Followed {
     len: u64,
     /// Everything in the file was read: never read again.
     done: bool,
+    /// The file's last chunk has the final flag: the recording ended with it.
+    final_chunk: bool,
 }
 
 struct Repository {
@@ -166,6 +170,11 @@ struct Repository {
 }
 
 impl Repository {
+    /// The recording is over: every chunk file was read and the newest one is the final chunk.
+    fn ended(&self) -> bool {
+        self.files.values().all(|f| f.done) && self.files.values().next_back().is_some_and(|f| f.final_chunk)
+    }
+
     /// Reads what was published since the last poll.
     fn poll(&mut self, samples: &mut Samples) -> anyhow::Result<()> {
         let listed = source::repository_files(&self.dir)?;
@@ -173,8 +182,12 @@ impl Repository {
         // Files removed by retention are forgotten (their samples stay until they leave the window).
         self.files.retain(|p, _| present.contains(p));
         for path in &listed {
-            let followed =
-                self.files.entry(path.clone()).or_insert(Followed { chunk: None, len: u64::MAX, done: false });
+            let followed = self.files.entry(path.clone()).or_insert(Followed {
+                chunk: None,
+                len: u64::MAX,
+                done: false,
+                final_chunk: false,
+            });
             if followed.done {
                 continue;
             }
@@ -206,6 +219,7 @@ fn follow(path: &Path, followed: &mut Followed, samples: &mut Samples, len: u64)
             for chunk in jfr_format::chunks(data) {
                 let chunk = chunk?;
                 ChunkReader::new(&chunk).read(&chunk, HEADER_SIZE as u64, samples)?;
+                followed.final_chunk = chunk.header().flags & FLAG_FINAL_CHUNK != 0;
             }
             followed.done = true;
         }
@@ -225,6 +239,7 @@ fn follow(path: &Path, followed: &mut Followed, samples: &mut Samples, len: u64)
             Refresh::Grew => {
                 *pos = reader.read(chunk, *pos, samples)?;
                 if chunk.header().is_finished() {
+                    followed.final_chunk = chunk.header().flags & FLAG_FINAL_CHUNK != 0;
                     followed.chunk = None;
                     followed.done = true;
                 }
