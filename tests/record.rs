@@ -176,7 +176,8 @@ fn builtin_events_thread_lifecycle_cpu_and_memory() {
         .unwrap()
         .join()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    // Periodic events every 100 ms: give the flusher time for several even on a loaded machine.
+    std::thread::sleep(Duration::from_millis(800));
     let out = dir.path().join("d.jfr");
     rec.dump(&out).unwrap();
     rec.stop().unwrap();
