@@ -89,7 +89,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
     )?;
     writeln!(out)?;
     writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
-    writeln!(out, "      jfr summary {}", args.output.as_ref().unwrap_or(&repository).display())?;
+    match &args.output {
+        Some(file) => writeln!(out, "      jfr summary {}", file.display())?,
+        None => writeln!(out, "      recorder dump {} -o demo.jfr && jfr summary demo.jfr", repository.display())?,
+    }
     Ok(crate::Outcome::Clean)
 }
 
