@@ -269,11 +269,8 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
         if !name.ends_with(".jfr") {
             continue;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)?;
         if !lock(&file, true)? {
             report.in_use = true;
             return Ok(report);
@@ -302,9 +299,10 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
         std::fs::remove_file(&part)?;
         report.parts_removed.push(part);
     }
-    let newest = found.iter().enumerate().max_by(|(_, a), (_, b)| {
-        (a.header.start_nanos, &a.path).cmp(&(b.header.start_nanos, &b.path))
-    });
+    let newest = found
+        .iter()
+        .enumerate()
+        .max_by(|(_, a), (_, b)| (a.header.start_nanos, &a.path).cmp(&(b.header.start_nanos, &b.path)));
     let newest = newest.map(|(i, _)| i);
     for (i, f) in found.iter().enumerate() {
         let is_newest = Some(i) == newest;

@@ -207,7 +207,12 @@ fn check_killed_recording(dir: &Path, scratch: &Path, repair_directly: bool, jdk
     }
     let files = chunks_in_start_order(dir);
     for (i, f) in files.iter().enumerate() {
-        assert_eq!(header_of(f).unwrap().is_final(), i + 1 == files.len(), "{}: final flag on the newest only", f.display());
+        assert_eq!(
+            header_of(f).unwrap().is_final(),
+            i + 1 == files.len(),
+            "{}: final flag on the newest only",
+            f.display()
+        );
     }
     if !files.is_empty() {
         let all = concatenated(dir, &scratch.join(format!("{name}-all.jfr")));

@@ -60,7 +60,7 @@ fn storm_thread_body_marker(rec: &Recorder, n: u64, tids: &Mutex<HashSet<u64>>, 
         refused.fetch_add(1, Ordering::Relaxed);
     }
     // Sampling is by CPU time: one thread in ten runs long enough (2 ms of CPU) to be sampled.
-    let spin = Duration::from_micros(if n % 10 == 0 { 2000 } else { 100 });
+    let spin = Duration::from_micros(if n.is_multiple_of(10) { 2000 } else { 100 });
     let until = thread_cpu_time() + spin;
     let mut x = n;
     let mut i = 0;
@@ -217,13 +217,17 @@ fn ten_thousand_threads_under_1khz_sampling() {
                 unflagged += usize::from(!*cut);
                 continue;
             }
-            if !stack.iter().any(|f| f.contains("storm_thread_body_marker") || f.contains("storm_thread_entry_marker")) {
+            if !stack.iter().any(|f| f.contains("storm_thread_body_marker") || f.contains("storm_thread_entry_marker"))
+            {
                 // After the body returned, in its own thread's exit path (still sampled until the
                 // slot retires at thread exit): a spawned thread's start routine, nothing of the
                 // test thread (whose stack runs through the test harness).
                 let own_exit = stack.iter().any(|f| f.contains("thread_start"))
                     && !stack.iter().any(|f| f.starts_with("test::") || f.contains("run_test"));
-                assert!(own_exit, "a sample of storm thread {tid} ({name:?}) outside its own code (truncated: {cut}): {stack:?}");
+                assert!(
+                    own_exit,
+                    "a sample of storm thread {tid} ({name:?}) outside its own code (truncated: {cut}): {stack:?}"
+                );
                 in_exit += 1;
                 continue;
             }
