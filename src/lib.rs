@@ -25,7 +25,8 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls) and `sync`.
+//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync` and
+//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -36,6 +37,11 @@ mod builtin;
 pub mod clock;
 #[cfg(not(loom))]
 mod commit;
+#[cfg(not(loom))]
+pub mod consumer;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+pub mod control;
 #[cfg(not(loom))]
 pub mod demo;
 #[cfg(not(loom))]

@@ -459,6 +459,7 @@ impl Recorder {
         // Release: publishes `CURRENT` (and everything set up above); pairs with the Acquire load
         // in `commit_event`.
         GENERATION.store(generation, Ordering::Release);
+        crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
         Ok(Recorder { inner })
     }
 
@@ -542,6 +543,7 @@ impl Inner {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        crate::control::stop(self.shared.generation); // control hook
         {
             let mut current = CURRENT.lock();
             if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.shared)) {
@@ -784,6 +786,7 @@ struct State {
     /// Samples written into the chunk since the last publish, per thread (lost if that fails).
     segment_samples: HashMap<u32, u64>,
     reported_unattributed: u64,
+    chunk_names: repository::ChunkNames,
     samples_since_rate: u64,
     rate_since: Option<Instant>,
 }
@@ -843,6 +846,7 @@ impl State {
             sample_stacks: HashSet::new(),
             segment_samples: HashMap::new(),
             reported_unattributed: 0,
+            chunk_names: repository::ChunkNames::default(),
             samples_since_rate: 0,
             rate_since: None,
         }
@@ -1043,7 +1047,7 @@ impl State {
 
         // 6. Write and publish.
         let duration = now_ticks - chunk.start.ticks;
-        match publish(chunk, &self.dir, duration) {
+        match publish(chunk, &self.dir, &mut self.chunk_names, duration) {
             Ok(()) => {
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
@@ -1528,7 +1532,7 @@ impl State {
         let file = match chunk.file.as_mut() {
             Some(f) => f,
             None => {
-                chunk.file = Some(ChunkFile::create(&self.dir, chunk.start.epoch_nanos)?);
+                chunk.file = Some(ChunkFile::create(&self.dir, chunk.start.epoch_nanos, &mut self.chunk_names)?);
                 chunk.file.as_mut().expect("just set")
             }
         };
@@ -1605,13 +1609,13 @@ fn write_sample(
 }
 
 /// Writes the live chunk's pending bytes and publishes its header.
-fn publish(chunk: &mut LiveChunk, dir: &Path, duration: i64) -> io::Result<()> {
+fn publish(chunk: &mut LiveChunk, dir: &Path, names: &mut repository::ChunkNames, duration: i64) -> io::Result<()> {
     let Some(header) = chunk.writer.publish(duration) else {
         return Ok(());
     };
     let (offset, bytes) = chunk.writer.take_pending();
     if chunk.file.is_none() {
-        chunk.file = Some(ChunkFile::create(dir, chunk.start.epoch_nanos)?);
+        chunk.file = Some(ChunkFile::create(dir, chunk.start.epoch_nanos, names)?);
     }
     let file = chunk.file.as_mut().expect("just created");
     file.write_at(offset, &bytes)?;
@@ -1693,4 +1697,20 @@ fn read_rss() -> Option<(u64, u64)> {
 /// The event type names known to the recorder (built-in and registered so far).
 pub fn known_event_types() -> Vec<String> {
     metadata_registry::event_names()
+}
+
+// ---- Control socket hook (src/control.rs) ----
+/// The dump the control socket runs: a weak reference, so the listener never keeps the recording
+/// alive; the same steps as [`Recorder::dump`].
+fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
+    Box::new(move |path| {
+        let inner = inner.upgrade().filter(|i| !i.stopping.load(Ordering::Acquire));
+        let inner = inner.ok_or_else(|| "the recording has stopped".to_owned())?;
+        let mut state = inner.state.lock();
+        state.flush();
+        let bytes = state.dump_bytes().map_err(|e| format!("dump failed: {e}"))?;
+        drop(state);
+        write_file_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(bytes.len() as u64)
+    })
 }

@@ -72,6 +72,23 @@ pub fn prepare_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The naming sequence of one recording's chunk files.
+#[derive(Debug, Default, Clone)]
+pub struct ChunkNames {
+    base: String,
+    suffix: u32,
+}
+
+impl ChunkNames {
+    fn file_name(&self) -> String {
+        if self.suffix == 0 {
+            format!("{}.jfr", self.base)
+        } else {
+            format!("{}_{:02}.jfr", self.base, self.suffix)
+        }
+    }
+}
+
 /// One chunk file being written.
 #[derive(Debug)]
 pub(crate) struct ChunkFile {
@@ -83,13 +100,20 @@ pub(crate) struct ChunkFile {
 
 impl ChunkFile {
     /// Creates the chunk file (under its temporary name) in `dir`, named after `start_nanos`.
-    pub fn create(dir: &Path, start_nanos: i64) -> io::Result<ChunkFile> {
+    /// `names` keeps the names of one recording in time order: chunks that start in the same second
+    /// get `_01`, `_02`, … even when retention has deleted the earlier ones.
+    pub fn create(dir: &Path, start_nanos: i64, names: &mut ChunkNames) -> io::Result<ChunkFile> {
         let base = timestamp_name(start_nanos);
-        let mut path = dir.join(format!("{base}.jfr"));
-        let mut n = 1;
+        if names.base == base {
+            names.suffix += 1;
+        } else {
+            names.base = base.clone();
+            names.suffix = 0;
+        }
+        let mut path = dir.join(names.file_name());
         while path.exists() {
-            path = dir.join(format!("{base}_{n:02}.jfr"));
-            n += 1;
+            names.suffix += 1;
+            path = dir.join(names.file_name());
         }
         let name = path.file_name().and_then(|s| s.to_str()).unwrap_or("chunk.jfr").to_owned();
         let temp_path = dir.join(format!(".{name}.part"));

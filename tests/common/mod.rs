@@ -14,15 +14,21 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The `.jfr` chunk files of a recording directory, in name order (= start order).
+/// The `.jfr` chunk files of a recording directory, in start order (the header's startNanos, as
+/// the JDK orders them; names agree, but this does not rely on them).
 pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut files: Vec<(i64, PathBuf)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jfr"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            let start = jfr_format::ChunkHeader::parse(&bytes, 0).map_or(i64::MAX, |h| h.start_nanos);
+            (start, p)
+        })
         .collect();
     files.sort();
-    files
+    files.into_iter().map(|(_, p)| p).collect()
 }
 
 /// An event read back with its fields by name.

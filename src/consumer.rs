@@ -1,0 +1,1155 @@
+//! Streaming consumer: follows a repository (live or finished, written by this process or another)
+//! or reads a single `.jfr` file, and delivers events in order with their thread and stack trace
+//! resolved.
+//!
+//! ```no_run
+//! use recorder::consumer::{EventStream, StartAt};
+//! let mut stream = EventStream::open_repository("/tmp/recorder-1000")?;
+//! stream.start_at(StartAt::Beginning);
+//! stream.on_event("app.Request", |ev| println!("{} {:?}", ev.start_nanos(), ev.field("path")));
+//! stream.on_close(|| println!("recording ended"));
+//! stream.run();
+//! # Ok::<(), recorder::consumer::ConsumerError>(())
+//! ```
+//!
+//! # How a live repository is followed (jfr-format.md §6.2, §6.4)
+//! - The chunk directory: a path holding `DDDD_DD_DD_DD_DD_DD_*` subdirectories means the most
+//!   recently modified one (re-chosen at every scan until a chunk was found there, then fixed, as
+//!   the JDK does); otherwise the path itself.
+//! - Chunks are the `*.jfr` files of at least 68 bytes whose header parses, ordered by the header's
+//!   `startNanos`. After a finished chunk the next is the one with the smallest
+//!   `startNanos ≥ start + max(duration, 1)`. A finished chunk with the final flag ends the stream.
+//! - The live chunk: at the end of its published data the header is re-read every poll interval
+//!   (10 ms by default, against the JDK's 1 s). The header is read twice and accepted only when both
+//!   reads agree and the guard byte (255) is not set, so a header being rewritten is never taken
+//!   half-written. Only when the published size or state changed is the file read again, and only its
+//!   new tail: published bytes of a chunk never change. Reading resumes at `Items::position()`.
+//! - Errors never panic: a corrupt chunk is reported (callback `on_error`, or `Err` from the
+//!   iterator) and reading goes on with the next chunk (the smallest `startNanos` greater than the
+//!   corrupt one's).
+
+use bytes::Bytes;
+use jfr_format::header::{ChunkHeader, HEADER_SIZE, STATE_GUARD, STATE_OFFSET};
+use jfr_format::read::TypeTable;
+use jfr_format::{Chunk, Item, StackTraceInfo, ThreadInfo, Value};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{DirEntryExt, FileExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Default interval between two looks at a live chunk's header or at the directory.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Wait after finding a header with the guard byte set (the JDK's `pollWait`).
+const LOCKED_RETRY: Duration = Duration::from_millis(1);
+/// Attempts to open a chunk that is not ready before a non-following stream skips it.
+const NOT_READY_LIMIT: u32 = 1000;
+
+/// Where a stream starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartAt {
+    /// From the oldest chunk in the repository (every event still on disk).
+    #[default]
+    Beginning,
+    /// Only events published after the stream opened: reading starts at the newest chunk's
+    /// published end.
+    Now,
+}
+
+/// A problem found while consuming. None of them ends a live stream by itself.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConsumerError {
+    /// A file or directory could not be read.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A chunk is malformed; the rest of it is skipped.
+    Format {
+        /// The chunk file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        source: jfr_format::Error,
+    },
+}
+
+impl fmt::Display for ConsumerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConsumerError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ConsumerError::Format { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConsumerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConsumerError::Io { source, .. } => Some(source),
+            ConsumerError::Format { source, .. } => Some(source),
+        }
+    }
+}
+
+fn io_err(path: &Path, source: io::Error) -> ConsumerError {
+    ConsumerError::Io { path: path.to_owned(), source }
+}
+
+fn format_err(path: &Path, source: jfr_format::Error) -> ConsumerError {
+    ConsumerError::Format { path: path.to_owned(), source }
+}
+
+/// One event, decoded and resolved.
+#[derive(Debug, Clone)]
+pub struct ConsumedEvent {
+    type_info: Arc<TypeInfo>,
+    values: Vec<Value>,
+    start_nanos: i64,
+    duration_nanos: i64,
+    thread: Option<Arc<ThreadInfo>>,
+    stack_trace: Option<Arc<StackTraceInfo>>,
+    chunk_start_nanos: i64,
+    offset: u64,
+}
+
+impl ConsumedEvent {
+    /// The event type's name, e.g. `jdk.ExecutionSample`.
+    pub fn type_name(&self) -> &str {
+        &self.type_info.name
+    }
+
+    /// The event type's id in its chunk.
+    pub fn type_id(&self) -> u64 {
+        self.type_info.id
+    }
+
+    /// Start time, ns since the Unix epoch.
+    pub fn start_nanos(&self) -> i64 {
+        self.start_nanos
+    }
+
+    /// Duration in ns (0 for instant events and types without a duration).
+    pub fn duration_nanos(&self) -> i64 {
+        self.duration_nanos
+    }
+
+    /// End time, ns since the Unix epoch.
+    pub fn end_nanos(&self) -> i64 {
+        self.start_nanos.saturating_add(self.duration_nanos)
+    }
+
+    /// The value of field `name`. Constant-pool references are resolved (strings, threads,
+    /// classes…), except the `stackTrace` field, which stays a reference: use
+    /// [`Self::stack_trace`]. `startTime` and `duration` are in ticks as written.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        let index = self.type_info.fields.iter().position(|f| &**f == name)?;
+        self.values.get(index)
+    }
+
+    /// Field `name` as an integer.
+    pub fn field_i64(&self, name: &str) -> Option<i64> {
+        self.field(name).and_then(Value::as_i64)
+    }
+
+    /// Field `name` as a string.
+    pub fn field_str(&self, name: &str) -> Option<&str> {
+        self.field(name).and_then(Value::as_str)
+    }
+
+    /// Every field with its name, in declared order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &Value)> + '_ {
+        self.type_info.fields.iter().map(|n| &**n).zip(self.values.iter())
+    }
+
+    /// The event's thread (`eventThread`, or `sampledThread` for samples).
+    pub fn thread(&self) -> Option<&ThreadInfo> {
+        self.thread.as_deref()
+    }
+
+    /// The event's stack trace, innermost frame first. Shared with every event of the chunk that
+    /// has the same stack.
+    pub fn stack_trace(&self) -> Option<&StackTraceInfo> {
+        self.stack_trace.as_deref()
+    }
+
+    /// The stack trace as a shared pointer.
+    pub fn stack_trace_arc(&self) -> Option<Arc<StackTraceInfo>> {
+        self.stack_trace.clone()
+    }
+
+    /// Start of the chunk the event was read from, ns since the epoch.
+    pub fn chunk_start_nanos(&self) -> i64 {
+        self.chunk_start_nanos
+    }
+
+    /// Absolute offset of the event's record in its file.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+#[derive(Debug)]
+struct TypeInfo {
+    id: u64,
+    name: Arc<str>,
+    fields: Vec<Arc<str>>,
+    thread: Option<usize>,
+    stack: Option<usize>,
+}
+
+impl TypeInfo {
+    fn new(types: &TypeTable, type_id: u64) -> Option<TypeInfo> {
+        let class = types.class(type_id)?;
+        let index = |n: &str| class.field_index(n);
+        Some(TypeInfo {
+            id: type_id,
+            name: Arc::from(class.name.as_str()),
+            fields: class.fields.iter().map(|f| Arc::from(f.name.as_str())).collect(),
+            thread: index("eventThread").or_else(|| index("sampledThread")),
+            stack: index("stackTrace"),
+        })
+    }
+}
+
+type EventFn = Box<dyn FnMut(&ConsumedEvent) + Send>;
+type PlainFn = Box<dyn FnMut() + Send>;
+type ErrorFn = Box<dyn FnMut(&ConsumerError) + Send>;
+
+#[derive(Default)]
+struct Handlers {
+    by_type: HashMap<String, Vec<EventFn>>,
+    any: Vec<EventFn>,
+    flush: Vec<PlainFn>,
+    error: Vec<ErrorFn>,
+    close: Vec<PlainFn>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    poll: Duration,
+    start: StartAt,
+    follow: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Repository,
+    File,
+}
+
+/// A stream of events from a repository or a file. Configure it, register callbacks, then consume
+/// it with [`run`](Self::run), [`start`](Self::start) or [`iter`](Self::iter).
+pub struct EventStream {
+    path: PathBuf,
+    mode: Mode,
+    config: Config,
+    handlers: Handlers,
+    closed: Arc<AtomicBool>,
+}
+
+impl fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStream")
+            .field("path", &self.path)
+            .field("mode", &self.mode)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the repository directory of a recording (e.g. `Recorder::repository_dir()` of the running
+/// recording, from inside the process) from its beginning.
+pub fn open_recording(dir: impl AsRef<Path>) -> Result<EventStream, ConsumerError> {
+    EventStream::open_repository(dir.as_ref())
+}
+
+impl EventStream {
+    /// Follows a repository: a base directory holding `DDDD_DD_DD_DD_DD_DD_<pid>` recording
+    /// directories (the most recently modified is used), or a recording's chunk directory itself.
+    pub fn open_repository(path: impl Into<PathBuf>) -> Result<EventStream, ConsumerError> {
+        let path = path.into();
+        let meta = std::fs::metadata(&path).map_err(|e| io_err(&path, e))?;
+        if !meta.is_dir() {
+            return Err(io_err(&path, io::Error::new(io::ErrorKind::InvalidInput, "not a directory")));
+        }
+        Ok(EventStream::new(path, Mode::Repository))
+    }
+
+    /// Reads a `.jfr` file (one or more chunks back to back). The stream ends at the end of the file.
+    pub fn open_file(path: impl Into<PathBuf>) -> Result<EventStream, ConsumerError> {
+        let path = path.into();
+        let meta = std::fs::metadata(&path).map_err(|e| io_err(&path, e))?;
+        if !meta.is_file() {
+            return Err(io_err(&path, io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
+        }
+        Ok(EventStream::new(path, Mode::File))
+    }
+
+    /// A directory is opened as a repository, anything else as a file.
+    pub fn open(path: impl Into<PathBuf>) -> Result<EventStream, ConsumerError> {
+        let path = path.into();
+        if path.is_dir() {
+            EventStream::open_repository(path)
+        } else {
+            EventStream::open_file(path)
+        }
+    }
+
+    fn new(path: PathBuf, mode: Mode) -> EventStream {
+        EventStream {
+            path,
+            mode,
+            config: Config { poll: DEFAULT_POLL_INTERVAL, start: StartAt::Beginning, follow: true },
+            handlers: Handlers::default(),
+            closed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// How often a live chunk's header and the directory are looked at (default 10 ms, at least
+    /// 1 ms).
+    pub fn poll_interval(&mut self, interval: Duration) -> &mut Self {
+        self.config.poll = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// `true` (the default): wait for new data and chunks until the recording ends (a chunk with
+    /// the final flag). `false`: read what is on disk now and end, e.g. for a repository whose
+    /// process died without finishing its last chunk.
+    pub fn follow(&mut self, follow: bool) -> &mut Self {
+        self.config.follow = follow;
+        self
+    }
+
+    /// Where to start (default [`StartAt::Beginning`]). Ignored for files.
+    pub fn start_at(&mut self, start: StartAt) -> &mut Self {
+        self.config.start = start;
+        self
+    }
+
+    /// Calls `f` for every event of type `type_name`.
+    pub fn on_event(&mut self, type_name: &str, f: impl FnMut(&ConsumedEvent) + Send + 'static) -> &mut Self {
+        self.handlers.by_type.entry(type_name.to_owned()).or_default().push(Box::new(f));
+        self
+    }
+
+    /// Calls `f` for every event.
+    pub fn on_any_event(&mut self, f: impl FnMut(&ConsumedEvent) + Send + 'static) -> &mut Self {
+        self.handlers.any.push(Box::new(f));
+        self
+    }
+
+    /// Calls `f` at the end of every flush segment (a checkpoint with the FLUSH bit).
+    pub fn on_flush(&mut self, f: impl FnMut() + Send + 'static) -> &mut Self {
+        self.handlers.flush.push(Box::new(f));
+        self
+    }
+
+    /// Calls `f` for every problem (unreadable files, corrupt chunks). Without one, problems are
+    /// skipped silently.
+    pub fn on_error(&mut self, f: impl FnMut(&ConsumerError) + Send + 'static) -> &mut Self {
+        self.handlers.error.push(Box::new(f));
+        self
+    }
+
+    /// Calls `f` once when the stream ends: final chunk read, end of file, or closed.
+    pub fn on_close(&mut self, f: impl FnMut() + Send + 'static) -> &mut Self {
+        self.handlers.close.push(Box::new(f));
+        self
+    }
+
+    /// A handle that closes this stream from another thread (also works while [`run`](Self::run)
+    /// blocks or an [`iter`](Self::iter) waits).
+    pub fn closer(&self) -> Closer {
+        Closer(Arc::clone(&self.closed))
+    }
+
+    /// Reads and dispatches until the stream ends (final chunk, end of file) or is closed; blocks
+    /// while the recording is live. Then calls the `on_close` callbacks.
+    pub fn run(self) {
+        let EventStream { path, mode, config, mut handlers, closed } = self;
+        let mut follower = Follower::new(path, mode, config, closed);
+        let wants_all = !handlers.any.is_empty();
+        let typed: HashSet<String> = handlers.by_type.keys().cloned().collect();
+        let want = |name: &str| wants_all || typed.contains(name);
+        while let Some(step) = follower.next_step(&want) {
+            match step {
+                Step::Event(ev) => {
+                    if let Some(fs) = handlers.by_type.get_mut(ev.type_name()) {
+                        for f in fs {
+                            f(&ev);
+                        }
+                    }
+                    for f in &mut handlers.any {
+                        f(&ev);
+                    }
+                }
+                Step::Flush => {
+                    for f in &mut handlers.flush {
+                        f();
+                    }
+                }
+                Step::Error(e) => {
+                    for f in &mut handlers.error {
+                        f(&e);
+                    }
+                }
+            }
+        }
+        for f in &mut handlers.close {
+            f();
+        }
+    }
+
+    /// Runs the stream on a background thread.
+    pub fn start(self) -> io::Result<StreamHandle> {
+        let closer = self.closer();
+        let thread = std::thread::Builder::new().name("recorder-consumer".into()).spawn(move || self.run())?;
+        Ok(StreamHandle { closer, thread: Some(thread) })
+    }
+
+    /// The events as an iterator, blocking while the recording is live. Problems come as `Err`
+    /// items and reading goes on; callbacks registered on the stream are not called.
+    pub fn iter(self) -> EventIter {
+        EventIter { closer: self.closer(), follower: Follower::new(self.path, self.mode, self.config, self.closed) }
+    }
+}
+
+/// Closes a stream from another thread.
+#[derive(Debug, Clone)]
+pub struct Closer(Arc<AtomicBool>);
+
+impl Closer {
+    /// Asks the stream to end; it stops within about one poll interval.
+    pub fn close(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// The stream was asked to close.
+    pub fn is_closed(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// A stream running on its own thread; see [`EventStream::start`]. Dropping the handle leaves the
+/// stream running until it ends by itself.
+#[derive(Debug)]
+pub struct StreamHandle {
+    closer: Closer,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StreamHandle {
+    /// Closes the stream and waits for its thread (the `on_close` callbacks have run on return).
+    pub fn close(mut self) {
+        self.closer.close();
+        self.join_inner();
+    }
+
+    /// Waits until the stream ends by itself (final chunk or end of file).
+    pub fn join(mut self) {
+        self.join_inner();
+    }
+
+    /// The stream's thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// A handle to close the stream without consuming this one.
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+
+    fn join_inner(&mut self) {
+        if let Some(t) = self.thread.take() {
+            // A panicking callback ends the stream's thread; the panic stays there.
+            let _ = t.join();
+        }
+    }
+}
+
+/// Blocking iterator over a stream's events; see [`EventStream::iter`].
+pub struct EventIter {
+    closer: Closer,
+    follower: Follower,
+}
+
+impl fmt::Debug for EventIter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventIter").field("path", &self.follower.root).finish_non_exhaustive()
+    }
+}
+
+impl EventIter {
+    /// A handle to end the iteration from another thread.
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+}
+
+impl Iterator for EventIter {
+    type Item = Result<ConsumedEvent, ConsumerError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.follower.next_step(&|_| true)? {
+                Step::Event(e) => return Some(Ok(e)),
+                Step::Flush => continue,
+                Step::Error(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+enum Step {
+    Event(ConsumedEvent),
+    Flush,
+    Error(ConsumerError),
+}
+
+/// What decides the next chunk.
+#[derive(Debug, Clone, Copy)]
+enum After {
+    /// Nothing read yet.
+    Nothing,
+    /// A chunk finished: next is the smallest start ≥ this.
+    End(i64),
+    /// A chunk was abandoned (corrupt): next is the smallest start > this.
+    Skip(i64),
+}
+
+/// The chunk being read.
+struct Current {
+    path: PathBuf,
+    file: Option<File>,
+    chunk: Chunk,
+    pos: u64,
+    cache: Resolver,
+}
+
+/// Per-chunk caches: type descriptions, threads, stack traces and constants by key.
+struct Resolver {
+    types: Arc<TypeTable>,
+    type_info: HashMap<u64, Option<Arc<TypeInfo>>>,
+    threads: HashMap<u64, Arc<ThreadInfo>>,
+    stacks: HashMap<u64, Arc<StackTraceInfo>>,
+    constants: HashMap<(u64, u64), Value>,
+}
+
+/// Deepest constant-to-constant chain resolved in field values (thread → thread group → name…).
+const RESOLVE_DEPTH: usize = 4;
+
+impl Resolver {
+    fn new(chunk: &Chunk) -> Resolver {
+        Resolver {
+            types: Arc::clone(chunk.types()),
+            type_info: HashMap::new(),
+            threads: HashMap::new(),
+            stacks: HashMap::new(),
+            constants: HashMap::new(),
+        }
+    }
+
+    fn type_info(&mut self, chunk: &Chunk, type_id: u64) -> Option<Arc<TypeInfo>> {
+        if !Arc::ptr_eq(&self.types, chunk.types()) {
+            // New metadata: type descriptions may differ; constants and stacks stay valid (keys are
+            // immutable within a chunk).
+            self.types = Arc::clone(chunk.types());
+            self.type_info.clear();
+        }
+        self.type_info.entry(type_id).or_insert_with(|| TypeInfo::new(chunk.types(), type_id).map(Arc::new)).clone()
+    }
+
+    fn value(&mut self, chunk: &Chunk, value: &Value, depth: usize) -> jfr_format::Result<Value> {
+        Ok(match value {
+            Value::Ref { type_id, key } => {
+                if let Some(v) = self.constants.get(&(*type_id, *key)) {
+                    return Ok(v.clone());
+                }
+                let resolved = detach(chunk.resolve_deep(value, depth)?);
+                // A key missing from the pools resolves to Null; it is not cached, a later
+                // segment may define it.
+                if resolved != Value::Null {
+                    self.constants.insert((*type_id, *key), resolved.clone());
+                }
+                resolved
+            }
+            Value::Array(items) if depth > 0 => {
+                Value::Array(items.iter().map(|v| self.value(chunk, v, depth - 1)).collect::<jfr_format::Result<_>>()?)
+            }
+            Value::Object(o) if depth > 0 => Value::Object(jfr_format::Object {
+                type_id: o.type_id,
+                fields: o.fields.iter().map(|v| self.value(chunk, v, depth - 1)).collect::<jfr_format::Result<_>>()?,
+            }),
+            other => detach(other.clone()),
+        })
+    }
+
+    fn thread(&mut self, chunk: &Chunk, value: &Value) -> jfr_format::Result<Option<Arc<ThreadInfo>>> {
+        let key = match value {
+            Value::Ref { key, .. } => Some(*key),
+            _ => None,
+        };
+        if let Some(t) = key.and_then(|k| self.threads.get(&k)) {
+            return Ok(Some(Arc::clone(t)));
+        }
+        let info = chunk.thread_info(value)?.map(Arc::new);
+        if let (Some(k), Some(t)) = (key, &info) {
+            self.threads.insert(k, Arc::clone(t));
+        }
+        Ok(info)
+    }
+
+    fn stack(&mut self, chunk: &Chunk, value: &Value) -> jfr_format::Result<Option<Arc<StackTraceInfo>>> {
+        let key = match value {
+            Value::Ref { key, .. } => Some(*key),
+            _ => None,
+        };
+        if let Some(s) = key.and_then(|k| self.stacks.get(&k)) {
+            return Ok(Some(Arc::clone(s)));
+        }
+        let info = chunk.stack_trace_info(value)?.map(Arc::new);
+        if let (Some(k), Some(s)) = (key, &info) {
+            self.stacks.insert(k, Arc::clone(s));
+        }
+        Ok(info)
+    }
+
+    fn event(
+        &mut self,
+        chunk: &Chunk,
+        info: Arc<TypeInfo>,
+        event: jfr_format::Event,
+    ) -> jfr_format::Result<ConsumedEvent> {
+        let header = chunk.header();
+        let start_nanos = header.ticks_to_epoch_nanos(event.start_ticks());
+        let duration_nanos = chunk.event_duration_ticks(&event).map(|t| header.ticks_to_nanos(t)).unwrap_or(0);
+        let mut thread = None;
+        let mut stack_trace = None;
+        let mut values = Vec::with_capacity(event.values.len());
+        for (i, v) in event.values.into_iter().enumerate() {
+            if Some(i) == info.stack {
+                stack_trace = self.stack(chunk, &v)?;
+                values.push(v);
+                continue;
+            }
+            if Some(i) == info.thread {
+                thread = self.thread(chunk, &v)?;
+            }
+            values.push(match v {
+                Value::Ref { .. } | Value::Array(_) | Value::Object(_) => self.value(chunk, &v, RESOLVE_DEPTH)?,
+                other => detach(other),
+            });
+        }
+        Ok(ConsumedEvent {
+            type_info: info,
+            values,
+            start_nanos,
+            duration_nanos,
+            thread,
+            stack_trace,
+            chunk_start_nanos: header.start_nanos,
+            offset: event.offset,
+        })
+    }
+}
+
+/// Copies strings out of the chunk buffer. Strings decoded from a chunk share its bytes, and a live
+/// chunk gets a new buffer at every refresh: an event kept by the user (or a cached constant) would
+/// otherwise pin a whole copy of the chunk per refresh.
+fn detach(value: Value) -> Value {
+    match value {
+        Value::String(t) => Value::String(jfr_format::Text::from(t.as_str())),
+        Value::Array(items) => Value::Array(items.into_iter().map(detach).collect()),
+        Value::Object(o) => {
+            Value::Object(jfr_format::Object { type_id: o.type_id, fields: o.fields.into_iter().map(detach).collect() })
+        }
+        other => other,
+    }
+}
+
+/// The reading engine behind `run`, `start` and `iter`.
+struct Follower {
+    root: PathBuf,
+    mode: Mode,
+    config: Config,
+    closed: Arc<AtomicBool>,
+    /// The chunk directory, once a chunk was found in it.
+    chunk_dir: Option<PathBuf>,
+    current: Option<Current>,
+    after: After,
+    /// Files reported as unreadable once, not again.
+    reported: HashSet<PathBuf>,
+    /// File mode: the whole file and where the next chunk starts.
+    file_data: Option<(Bytes, usize)>,
+    /// Files left out of scans (headers that stayed locked).
+    ignored: HashSet<PathBuf>,
+    /// Start times of the chunk files seen by the last scan.
+    starts: HashMap<(PathBuf, u64), i64>,
+    /// Consecutive attempts to open a chunk that was not ready.
+    not_ready: u32,
+    /// Problems found by a directory scan, delivered before anything else.
+    pending: VecDeque<ConsumerError>,
+    done: bool,
+}
+
+impl Follower {
+    fn new(root: PathBuf, mode: Mode, config: Config, closed: Arc<AtomicBool>) -> Follower {
+        Follower {
+            root,
+            mode,
+            config,
+            closed,
+            chunk_dir: None,
+            current: None,
+            after: After::Nothing,
+            reported: HashSet::new(),
+            file_data: None,
+            pending: VecDeque::new(),
+            not_ready: 0,
+            starts: HashMap::new(),
+            ignored: HashSet::new(),
+            done: false,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sleeps `d`, waking early when the stream is closed.
+    fn sleep(&self, d: Duration) {
+        let step = Duration::from_millis(10);
+        let mut left = d;
+        while !left.is_zero() && !self.is_closed() {
+            let s = left.min(step);
+            std::thread::sleep(s);
+            left -= s;
+        }
+    }
+
+    /// The next event, flush or problem; `None` when the stream has ended. `want` says which event
+    /// types to decode into [`ConsumedEvent`]s (others are skipped cheaply).
+    fn next_step(&mut self, want: &dyn Fn(&str) -> bool) -> Option<Step> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(Step::Error(e));
+            }
+            if self.done || self.is_closed() {
+                self.done = true;
+                return None;
+            }
+            let Some(cur) = self.current.as_mut() else {
+                match self.open_next() {
+                    Ok(true) => continue,
+                    Ok(false) => {
+                        if self.mode == Mode::File || !self.config.follow {
+                            self.done = true;
+                        } else {
+                            self.sleep(self.config.poll);
+                        }
+                        continue;
+                    }
+                    Err(e) => return Some(Step::Error(e)),
+                }
+            };
+            let mut items = cur.chunk.items(cur.pos);
+            let item = items.next();
+            cur.pos = items.position();
+            match item {
+                Some(Ok(Item::Flush)) => return Some(Step::Flush),
+                Some(Ok(Item::Event(event))) => {
+                    let Some(info) = cur.cache.type_info(&cur.chunk, event.type_id) else {
+                        continue;
+                    };
+                    if !want(&info.name) {
+                        continue;
+                    }
+                    match cur.cache.event(&cur.chunk, info, event) {
+                        Ok(ev) => return Some(Step::Event(ev)),
+                        // A constant that cannot be decoded spoils one event, not the chunk.
+                        Err(e) => return Some(Step::Error(format_err(&cur.path, e))),
+                    }
+                }
+                Some(Err(e)) => {
+                    let err = format_err(&cur.path, e);
+                    self.abandon();
+                    return Some(Step::Error(err));
+                }
+                None => {
+                    let header = *cur.chunk.header();
+                    if header.is_finished() || cur.file.is_none() {
+                        self.current = None;
+                        if self.mode == Mode::Repository && header.is_final() {
+                            self.done = true;
+                        } else {
+                            self.after = After::End(header.start_nanos.saturating_add(header.duration_nanos.max(1)));
+                        }
+                        continue;
+                    }
+                    match refresh(cur) {
+                        Ok(Some(true)) => {
+                            self.not_ready = 0;
+                            continue;
+                        }
+                        Ok(Some(false)) if !self.config.follow => {
+                            // Not following: an unfinished chunk ends here; a newer chunk, if
+                            // any, comes next.
+                            self.after = After::Skip(header.start_nanos);
+                            self.current = None;
+                        }
+                        Ok(Some(false)) => self.sleep(self.config.poll),
+                        Ok(None) => {
+                            self.not_ready += 1;
+                            if !self.config.follow && self.not_ready > NOT_READY_LIMIT {
+                                // A header left locked by a writer that died: what was read is
+                                // all there is.
+                                self.not_ready = 0;
+                                let path = cur.path.clone();
+                                self.abandon();
+                                let e = io::Error::other("the chunk header stays locked");
+                                return Some(Step::Error(io_err(&path, e)));
+                            }
+                            self.sleep(LOCKED_RETRY);
+                        }
+                        Err(e) => {
+                            self.abandon();
+                            return Some(Step::Error(e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn abandon(&mut self) {
+        if let Some(cur) = self.current.take() {
+            self.after = After::Skip(cur.chunk.header().start_nanos);
+            if self.mode == Mode::File {
+                // The next chunk of a file starts where this one's header says it ends; with a
+                // corrupt chunk that is not to be trusted.
+                self.done = true;
+            }
+        }
+    }
+
+    /// Opens the next chunk: `Ok(true)` if one is current now or the caller should try again at
+    /// once, `Ok(false)` if none is there yet.
+    fn open_next(&mut self) -> Result<bool, ConsumerError> {
+        match self.mode {
+            Mode::File => self.open_next_in_file(),
+            Mode::Repository => self.open_next_in_repository(),
+        }
+    }
+
+    fn open_next_in_file(&mut self) -> Result<bool, ConsumerError> {
+        if self.file_data.is_none() {
+            let data = std::fs::read(&self.root).map_err(|e| {
+                self.done = true;
+                io_err(&self.root, e)
+            })?;
+            self.file_data = Some((Bytes::from(data), 0));
+        }
+        let Some((data, pos)) = self.file_data.as_mut() else {
+            return Ok(false);
+        };
+        if *pos >= data.len() {
+            return Ok(false);
+        }
+        let chunk = match Chunk::parse(data.slice(*pos..), *pos as u64) {
+            Ok(c) => c,
+            Err(e) => {
+                self.done = true;
+                return Err(format_err(&self.root, e));
+            }
+        };
+        // An unfinished chunk (a copy of a live one, or a crash) is read up to its published size;
+        // what follows it is not a chunk.
+        *pos = if chunk.header().is_finished() { *pos + chunk.size() as usize } else { data.len() };
+        self.current = Some(Current {
+            path: self.root.clone(),
+            file: None,
+            pos: HEADER_SIZE as u64,
+            cache: Resolver::new(&chunk),
+            chunk,
+        });
+        Ok(true)
+    }
+
+    fn open_next_in_repository(&mut self) -> Result<bool, ConsumerError> {
+        let dir = match &self.chunk_dir {
+            Some(d) => d.clone(),
+            None => self.pick_dir(),
+        };
+        let (chunks, locked) = self.scan(&dir);
+        if let Some(path) = locked {
+            // A header being rewritten: its start time is unknown, and it may be the chunk to read
+            // next. Scan again shortly; a header that stays locked (a writer that died in the
+            // middle of a rewrite) is ignored after about a second, as the JDK's scan does.
+            self.not_ready += 1;
+            if self.not_ready > NOT_READY_LIMIT {
+                self.not_ready = 0;
+                self.ignored.insert(path.clone());
+                return Err(io_err(&path, io::Error::other("skipped: its header stays locked")));
+            }
+            self.sleep(LOCKED_RETRY);
+            return Ok(true);
+        }
+        let candidate = match self.after {
+            After::Nothing => match self.config.start {
+                StartAt::Beginning => chunks.iter().next(),
+                StartAt::Now => chunks.iter().next_back(),
+            },
+            After::End(end) => chunks.range(end..).next(),
+            After::Skip(start) => chunks.range(start.saturating_add(1)..).next(),
+        };
+        let Some((&start_nanos, path)) = candidate else {
+            return Ok(false);
+        };
+        let path = path.clone();
+        if self.chunk_dir.is_none() {
+            self.chunk_dir = Some(dir);
+        }
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            // Removed by retention between the scan and now: scan again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+            Err(e) => {
+                self.after = After::Skip(start_nanos);
+                return Err(io_err(&path, e));
+            }
+        };
+        let data = match read_snapshot(&file, None) {
+            Ok(Some(d)) => d,
+            Ok(None) => return self.not_ready(start_nanos, &path, "its header stays locked"),
+            Err(e) => {
+                self.after = After::Skip(start_nanos);
+                return Err(io_err(&path, e));
+            }
+        };
+        let chunk = match Chunk::parse(data, 0) {
+            Ok(c) => c,
+            Err(jfr_format::Error::HeaderLocked { .. }) => {
+                return self.not_ready(start_nanos, &path, "its header stays locked")
+            }
+            Err(jfr_format::Error::NoMetadata { .. }) => {
+                return self.not_ready(start_nanos, &path, "nothing was published in it")
+            }
+            Err(e) => {
+                self.after = After::Skip(start_nanos);
+                return Err(format_err(&path, e));
+            }
+        };
+        let pos = match (self.after, self.config.start) {
+            (After::Nothing, StartAt::Now) => chunk.size(),
+            _ => HEADER_SIZE as u64,
+        };
+        self.current = Some(Current { path, file: Some(file), pos, cache: Resolver::new(&chunk), chunk });
+        self.not_ready = 0;
+        Ok(true)
+    }
+
+    /// A chunk that cannot be read yet (header locked, no metadata published): retried without
+    /// limit while following, and given up after about a second (as the JDK's file mode does)
+    /// when not.
+    fn not_ready(&mut self, start_nanos: i64, path: &Path, why: &str) -> Result<bool, ConsumerError> {
+        self.not_ready += 1;
+        if !self.config.follow && self.not_ready > NOT_READY_LIMIT {
+            self.not_ready = 0;
+            self.after = After::Skip(start_nanos);
+            return Err(io_err(path, io::Error::other(format!("skipped: {why}"))));
+        }
+        self.sleep(LOCKED_RETRY);
+        // Not "nothing there": the caller must not end a non-following stream.
+        Ok(true)
+    }
+
+    /// The chunk directory to scan: the most recently modified `DDDD_DD_DD_DD_DD_DD_*`
+    /// subdirectory of the root, or the root itself.
+    fn pick_dir(&self) -> PathBuf {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return self.root.clone();
+        };
+        let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if !is_recording_dir_name(name) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            if best.as_ref().is_none_or(|(m, _)| modified > *m) {
+                best = Some((modified, entry.path()));
+            }
+        }
+        best.map(|(_, p)| p).unwrap_or_else(|| self.root.clone())
+    }
+
+    /// The chunk files of `dir` by header start time. Files whose header is being rewritten are
+    /// left for the next scan; files that are not chunks are reported once.
+    fn scan(&mut self, dir: &Path) -> (BTreeMap<i64, PathBuf>, Option<PathBuf>) {
+        let mut out = BTreeMap::new();
+        let mut locked = None;
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return (out, None);
+        };
+        // A chunk's start time never changes: headers are read once per file (by name and inode),
+        // so a scan of a large repository costs one readdir.
+        let mut starts = HashMap::with_capacity(self.starts.len());
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "jfr") || self.ignored.contains(&path) {
+                continue;
+            }
+            let key = (path, entry.ino());
+            if let Some(&start) = self.starts.get(&key) {
+                starts.insert(key.clone(), start);
+                out.entry(start).or_insert(key.0);
+                continue;
+            }
+            let path = key.0.clone();
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            match read_header(&file) {
+                Ok(Some(bytes)) => match ChunkHeader::parse(&bytes, 0) {
+                    Ok(h) => {
+                        starts.insert(key, h.start_nanos);
+                        // Equal start times collide, as in the JDK; keep the first name.
+                        out.entry(h.start_nanos).or_insert(path);
+                    }
+                    Err(e) => {
+                        if self.reported.insert(path.clone()) {
+                            self.pending.push_back(format_err(&path, e));
+                        }
+                    }
+                },
+                Ok(None) => {
+                    // Shorter than a header (not a chunk yet), or its header is being rewritten.
+                    if entry.metadata().is_ok_and(|m| m.len() >= HEADER_SIZE as u64) {
+                        locked = Some(path);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        self.starts = starts;
+        (out, locked)
+    }
+}
+
+/// `DDDD_DD_DD_DD_DD_DD_` prefix of the JDK's recording directories.
+fn is_recording_dir_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.len() < 20 {
+        return false;
+    }
+    b[..20].iter().enumerate().all(|(i, &c)| match i {
+        4 | 7 | 10 | 13 | 16 | 19 => c == b'_',
+        _ => c.is_ascii_digit(),
+    })
+}
+
+/// Reads the 68-byte header twice; returns it only if both reads agree and the guard is not set
+/// (jfr-format.md §6.2 step 1–3). `None`: being rewritten, or shorter than a header; try later.
+fn read_header(file: &File) -> io::Result<Option<[u8; HEADER_SIZE]>> {
+    let mut a = [0u8; HEADER_SIZE];
+    let mut b = [0u8; HEADER_SIZE];
+    match file.read_exact_at(&mut a, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    if a[STATE_OFFSET] == STATE_GUARD {
+        return Ok(None);
+    }
+    file.read_exact_at(&mut b, 0)?;
+    Ok((a == b).then_some(a))
+}
+
+/// A consistent snapshot of a chunk file: its header and the data up to the published size.
+/// `old` is the previous snapshot: published bytes never change, so only the tail is read.
+fn read_snapshot(file: &File, old: Option<&Bytes>) -> io::Result<Option<Bytes>> {
+    let Some(header) = read_header(file)? else {
+        return Ok(None);
+    };
+    let mut size_bytes = [0u8; 8];
+    size_bytes.copy_from_slice(&header[8..16]);
+    let published = i64::from_be_bytes(size_bytes).max(HEADER_SIZE as i64) as u64;
+    // Never trust the header for the allocation: the file length bounds it (a size beyond it is
+    // then reported by the parser).
+    let want = published.min(file.metadata()?.len()).max(HEADER_SIZE as u64) as usize;
+    let mut data = Vec::with_capacity(want);
+    data.extend_from_slice(&header);
+    let reuse = old.map_or(HEADER_SIZE, |o| o.len().clamp(HEADER_SIZE, want));
+    if let Some(o) = old {
+        data.extend_from_slice(&o[HEADER_SIZE..reuse]);
+    }
+    data.resize(want, 0);
+    match file.read_exact_at(&mut data[reuse..], reuse as u64) {
+        Ok(()) => {}
+        // Truncated under us: keep what is there, the parser reports the short chunk.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        Err(e) => return Err(e),
+    }
+    Ok(Some(Bytes::from(data)))
+}
+
+/// Looks for newly published data in the current live chunk: `Some(true)` grew (or finished),
+/// `Some(false)` unchanged, `None` header locked.
+fn refresh(cur: &mut Current) -> Result<Option<bool>, ConsumerError> {
+    let Some(file) = cur.file.as_ref() else {
+        return Ok(Some(false));
+    };
+    // Cheap check first: only the header is read unless size or state changed.
+    let header = match read_header(file) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(io_err(&cur.path, e)),
+    };
+    let parsed = ChunkHeader::parse(&header, 0).map_err(|e| format_err(&cur.path, e))?;
+    let old = cur.chunk.header();
+    if parsed.chunk_size == old.chunk_size && parsed.state == old.state {
+        return Ok(Some(false));
+    }
+    let data = match read_snapshot(file, Some(cur.chunk.bytes())) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(io_err(&cur.path, e)),
+    };
+    match cur.chunk.refresh(data) {
+        Ok(jfr_format::Refresh::Grew) => Ok(Some(true)),
+        Ok(jfr_format::Refresh::Unchanged) => Ok(Some(false)),
+        Ok(jfr_format::Refresh::Locked) => Ok(None),
+        Err(e) => Err(format_err(&cur.path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_dir_names() {
+        assert!(is_recording_dir_name("2026_11_29_16_36_53_10829"));
+        assert!(!is_recording_dir_name("2026_11_29_16_36_5310829"));
+        assert!(!is_recording_dir_name("control"));
+    }
+}

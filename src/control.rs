@@ -1,0 +1,571 @@
+//! Control socket: lets another process of the same user ask a running recording for a dump.
+//!
+//! A recording listens on a Unix stream socket `<dir>/<pid>.sock` (mode 0600) in a per-user
+//! directory (mode 0700), see [`socket_dir`]. One request per connection, one line each way:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `DUMP <absolute path>\n` | the process flushes and writes a complete `.jfr` of its repository to the path: `OK <bytes>\n` or `ERR <message>\n` |
+//! | `PING\n` | `OK <pid> <repository dir>\n` |
+//!
+//! Only peers of the recording's own user are served: the listener checks the peer's uid with
+//! `SO_PEERCRED` and answers anyone else `ERR permission denied` before closing. The client
+//! ([`request_dump`], [`ping`]) checks the other way round: the socket file must be a socket owned
+//! by the target process's user, in a directory no one else can write, and the peer at the other
+//! end must be the target pid (`SO_PEERCRED` again), so a planted socket is refused.
+//!
+//! The listener runs on its own thread from `Recorder::start` to `Recorder::stop`; it holds no
+//! strong reference to the recording, and any problem it meets is logged once to stderr and never
+//! reaches the host program. `RECORDER_CONTROL=off` (or `0`) disables it.
+
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Environment variable overriding the socket directory (for both the recording and clients).
+pub const ENV_DIR: &str = "RECORDER_CONTROL_DIR";
+/// Environment variable that disables the listener when set to `0`, `off`, `false` or `no`.
+pub const ENV_ENABLE: &str = "RECORDER_CONTROL";
+
+/// Longest request or answer line accepted.
+const MAX_LINE: usize = 4096;
+/// How long the listener waits for a request line, and a client for an answer to `PING`.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client waits for a dump to be written.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The directory this process's recordings put their socket in: `$RECORDER_CONTROL_DIR` if set,
+/// else `$XDG_RUNTIME_DIR/recorder` if that runtime directory exists and is ours, else
+/// `/tmp/recorder-<uid>/control`.
+pub fn socket_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        let xdg = PathBuf::from(xdg);
+        if std::fs::metadata(&xdg).is_ok_and(|m| m.is_dir() && m.uid() == uid()) {
+            return xdg.join("recorder");
+        }
+    }
+    tmp_dir(uid())
+}
+
+fn tmp_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/recorder-{uid}/control"))
+}
+
+/// Directories where a process of user `target_uid` may have put its socket, most specific first.
+fn candidate_dirs(target_uid: u32) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(dir));
+    }
+    if target_uid == uid() {
+        dirs.push(socket_dir());
+    }
+    dirs.push(PathBuf::from(format!("/run/user/{target_uid}/recorder")));
+    dirs.push(tmp_dir(target_uid));
+    let mut unique: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+    for d in dirs {
+        if !unique.contains(&d) {
+            unique.push(d);
+        }
+    }
+    unique
+}
+
+static LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Logs the first problem of the control socket; later ones are dropped (the host must not be
+/// flooded, and nothing here may fail it).
+fn log_once(what: &str) {
+    if !LOGGED.swap(true, Ordering::Relaxed) {
+        eprintln!("recorder: control socket disabled or degraded: {what}");
+    }
+}
+
+/// Writes a dump to a path; returns its size. Given by the recorder, holding only a weak reference.
+pub(crate) type DumpFn = Box<dyn Fn(&Path) -> Result<u64, String> + Send + Sync>;
+
+struct Listener {
+    generation: u64,
+    /// The process that started the listener: a forked child inherits this record but not the
+    /// thread, and must neither join it nor remove the parent's socket.
+    pid: u32,
+    stop: Arc<AtomicBool>,
+    path: PathBuf,
+    thread: JoinHandle<()>,
+}
+
+static LISTENER: Mutex<Option<Listener>> = Mutex::new(None);
+
+fn enabled() -> bool {
+    !matches!(std::env::var(ENV_ENABLE).map(|v| v.to_ascii_lowercase()).as_deref(), Ok("0" | "off" | "false" | "no"))
+}
+
+/// Starts the listener of recording `generation` (called by `Recorder::start`). Never fails: a
+/// problem is logged once and the recording runs without a control socket.
+pub(crate) fn start(generation: u64, repository: &Path, dump: DumpFn) {
+    if !enabled() {
+        return;
+    }
+    let mut slot = LISTENER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(old) = slot.take() {
+        shut_down(old);
+    }
+    match listen(generation, repository.to_owned(), dump) {
+        Ok(l) => *slot = Some(l),
+        Err(e) => log_once(&e),
+    }
+}
+
+/// Stops the listener of recording `generation` and removes its socket (called by
+/// `Recorder::stop`). A listener of another recording is left alone.
+pub(crate) fn stop(generation: u64) {
+    let listener = {
+        let mut slot = LISTENER.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(l) if l.generation == generation => slot.take(),
+            _ => None,
+        }
+    };
+    if let Some(l) = listener {
+        shut_down(l);
+    }
+}
+
+fn shut_down(l: Listener) {
+    if l.pid != std::process::id() {
+        // Inherited through fork(): the thread and the socket are the parent's. Joining a thread
+        // that does not exist in this process would wait forever.
+        std::mem::forget(l);
+        return;
+    }
+    l.stop.store(true, Ordering::Release);
+    // Wake the accept poll at once; the poll timeout covers the case where this fails.
+    let _ = UnixStream::connect(&l.path);
+    let _ = l.thread.join();
+}
+
+/// Checks that `dir` is a directory of ours that nobody else can use, creating it (0700) if needed.
+fn prepare_dir(dir: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != uid() {
+        return Err(format!("{} belongs to uid {}, not to us", dir.display(), meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
+    }
+    // The directory above the default one is ours too (we may have created it just now).
+    if dir.starts_with("/tmp") {
+        if let Some(parent) = dir.parent().filter(|p| *p != Path::new("/tmp")) {
+            let meta = std::fs::symlink_metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            if !meta.is_dir() || meta.uid() != uid() || meta.mode() & 0o022 != 0 {
+                return Err(format!("{} is not a directory only we can write", parent.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener, String> {
+    let dir = socket_dir();
+    prepare_dir(&dir)?;
+    let pid = std::process::id();
+    let path = dir.join(format!("{pid}.sock"));
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_socket() && meta.uid() == uid() => {
+            // A stale socket of an earlier recording with our pid (this process, or a dead one),
+            // unless someone still serves it (a process with our pid in another pid namespace).
+            if UnixStream::connect(&path).is_ok() {
+                return Err(format!("{} is served by another live process", path.display()));
+            }
+            std::fs::remove_file(&path).map_err(|e| format!("cannot remove stale {}: {e}", path.display()))?;
+        }
+        Ok(_) => return Err(format!("{} exists and is not our socket; not replacing it", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let listener = UnixListener::bind(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let cleanup = |e: String| {
+        let _ = std::fs::remove_file(&path);
+        e
+    };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| cleanup(format!("cannot restrict {}: {e}", path.display())))?;
+    listener.set_nonblocking(true).map_err(|e| cleanup(format!("{}: {e}", path.display())))?;
+    let ino = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino())).ok();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread_stop = Arc::clone(&stop);
+    let thread_path = path.clone();
+    let thread = std::thread::Builder::new()
+        .name("recorder-control".into())
+        .spawn(move || {
+            serve(&listener, &thread_stop, &repository, &dump);
+            // Remove the socket only if it is still the one we bound.
+            let same = std::fs::symlink_metadata(&thread_path).map(|m| (m.dev(), m.ino())).ok();
+            if same.is_some() && same == ino {
+                let _ = std::fs::remove_file(&thread_path);
+            }
+        })
+        .map_err(|e| cleanup(format!("cannot start the control thread: {e}")))?;
+    Ok(Listener { generation, pid, stop, path, thread })
+}
+
+fn serve(listener: &UnixListener, stop: &AtomicBool, repository: &Path, dump: &DumpFn) {
+    let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    while !stop.load(Ordering::Acquire) {
+        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, 200) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                log_once(&format!("poll: {e}"));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            continue;
+        }
+        if n == 0 {
+            continue;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if let Err(e) = handle(stream, repository, dump) {
+                        log_once(&format!("request: {e}"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log_once(&format!("accept: {e}"));
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The credentials of the process at the other end of `stream`.
+fn peer_cred(stream: &UnixStream) -> io::Result<libc::ucred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes and `len` holds the buffer's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred)
+}
+
+fn read_line(stream: &UnixStream) -> io::Result<String> {
+    let mut line = Vec::new();
+    let mut reader = BufReader::new(stream.take(MAX_LINE as u64));
+    reader.read_until(b'\n', &mut line)?;
+    if line.last() != Some(&b'\n') {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "no complete line"));
+    }
+    line.pop();
+    String::from_utf8(line).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+}
+
+fn handle(stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let cred = peer_cred(&stream)?;
+    if cred.uid != uid() {
+        // Refused before reading anything from it.
+        let _ = send_all(&stream, b"ERR permission denied\n");
+        return Ok(());
+    }
+    let line = match read_line(&stream) {
+        Ok(l) => l,
+        // A peer that connects and leaves (like the listener's own wake-up) is no problem.
+        Err(_) => return Ok(()),
+    };
+    let answer = if line == "PING" {
+        format!("OK {} {}\n", std::process::id(), repository.display())
+    } else if let Some(path) = line.strip_prefix("DUMP ") {
+        let path = Path::new(path);
+        if !path.is_absolute() {
+            "ERR the dump path must be absolute\n".to_owned()
+        } else {
+            match dump(path) {
+                Ok(n) => format!("OK {n}\n"),
+                Err(e) => format!("ERR {}\n", e.replace('\n', " ")),
+            }
+        }
+    } else {
+        "ERR unknown request (expected DUMP <path> or PING)\n".to_owned()
+    };
+    send_all(&stream, answer.as_bytes())
+}
+
+/// Writes all of `bytes` with `MSG_NOSIGNAL`: a peer that went away must not raise SIGPIPE in the
+/// host (a C host does not ignore it as Rust binaries do).
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe a live slice; the fd is open for the call.
+        let n = unsafe { libc::send(stream.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// Why a control request failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No process has this pid.
+    NoSuchProcess {
+        /// The pid.
+        pid: u32,
+    },
+    /// The process exists but runs no recording with a control socket (no socket, or nobody
+    /// listening on it).
+    NotRecording {
+        /// The pid.
+        pid: u32,
+        /// What was found.
+        detail: String,
+    },
+    /// The process belongs to another user, or refused us.
+    PermissionDenied {
+        /// The pid.
+        pid: u32,
+        /// What refused.
+        detail: String,
+    },
+    /// The socket path is not a socket of the target process's user, or the peer is not the
+    /// target process: refused without sending anything.
+    Untrusted {
+        /// The socket path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The process answered with an error.
+    Remote {
+        /// The process's message.
+        message: String,
+    },
+    /// Talking to the process failed.
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The answer was not understood.
+    Protocol {
+        /// What was received.
+        message: String,
+    },
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::NoSuchProcess { pid } => write!(f, "process {pid} does not exist"),
+            ControlError::NotRecording { pid, detail } => {
+                write!(f, "process {pid} is not recording (no control socket: {detail})")
+            }
+            ControlError::PermissionDenied { pid, detail } => {
+                write!(f, "permission denied for process {pid}: {detail}")
+            }
+            ControlError::Untrusted { path, reason } => {
+                write!(f, "refusing control socket {}: {reason}", path.display())
+            }
+            ControlError::Remote { message } => write!(f, "the process answered: {message}"),
+            ControlError::Io { context, source } => write!(f, "{context}: {source}"),
+            ControlError::Protocol { message } => write!(f, "unexpected answer: {message:?}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ControlError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The uid owning process `pid`, or why not.
+fn process_uid(pid: u32) -> Result<u32, ControlError> {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return Err(ControlError::NoSuchProcess { pid });
+    };
+    if raw <= 0 {
+        return Err(ControlError::NoSuchProcess { pid });
+    }
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    if unsafe { libc::kill(raw, 0) } != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return Err(ControlError::NoSuchProcess { pid });
+    }
+    match std::fs::metadata(format!("/proc/{pid}")) {
+        Ok(m) => Ok(m.uid()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ControlError::NoSuchProcess { pid }),
+        Err(e) => Err(ControlError::Io { context: format!("reading /proc/{pid}"), source: e }),
+    }
+}
+
+/// Finds and checks the socket of `pid`, connects, checks the peer, sends `request`, returns the
+/// text after `OK `.
+fn exchange(pid: u32, request: &str, timeout: Duration) -> Result<String, ControlError> {
+    let owner = process_uid(pid)?;
+    let mut path = None;
+    for dir in candidate_dirs(owner) {
+        let p = dir.join(format!("{pid}.sock"));
+        match std::fs::symlink_metadata(&p) {
+            Ok(_) => {
+                path = Some(p);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(ControlError::PermissionDenied {
+                    pid,
+                    detail: format!("cannot look into {}: {e}", dir.display()),
+                })
+            }
+            Err(_) => {}
+        }
+    }
+    let Some(path) = path else {
+        return Err(ControlError::NotRecording {
+            pid,
+            detail: format!("no {pid}.sock in {:?}", candidate_dirs(owner)),
+        });
+    };
+    let untrusted = |reason: String| ControlError::Untrusted { path: path.clone(), reason };
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| untrusted(e.to_string()))?;
+    if !meta.file_type().is_socket() {
+        return Err(untrusted("not a socket".into()));
+    }
+    if meta.uid() != owner {
+        return Err(untrusted(format!("owned by uid {}, but process {pid} runs as uid {owner}", meta.uid())));
+    }
+    if let Some(dir) = path.parent() {
+        let dmeta = std::fs::symlink_metadata(dir).map_err(|e| untrusted(e.to_string()))?;
+        if !dmeta.is_dir() || (dmeta.uid() != owner && dmeta.uid() != 0) || dmeta.mode() & 0o022 != 0 {
+            return Err(untrusted(format!("{} is writable by others or not owned by uid {owner}", dir.display())));
+        }
+    }
+    let stream = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(match e.raw_os_error() {
+                Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
+                    ControlError::NotRecording { pid, detail: format!("{}: {e}", path.display()) }
+                }
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    ControlError::PermissionDenied { pid, detail: format!("{}: {e}", path.display()) }
+                }
+                _ => ControlError::Io { context: format!("connecting to {}", path.display()), source: e },
+            })
+        }
+    };
+    let cred = peer_cred(&stream).map_err(|e| ControlError::Io { context: "SO_PEERCRED".into(), source: e })?;
+    if cred.pid as u32 != pid {
+        return Err(untrusted(format!("served by process {}, not {pid}", cred.pid)));
+    }
+    if cred.uid != owner {
+        return Err(untrusted(format!("served by uid {}, not {owner}", cred.uid)));
+    }
+    let io_err = |context: &str, e: io::Error| ControlError::Io { context: context.to_owned(), source: e };
+    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| io_err("socket", e))?;
+    stream.set_read_timeout(Some(timeout)).map_err(|e| io_err("socket", e))?;
+    if let Err(e) = send_all(&stream, request.as_bytes()) {
+        // A refusing process answers and closes before reading: its answer is still to be read.
+        if !matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) {
+            return Err(io_err("sending the request", e));
+        }
+    }
+    let answer = match read_line(&stream) {
+        Ok(a) => a,
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(ControlError::Protocol { message: "connection closed without an answer".into() })
+        }
+        Err(e) => return Err(io_err("reading the answer", e)),
+    };
+    if let Some(rest) = answer.strip_prefix("OK ") {
+        Ok(rest.to_owned())
+    } else if let Some(message) = answer.strip_prefix("ERR ") {
+        if message.starts_with("permission denied") {
+            Err(ControlError::PermissionDenied { pid, detail: format!("the process refused: {message}") })
+        } else {
+            Err(ControlError::Remote { message: message.to_owned() })
+        }
+    } else {
+        Err(ControlError::Protocol { message: answer })
+    }
+}
+
+/// Asks the recording in process `pid` to write a complete `.jfr` of its repository to `out_path`
+/// (relative paths are taken from this process's working directory). Returns the file's size.
+pub fn request_dump(pid: u32, out_path: impl AsRef<Path>) -> Result<u64, ControlError> {
+    let out = std::path::absolute(out_path.as_ref())
+        .map_err(|e| ControlError::Io { context: format!("resolving {}", out_path.as_ref().display()), source: e })?;
+    let text = out.to_str().ok_or_else(|| ControlError::Io {
+        context: format!("{}", out.display()),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "the path is not UTF-8"),
+    })?;
+    if text.contains('\n') {
+        return Err(ControlError::Io {
+            context: text.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "the path contains a newline"),
+        });
+    }
+    let answer = exchange(pid, &format!("DUMP {text}\n"), DUMP_TIMEOUT)?;
+    answer.trim().parse().map_err(|_| ControlError::Protocol { message: format!("OK {answer}") })
+}
+
+/// Asks the recording in process `pid` who it is: returns its pid and repository directory.
+pub fn ping(pid: u32) -> Result<(u32, PathBuf), ControlError> {
+    let answer = exchange(pid, "PING\n", IO_TIMEOUT)?;
+    let (p, dir) = answer.split_once(' ').ok_or_else(|| ControlError::Protocol { message: answer.clone() })?;
+    let p = p.parse().map_err(|_| ControlError::Protocol { message: answer.clone() })?;
+    Ok((p, PathBuf::from(dir)))
+}

@@ -1,0 +1,256 @@
+//! The control socket: dumps of a running recording requested through it, clear errors for
+//! processes that do not record or do not exist, planted sockets and peers of other users refused.
+
+use recorder::control::{self, ControlError};
+use recorder::{Event, Recorder};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+recorder::event! {
+    /// A numbered event.
+    #[event(name = "test.Ctl", label = "Control test", category = ["Test"])]
+    pub struct Ctl {
+        pub seq: u64,
+    }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One recording per process at a time; the environment is changed only under this lock.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const CHILD_ENV: &str = "RECORDER_CONTROL_TEST_CHILD";
+
+/// `jfr summary` must succeed (a missing `jfr` fails the test); returns the count of `type_name`.
+fn jfr_summary_count(path: &Path, type_name: &str) -> u64 {
+    let out = Command::new("jfr").arg("summary").arg(path).output().expect("the JDK's jfr tool is required");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "jfr summary failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("Exception"), "{text}");
+    text.lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            (parts.len() == 3 && parts[0] == type_name).then(|| parts[1].parse().unwrap())
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+fn sleeper() -> std::process::Child {
+    Command::new("sleep").arg("30").spawn().unwrap()
+}
+
+#[test]
+fn dump_and_ping_through_the_socket_of_this_process() {
+    let _guard = serial();
+    std::env::remove_var(control::ENV_DIR);
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    for seq in 0..250 {
+        Ctl { seq }.commit();
+    }
+    let pid = std::process::id();
+    let socket = control::socket_dir().join(format!("{pid}.sock"));
+    assert!(socket.exists(), "no socket at {}", socket.display());
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+    let dir_mode = std::fs::metadata(control::socket_dir()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dir_mode, 0o700, "socket dir mode {dir_mode:o}");
+
+    let (p, dir) = control::ping(pid).unwrap();
+    assert_eq!(p, pid);
+    assert_eq!(dir, rec.repository_dir());
+
+    let out = base.path().join("via-socket.jfr");
+    let bytes = control::request_dump(pid, &out).unwrap();
+    assert_eq!(bytes, std::fs::metadata(&out).unwrap().len());
+    assert_eq!(jfr_summary_count(&out, "test.Ctl"), 250);
+
+    // An unwritable path is an error from the process, not a crash.
+    match control::request_dump(pid, "/nonexistent-dir/x.jfr") {
+        Err(ControlError::Remote { message }) => assert!(message.contains("nonexistent-dir"), "{message}"),
+        other => panic!("expected a remote error, got {other:?}"),
+    }
+    // The recording still works after that.
+    Ctl { seq: 250 }.commit();
+    let out2 = base.path().join("again.jfr");
+    control::request_dump(pid, &out2).unwrap();
+    assert_eq!(jfr_summary_count(&out2, "test.Ctl"), 251);
+
+    rec.stop().unwrap();
+    assert!(!socket.exists(), "socket not removed on stop");
+    match control::request_dump(pid, base.path().join("after.jfr")) {
+        Err(e @ ControlError::NotRecording { .. }) => eprintln!("after stop: {e}"),
+        other => panic!("expected NotRecording after stop, got {other:?}"),
+    }
+}
+
+#[test]
+fn processes_that_do_not_record_or_do_not_exist() {
+    let _guard = serial();
+    std::env::remove_var(control::ENV_DIR);
+    let out = tempfile::tempdir().unwrap();
+    let mut child = sleeper();
+    match control::request_dump(child.id(), out.path().join("x.jfr")) {
+        Err(e @ ControlError::NotRecording { .. }) => eprintln!("not recording: {e}"),
+        other => panic!("expected NotRecording, got {other:?}"),
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    match control::request_dump(gone_pid, out.path().join("x.jfr")) {
+        Err(e @ ControlError::NoSuchProcess { .. }) => eprintln!("vanished: {e}"),
+        other => panic!("expected NoSuchProcess, got {other:?}"),
+    }
+    assert!(matches!(control::ping(0), Err(ControlError::NoSuchProcess { pid: 0 })));
+    assert!(matches!(control::ping(u32::MAX), Err(ControlError::NoSuchProcess { .. })));
+}
+
+#[test]
+fn planted_sockets_are_refused() {
+    let _guard = serial();
+    let sockets = tempfile::tempdir().unwrap();
+    std::env::set_var(control::ENV_DIR, sockets.path());
+    let out = tempfile::tempdir().unwrap();
+
+    // Client side: a regular file where the socket of a live process would be.
+    let mut child = sleeper();
+    let planted = sockets.path().join(format!("{}.sock", child.id()));
+    std::fs::write(&planted, b"not a socket").unwrap();
+    match control::request_dump(child.id(), out.path().join("x.jfr")) {
+        Err(e @ ControlError::Untrusted { .. }) => eprintln!("planted file: {e}"),
+        other => panic!("expected Untrusted, got {other:?}"),
+    }
+    // A real socket at that path, but served by another process (this one): refused after
+    // SO_PEERCRED, before anything is sent.
+    std::fs::remove_file(&planted).unwrap();
+    let impostor = std::os::unix::net::UnixListener::bind(&planted).unwrap();
+    match control::request_dump(child.id(), out.path().join("x.jfr")) {
+        Err(e @ ControlError::Untrusted { .. }) => eprintln!("impostor: {e}"),
+        other => panic!("expected Untrusted, got {other:?}"),
+    }
+    drop(impostor);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Server side: something that is not our socket at our own path is left alone; the
+    // recording runs without a control socket.
+    let own = sockets.path().join(format!("{}.sock", std::process::id()));
+    std::fs::write(&own, b"planted").unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    Ctl { seq: 1 }.commit();
+    assert_eq!(std::fs::read(&own).unwrap(), b"planted");
+    assert!(matches!(control::ping(std::process::id()), Err(ControlError::Untrusted { .. })));
+    rec.dump(base.path().join("direct.jfr")).unwrap();
+    rec.stop().unwrap();
+    assert_eq!(std::fs::read(&own).unwrap(), b"planted");
+
+    // A socket still served by someone (another process with our pid, in another pid namespace)
+    // is left alone too.
+    std::fs::remove_file(&own).unwrap();
+    let live = std::os::unix::net::UnixListener::bind(&own).unwrap();
+    let ino = || std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(&own).unwrap());
+    let before = ino();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    assert_eq!(ino(), before, "a live socket was replaced");
+    rec.stop().unwrap();
+    assert_eq!(ino(), before, "a live socket was removed");
+    // A stale socket of ours (its process gone) is replaced.
+    drop(live);
+    assert!(own.exists());
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    assert_eq!(control::ping(std::process::id()).unwrap().0, std::process::id());
+    rec.stop().unwrap();
+    assert!(!own.exists());
+    std::env::remove_var(control::ENV_DIR);
+}
+
+#[test]
+fn peers_of_another_user_are_refused() {
+    let _guard = serial();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("NOTE: not running as root; the other-user part of the control test is skipped");
+        return;
+    }
+    let sockets = tempfile::tempdir().unwrap();
+    // Let uid 65534 reach the socket, so that only the listener's SO_PEERCRED check stands in its
+    // way (the default 0700 directory and 0600 socket already stop it at connect()).
+    // (The listener makes its directory 0700 when it starts, so this comes after.)
+    std::env::set_var(control::ENV_DIR, sockets.path());
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    Ctl { seq: 1 }.commit();
+    let pid = std::process::id();
+    let socket = sockets.path().join(format!("{pid}.sock"));
+    std::fs::set_permissions(sockets.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    // The test binary, where uid 65534 can run it.
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("control-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(out_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = out_dir.path().join("stolen.jfr");
+
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(&bin);
+    cmd.args(["child_mode_other_user", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("{pid} {}", out.display()))
+        .env(control::ENV_DIR, sockets.path())
+        .current_dir("/");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let result = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    eprintln!("child: {stdout}");
+    assert!(result.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("1 passed"), "the child test did not run:\n{stdout}");
+    assert!(!out.exists(), "a dump was written for another user");
+    // The refusal did not disturb the listener.
+    assert_eq!(control::ping(pid).unwrap().0, pid);
+    rec.stop().unwrap();
+    std::env::remove_var(control::ENV_DIR);
+}
+
+/// Runs only in the child of `peers_of_another_user_are_refused`, as uid 65534.
+#[test]
+fn child_mode_other_user() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    assert_eq!(unsafe { libc::getuid() }, 65534);
+    let (pid, out) = spec.split_once(' ').unwrap();
+    let pid: u32 = pid.parse().unwrap();
+    match control::request_dump(pid, out) {
+        Err(e @ ControlError::PermissionDenied { .. }) => {
+            println!("refused as expected: {e}");
+            assert!(e.to_string().contains("refused"), "refused by the file system, not by the process: {e}");
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+    match control::ping(pid) {
+        Err(ControlError::PermissionDenied { .. }) => {}
+        other => panic!("expected PermissionDenied for PING, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1));
+}
