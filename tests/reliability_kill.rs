@@ -165,7 +165,13 @@ fn check_killed_recording(dir: &Path, scratch: &Path, repair_directly: bool, jdk
     check_sequences(&before, &format!("{name} before repair"));
     let locked = before.per_file.values().any(Option::is_none);
     let dir_s = dir.to_str().unwrap();
-    if !locked {
+    // Killed before the first chunk was published: nothing to read (the CLI says so).
+    let empty = chunk_files(dir).is_empty();
+    if empty {
+        let out = recorder(&["summary", dir_s]);
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no readable .jfr"));
+    }
+    if !locked && !empty {
         // The CLI reads the directory as a whole without damage, and `dump` makes one valid file.
         recorder_ok(&["summary", dir_s]);
         let out = scratch.join(format!("{name}-dump.jfr"));
@@ -225,7 +231,15 @@ fn check_killed_recording(dir: &Path, scratch: &Path, repair_directly: bool, jdk
     }
     // Repairing again changes nothing.
     assert!(recorder::repository::repair(dir).unwrap().is_clean(), "{name}: repair is idempotent");
-    recorder_ok(&["summary", dir_s]);
+    if !empty {
+        recorder_ok(&["summary", dir_s]);
+    }
+    eprintln!(
+        "{name}: {} files, {} events published{}",
+        before.per_file.len(),
+        total(&before),
+        if empty { " (killed before the first chunk was published)" } else { "" }
+    );
     before.files_with_unpublished_bytes
 }
 
