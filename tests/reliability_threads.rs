@@ -1,6 +1,6 @@
 //! Thread storms under 1 kHz sampling: ten thousand short-lived threads (50 at a time) that
 //! register for sampling, burn a little CPU and commit events. No crash, no slot or buffer leak
-//! (sampler slots return to ~0, RSS returns near its baseline), and no sample or event is written
+//! (no sampler slot of an exited thread remains, RSS returns near its baseline), and no sample or event is written
 //! with the wrong thread: every ExecutionSample names a thread that existed in the test, and a
 //! storm thread's samples have the storm function on their stack.
 
@@ -84,10 +84,11 @@ struct Read {
     samples: Vec<(i64, Option<String>, Vec<String>, bool)>,
     events: Vec<(i64, i64)>, // (eventThread os tid, tid field)
     lost_events: i64,
+    lost_samples: i64,
 }
 
 fn read_recording(dir: &std::path::Path) -> Read {
-    let mut out = Read { samples: Vec::new(), events: Vec::new(), lost_events: 0 };
+    let mut out = Read { samples: Vec::new(), events: Vec::new(), lost_events: 0, lost_samples: 0 };
     for file in chunk_files(dir) {
         let data = bytes::Bytes::from(std::fs::read(&file).unwrap());
         for chunk in jfr_format::chunks(data) {
@@ -109,6 +110,7 @@ fn read_recording(dir: &std::path::Path) -> Read {
                     out.events.push((thread.os_thread_id, tid));
                 } else if let Some(c) = loss.as_ref().filter(|c| c.id == event.type_id) {
                     out.lost_events += event.values[c.field_index("events").unwrap()].as_i64().unwrap();
+                    out.lost_samples += event.values[c.field_index("samples").unwrap()].as_i64().unwrap();
                 }
             }
         }
@@ -118,6 +120,20 @@ fn read_recording(dir: &std::path::Path) -> Read {
 
 #[test]
 fn ten_thousand_threads_under_1khz_sampling() {
+    storm(false);
+}
+
+/// Every sample taken is in the recording or counted there as lost. Fails today: when the sampler
+/// reaps the slot of an exited thread (`reap_exited` → `fold_stats` in src/sampler/buffer.rs) it
+/// zeroes the slot's not-yet-reported loss counter, so the losses of threads that lived less than
+/// a discovery period (100 ms) never reach `take_lost` and no `recorder.DataLoss` names them.
+#[test]
+#[ignore = "known gap: lost samples of reaped thread slots are dropped, not reported (sampler fix pending)"]
+fn storm_losses_are_all_reported() {
+    storm(true);
+}
+
+fn storm(strict_loss: bool) {
     let _guard = serial();
     let dir = tempfile::tempdir().unwrap();
     let rec = Recorder::builder()
@@ -158,10 +174,20 @@ fn ten_thousand_threads_under_1khz_sampling() {
     // Slots of exited threads are reaped by the recorder's next passes.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut slots = usize::MAX;
+    let mut dead_slots = Vec::new();
     while Instant::now() < deadline {
         rec.flush();
-        slots = rec.sampler_stats().unwrap().slots_in_use;
-        if slots <= 2 {
+        let stats = rec.sampler_stats().unwrap();
+        slots = stats.slots_in_use;
+        // A slot left for a thread that no longer exists is a leak; the live threads (this one,
+        // the recorder's, the control socket's) may keep theirs.
+        dead_slots = stats
+            .threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|tid| !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists())
+            .collect();
+        if dead_slots.is_empty() && slots <= 4 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -179,13 +205,15 @@ fn ten_thousand_threads_under_1khz_sampling() {
         max_slots.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed)
     );
-    assert!(slots <= 2, "sampler slots leak: {slots} still in use after the storm");
+    assert!(dead_slots.is_empty(), "sampler slots leak: slots of exited threads {dead_slots:?}");
+    assert!(slots <= 4, "sampler slots leak: {slots} still in use after the storm");
     assert!(
         after <= baseline + 48 * 1024,
         "RSS grew from {baseline} KiB to {after} KiB over the storm (peak {peak} KiB)"
     );
     let dir_path = rec.repository_dir().to_owned();
-    rec.stop().unwrap();
+    let report = rec.stop_with_report().unwrap();
+    let final_sampler = report.sampler.expect("sampling");
 
     let tids = tids.into_inner().unwrap();
     assert!(tids.len() > THREADS / 4, "only {} distinct tids", tids.len());
@@ -222,8 +250,8 @@ fn ten_thousand_threads_under_1khz_sampling() {
                 // After the body returned, in its own thread's exit path (still sampled until the
                 // slot retires at thread exit): a spawned thread's start routine, nothing of the
                 // test thread (whose stack runs through the test harness).
-                let own_exit = stack.iter().any(|f| f.contains("thread_start"))
-                    && !stack.iter().any(|f| f.starts_with("test::") || f.contains("run_test"));
+                // (The stack reaches start_thread, checked above.)
+                let own_exit = !stack.iter().any(|f| f.starts_with("test::") || f.contains("run_test"));
                 assert!(
                     own_exit,
                     "a sample of storm thread {tid} ({name:?}) outside its own code (truncated: {cut}): {stack:?}"
@@ -239,6 +267,23 @@ fn ten_thousand_threads_under_1khz_sampling() {
             );
             *others.entry(name).or_default() += 1;
         }
+    }
+    eprintln!(
+        "samples in the recording {} + counted lost {} vs sampler taken {} (written {}, lost {})",
+        read.samples.len(),
+        read.lost_samples,
+        final_sampler.taken,
+        final_sampler.written,
+        final_sampler.lost
+    );
+    assert!(read.samples.len() as u64 <= final_sampler.taken, "more samples than taken");
+    if strict_loss {
+        assert_eq!(
+            read.samples.len() as u64 + read.lost_samples as u64,
+            final_sampler.taken,
+            "samples taken must be in the recording or reported lost (sampler says lost {})",
+            final_sampler.lost
+        );
     }
     eprintln!("{storm_samples} storm samples ({truncated} not reaching start_thread, {unflagged} of them not flagged truncated, {in_exit} in thread exit), others {others:?}");
     assert!(truncated * 4 <= storm_samples, "most storm samples have their whole stack");
