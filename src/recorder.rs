@@ -123,6 +123,8 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Its `max_depth` follows `depth.inner`.
     pub sampling: Option<SamplerConfig>,
+    /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files.
+    pub compress_finished_chunks: bool,
 }
 
 impl Default for Settings {
@@ -142,6 +144,7 @@ impl Default for Settings {
             name: "recorder".into(),
             stack_table_capacity: 1 << 18,
             sampling: Some(SamplerConfig::default()),
+            compress_finished_chunks: false,
         }
     }
 }
@@ -166,6 +169,14 @@ impl RecorderBuilder {
     /// Rotate chunks at this size (default 12 MiB; at least 64 KiB).
     pub fn max_chunk_size(mut self, bytes: u64) -> Self {
         self.settings.max_chunk_size = bytes;
+        self
+    }
+    /// Replace each finished chunk file by a zstd-compressed `<name>.jfr.zst` (default false;
+    /// the live chunk is never compressed). `recorder` reads such repositories; the JDK's tools
+    /// and streaming readers (which only look at `*.jfr`) do not, and compressing costs the
+    /// flushing thread some time at each rotation.
+    pub fn compress_finished_chunks(mut self, on: bool) -> Self {
+        self.settings.compress_finished_chunks = on;
         self
     }
     /// Rotate chunks at this age (default 1 h; at least the flush interval).
@@ -1539,9 +1550,16 @@ impl State {
         file.write_at(offset, &bytes)?;
         file.publish(&header)?;
         self.stats.chunks_finished += 1;
+        let plain = (file.path().to_owned(), header.chunk_size as u64);
+        // A chunk that cannot be compressed stays as it is: it is complete and valid.
+        let (path, size) = if self.settings.compress_finished_chunks {
+            compress_chunk_file(file.path()).unwrap_or(plain)
+        } else {
+            plain
+        };
         self.finished.push(FinishedChunk {
-            path: file.path().to_owned(),
-            size: header.chunk_size as u64,
+            path,
+            size,
             start_nanos: chunk.start.epoch_nanos,
             end_nanos: chunk.start.epoch_nanos + duration,
         });
@@ -1553,12 +1571,17 @@ impl State {
         Ok(())
     }
 
-    /// Every finished chunk and the published part of the live chunk, as one valid file.
+    /// Every finished chunk (decompressed) and the published part of the live chunk, as one valid file.
     fn dump_bytes(&self) -> io::Result<Vec<u8>> {
         let mut out = Vec::new();
         let mut last_start = None;
         for c in &self.finished {
-            match std::fs::read(&c.path) {
+            let read = std::fs::read(&c.path);
+            let read = match read {
+                Ok(bytes) if bytes.starts_with(&ZSTD_MAGIC) => zstd::decode_all(&bytes[..]),
+                other => other,
+            };
+            match read {
                 Ok(bytes) => {
                     last_start = Some(out.len());
                     out.extend_from_slice(&bytes);
@@ -1713,4 +1736,37 @@ fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
         write_file_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(bytes.len() as u64)
     })
+}
+
+/// The zstd frame magic, at the start of a compressed chunk file.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Replaces the finished chunk file `path` by `<path>.zst`; returns the new path and size. The
+/// compressed file is complete (synced, renamed into place) before the original is removed, so a
+/// reader finds the chunk in one of them at all times (possibly in both for a moment).
+fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
+    let plain = std::fs::read(path)?;
+    let compressed = zstd::encode_all(&plain[..], 3)?;
+    let mut zst = path.as_os_str().to_owned();
+    zst.push(".zst");
+    let zst = PathBuf::from(zst);
+    let mut partial = zst.clone().into_os_string();
+    partial.push(".part");
+    let partial = PathBuf::from(partial);
+    let written = (|| {
+        let mut f = std::fs::File::create(&partial)?;
+        std::io::Write::write_all(&mut f, &compressed)?;
+        f.sync_all()?;
+        std::fs::rename(&partial, &zst)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::remove_file(path) {
+        // Keep one copy only: the plain chunk stays.
+        let _ = std::fs::remove_file(&zst);
+        return Err(e);
+    }
+    Ok((zst, compressed.len() as u64))
 }

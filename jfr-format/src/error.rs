@@ -99,7 +99,7 @@ impl Error {
             | Error::UnknownType { offset, .. }
             | Error::NestingTooDeep { offset }
             | Error::NoMetadata { offset }
-            | Error::HeaderLocked { offset } => *offset += base,
+            | Error::HeaderLocked { offset } => *offset = offset.wrapping_add(base),
         }
         self
     }

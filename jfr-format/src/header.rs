@@ -67,10 +67,11 @@ impl ChunkHeader {
     /// Decodes a header from the first 68 bytes of `data`. `base` is the chunk's offset in the
     /// input, used in errors. A header with the guard state decodes fine: check [`Self::is_locked`].
     pub fn parse(data: &[u8], base: u64) -> Result<ChunkHeader> {
-        let bytes: &[u8; HEADER_SIZE] = data
-            .get(..HEADER_SIZE)
-            .and_then(|b| b.try_into().ok())
-            .ok_or(Error::UnexpectedEof { offset: base + data.len() as u64, expected: "a 68-byte chunk header" })?;
+        let bytes: &[u8; HEADER_SIZE] =
+            data.get(..HEADER_SIZE).and_then(|b| b.try_into().ok()).ok_or(Error::UnexpectedEof {
+                offset: base.wrapping_add(data.len() as u64),
+                expected: "a 68-byte chunk header",
+            })?;
         let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
         if magic != MAGIC {
             return Err(Error::BadMagic { offset: base, found: magic });
@@ -95,7 +96,11 @@ impl ChunkHeader {
             flags: u16_at(66),
         };
         if header.major != 1 && header.major != 2 {
-            return Err(Error::UnsupportedVersion { offset: base + 4, major: header.major, minor: header.minor });
+            return Err(Error::UnsupportedVersion {
+                offset: base.wrapping_add(4),
+                major: header.major,
+                minor: header.minor,
+            });
         }
         Ok(header)
     }
@@ -107,14 +112,14 @@ impl ChunkHeader {
         let size = self.chunk_size;
         if size < HEADER_SIZE as i64 {
             return Err(Error::Invalid {
-                offset: base + 8,
+                offset: base.wrapping_add(8),
                 expected: "a chunk size of at least 68",
                 found: size as u64,
             });
         }
         if size as u64 > available {
             return Err(Error::UnexpectedEof {
-                offset: base + available,
+                offset: base.wrapping_add(available),
                 expected: "the rest of the chunk its header announces",
             });
         }
@@ -123,12 +128,16 @@ impl ChunkHeader {
             (24, self.metadata_offset, "a metadata offset inside the chunk"),
         ] {
             if value != 0 && (value < HEADER_SIZE as i64 || value >= size) {
-                return Err(Error::Invalid { offset: base + field_offset, expected: what, found: value as u64 });
+                return Err(Error::Invalid {
+                    offset: base.wrapping_add(field_offset),
+                    expected: what,
+                    found: value as u64,
+                });
             }
         }
         if self.ticks_per_second <= 0 {
             return Err(Error::Invalid {
-                offset: base + 56,
+                offset: base.wrapping_add(56),
                 expected: "a positive tick frequency",
                 found: self.ticks_per_second as u64,
             });

@@ -2,14 +2,20 @@
 //!
 //! The format crate of the `recorder` project: sans I/O (it parses `Bytes` and appends to
 //! caller-provided `Vec<u8>`s), without unsafe code, and written so that **no input makes it panic,
-//! hang or allocate beyond the input's size**: counts are checked against the bytes that remain,
-//! nesting is bounded by [`MAX_NESTING`], and every error names the byte offset and what was expected
-//! there.
+//! hang or allocate more than a small multiple of the input's size** (the tests and fuzz targets
+//! assert 64 × input + 1 MiB): counts are checked against the bytes that remain and never reserve
+//! memory before elements are decoded, nesting is bounded by [`MAX_NESTING`], decoded metadata text
+//! and deep constant resolution are budgeted by the record and chunk sizes, and every error names
+//! the byte offset and what was expected there.
+//!
+//! Constant references stay [`Value::Ref`] even with key 0: the JDK resolves key 0 when the pool
+//! defines it (HotSpot's frame type 0 is "Interpreted"), and [`Chunk::resolve`] returns `None`
+//! for a key the pool lacks, which readers treat as null.
 //!
 //! - [`header`]: the 68-byte chunk header and the live-update (guard/generation) protocol.
 //! - [`metadata`]: the type model, the JDK 17 stack-trace and thread types ([`metadata::jdk_types`])
 //!   and event-type helpers.
-//! - [`write`]: value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
+//! - [`write`](mod@write): value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
 //! - [`read`]: [`read::Chunk`] (header, metadata, lazily resolved constant pools, events, refresh of
 //!   live chunks) and [`read::chunks`] for multi-chunk files.
 //! - [`view`]: typed views of threads and stack traces.

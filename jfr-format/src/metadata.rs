@@ -176,6 +176,21 @@ impl Metadata {
     pub fn class_by_name(&self, name: &str) -> Option<&Class> {
         self.classes.iter().find(|c| c.name == name)
     }
+    /// Both descriptors declare the same classes (in the same order) and region; the ids are not
+    /// compared. When this is false for two descriptors of one recording, they need different ids
+    /// (pitfall P9).
+    pub fn same_descriptor(&self, other: &Metadata) -> bool {
+        self.classes == other.classes && self.region == other.region
+    }
+    /// The id this descriptor should be written with when `previous` was the recording's last
+    /// descriptor: `previous.id` if nothing changed, else the next id.
+    pub fn id_after(&self, previous: &Metadata) -> u64 {
+        if self.same_descriptor(previous) {
+            previous.id
+        } else {
+            previous.id.wrapping_add(1).max(1)
+        }
+    }
 }
 
 /// Names of the eight primitive types plus `java.lang.String`: field-less classes the readers

@@ -29,13 +29,13 @@ impl<'a> Cursor<'a> {
         Cursor { data, pos: pos.min(end), end, base }
     }
     fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
     }
     fn remaining(&self) -> usize {
         self.end - self.pos
     }
     fn eof(&self, expected: &'static str) -> Error {
-        Error::UnexpectedEof { offset: self.base + self.end as u64, expected }
+        Error::UnexpectedEof { offset: self.base.wrapping_add(self.end as u64), expected }
     }
     fn varint(&mut self, expected: &'static str) -> Result<u64> {
         let slice = self.data.get(self.pos..self.end).unwrap_or(&[]);
@@ -139,6 +139,9 @@ enum StringValue {
     Text(Text),
     Ref(u64),
 }
+
+/// Most elements a claimed count reserves room for before they are decoded.
+const INITIAL_CAPACITY: usize = 16;
 
 /// How a field's value is encoded on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +290,9 @@ impl TypeTable {
     fn read_value(&self, cur: &mut Cursor<'_>, plan: FieldPlan, depth: usize) -> Result<Value> {
         if plan.array {
             let n = cur.count("array length", 1)?;
-            let mut items = Vec::with_capacity(n.min(4096));
+            // Grow with what is decoded: a count only bounds the work, and nested arrays would
+            // otherwise reserve their claimed lengths at every level before reading anything.
+            let mut items = Vec::with_capacity(n.min(INITIAL_CAPACITY));
             for _ in 0..n {
                 items.push(self.read_one(cur, plan.kind, depth)?);
             }
@@ -310,12 +315,13 @@ impl TypeTable {
                 StringValue::Null => Value::Null,
                 StringValue::Text(t) => Value::String(t),
                 StringValue::Ref(key) => match self.string_type {
-                    Some(type_id) if key != 0 => Value::Ref { type_id, key },
-                    _ => Value::Null,
+                    Some(type_id) => Value::Ref { type_id, key },
+                    None => Value::Null,
                 },
             },
-            // Key 0 stays a reference: it is null only when the pool lacks it, as in the JDK's
-            // ConstantMap. HotSpot's FrameType pool uses key 0 for "Interpreted".
+            // Key 0 is null by convention, but the JDK resolves it like any other key when the
+            // pool defines it (HotSpot's FrameType 0 is "Interpreted", ThreadState 0 "STATE_NEW"),
+            // so it stays a reference; `Chunk::resolve` returns `None` when the pool lacks it.
             Kind::Ref(type_id) => Value::Ref { type_id, key: cur.varint("a constant pool key")? },
             Kind::Struct(index) => {
                 if depth >= MAX_NESTING {
@@ -394,6 +400,11 @@ struct Element {
     children: Vec<Element>,
 }
 
+/// Decoded metadata text may be at most this many times the record's size (plus the slack).
+const METADATA_TEXT_FACTOR: usize = 16;
+/// Slack of the metadata text budget, for tiny records.
+const METADATA_TEXT_SLACK: usize = 64 * 1024;
+
 /// Parses a metadata record at chunk offset `offset`; returns the descriptor.
 pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> Result<Metadata> {
     let mut cur = Cursor::new(data, offset, limit, base);
@@ -409,7 +420,7 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
     cur.varint("the metadata duration")?;
     let id = cur.varint("the metadata id")?;
     let n = cur.count("metadata string table", 1)?;
-    let mut strings = Vec::with_capacity(n);
+    let mut strings = Vec::with_capacity(n.min(INITIAL_CAPACITY));
     for _ in 0..n {
         strings.push(match cur.string()? {
             StringValue::Text(t) => t.as_str().to_owned(),
@@ -417,12 +428,32 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
         });
     }
     let root = read_element(&mut cur, strings.len(), 0)?;
+    // Every string the descriptor materialises is charged against a budget proportional to the
+    // record's size: a 2-byte attribute may name a long string, and without the budget a small
+    // hostile record could make us copy that string millions of times.
+    let budget =
+        core::cell::Cell::new((size as usize).saturating_mul(METADATA_TEXT_FACTOR).saturating_add(METADATA_TEXT_SLACK));
     let s = |i: usize| strings.get(i).map(String::as_str).unwrap_or("");
-    let attr = |e: &Element, key: &str| -> Option<String> {
-        e.attributes.iter().find(|&&(k, _)| s(k) == key).map(|&(_, v)| s(v).to_owned())
+    let own = |text: &str| -> Result<String> {
+        let cost = text.len() + 16;
+        match budget.get().checked_sub(cost) {
+            Some(left) => {
+                budget.set(left);
+                Ok(text.to_owned())
+            }
+            None => Err(Error::Invalid {
+                offset: at,
+                expected: "metadata whose decoded text stays proportional to its size",
+                found: size,
+            }),
+        }
     };
+    let find = |e: &Element, key: &str| -> Option<&str> {
+        e.attributes.iter().find(|&&(k, _)| s(k) == key).map(|&(_, v)| s(v))
+    };
+    let attr = |e: &Element, key: &str| -> Result<Option<String>> { find(e, key).map(&own).transpose() };
     let number = |e: &Element, key: &str| -> Result<u64> {
-        let text = attr(e, key).unwrap_or_default();
+        let text = find(e, key).unwrap_or_default();
         text.parse::<u64>().or_else(|_| text.parse::<i64>().map(|v| v as u64)).map_err(|_| Error::Invalid {
             offset: at,
             expected: "a numeric id attribute",
@@ -436,42 +467,45 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
                 .attributes
                 .iter()
                 .filter(|&&(k, _)| s(k) != "class")
-                .map(|&(k, v)| (s(k).to_owned(), s(v).to_owned()))
-                .collect(),
+                .map(|&(k, v)| Ok((own(s(k))?, own(s(v))?)))
+                .collect::<Result<_>>()?,
         })
+    };
+    let annotations = |e: &Element| -> Result<Vec<Annotation>> {
+        e.children.iter().filter(|a| s(a.name) == "annotation").map(&annotation).collect()
     };
     let mut metadata = Metadata { id, classes: Vec::new(), region: Region { attributes: Vec::new() } };
     for top in &root.children {
         match s(top.name) {
             "metadata" => {
                 for ce in top.children.iter().filter(|c| s(c.name) == "class") {
-                    let mut class = Class::new(number(ce, "id")?, attr(ce, "name").unwrap_or_default());
-                    class.super_type = attr(ce, "superType");
-                    class.simple_type = attr(ce, "simpleType").is_some();
+                    let mut class = Class::new(number(ce, "id")?, attr(ce, "name")?.unwrap_or_default());
+                    class.super_type = attr(ce, "superType")?;
+                    class.simple_type = find(ce, "simpleType").is_some();
                     for child in &ce.children {
                         match s(child.name) {
                             "field" => class.fields.push(Field {
-                                name: attr(child, "name").unwrap_or_default(),
+                                name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
-                                constant_pool: attr(child, "constantPool").is_some_and(|v| v != "false"),
-                                array: attr(child, "dimension").is_some_and(|v| v == "1"),
-                                annotations: child
-                                    .children
-                                    .iter()
-                                    .filter(|a| s(a.name) == "annotation")
-                                    .map(&annotation)
-                                    .collect::<Result<_>>()?,
+                                constant_pool: find(child, "constantPool").is_some_and(|v| v != "false"),
+                                array: match find(child, "dimension") {
+                                    None | Some("0") => false,
+                                    Some("1") => true,
+                                    Some(other) => {
+                                        return Err(Error::Invalid {
+                                            offset: at,
+                                            expected: "a field dimension of 0 or 1",
+                                            found: other.parse().unwrap_or(u64::MAX),
+                                        })
+                                    }
+                                },
+                                annotations: annotations(child)?,
                             }),
                             "setting" => class.settings.push(Setting {
-                                name: attr(child, "name").unwrap_or_default(),
+                                name: attr(child, "name")?.unwrap_or_default(),
                                 type_id: number(child, "class")?,
-                                default_value: attr(child, "defaultValue").unwrap_or_default(),
-                                annotations: child
-                                    .children
-                                    .iter()
-                                    .filter(|a| s(a.name) == "annotation")
-                                    .map(&annotation)
-                                    .collect::<Result<_>>()?,
+                                default_value: attr(child, "defaultValue")?.unwrap_or_default(),
+                                annotations: annotations(child)?,
                             }),
                             "annotation" => class.annotations.push(annotation(child)?),
                             _ => {}
@@ -482,7 +516,7 @@ pub fn parse_metadata(data: &Bytes, offset: usize, limit: usize, base: u64) -> R
             }
             "region" => {
                 metadata.region.attributes =
-                    top.attributes.iter().map(|&(k, v)| (s(k).to_owned(), s(v).to_owned())).collect();
+                    top.attributes.iter().map(|&(k, v)| Ok((own(s(k))?, own(s(v))?))).collect::<Result<_>>()?;
             }
             _ => {}
         }
@@ -504,14 +538,14 @@ fn read_element(cur: &mut Cursor<'_>, nstrings: usize, depth: usize) -> Result<E
     };
     let name = string_index(cur)?;
     let nattr = cur.count("element attribute", 2)?;
-    let mut attributes = Vec::with_capacity(nattr);
+    let mut attributes = Vec::with_capacity(nattr.min(INITIAL_CAPACITY));
     for _ in 0..nattr {
         let k = string_index(cur)?;
         let v = string_index(cur)?;
         attributes.push((k, v));
     }
     let nchildren = cur.count("element children", 3)?;
-    let mut children = Vec::with_capacity(nchildren);
+    let mut children = Vec::with_capacity(nchildren.min(INITIAL_CAPACITY));
     for _ in 0..nchildren {
         children.push(read_element(cur, nstrings, depth + 1)?);
     }
@@ -526,7 +560,10 @@ fn check_record_size(cur: &Cursor<'_>, start: usize, size: u64, at: u64) -> Resu
     }
     let end = (start as u64).saturating_add(size);
     if end > cur.end as u64 {
-        return Err(Error::UnexpectedEof { offset: cur.base + cur.end as u64, expected: "the rest of a record" });
+        return Err(Error::UnexpectedEof {
+            offset: cur.base.wrapping_add(cur.end as u64),
+            expected: "the rest of a record",
+        });
     }
     Ok(end as usize)
 }
@@ -571,8 +608,11 @@ pub struct RawRecord {
     pub bytes: Bytes,
 }
 
+/// Values [`Chunk::resolve_deep`] may produce beyond one per chunk byte.
+const RESOLVE_SLACK: usize = 4096;
+
 /// Where the pool value of a (type, key) starts.
-type PoolIndex = HashMap<u64, HashMap<u64, u32>>;
+type PoolIndex = HashMap<u64, HashMap<u64, usize>>;
 
 /// One chunk, complete or (followed with [`Chunk::refresh`]) still being written.
 #[derive(Debug, Clone)]
@@ -612,7 +652,7 @@ impl Chunk {
             return Err(Error::NoMetadata { offset: base });
         }
         let metadata = parse_metadata(&data, header.metadata_offset as usize, data.len(), base)?;
-        let types = Arc::new(TypeTable::new(metadata, base + header.metadata_offset as u64)?);
+        let types = Arc::new(TypeTable::new(metadata, base.wrapping_add(header.metadata_offset as u64))?);
         let mut chunk = Chunk { data, base, header, types, pools: Arc::new(HashMap::new()), checkpoints: Vec::new() };
         let mut pools = HashMap::new();
         chunk.index_checkpoints(header.cp_offset, 0, &mut pools)?;
@@ -645,7 +685,7 @@ impl Chunk {
         }
         if header.chunk_size < self.header.chunk_size {
             return Err(Error::Invalid {
-                offset: self.base + 8,
+                offset: self.base.wrapping_add(8),
                 expected: "a chunk size that never shrinks",
                 found: header.chunk_size as u64,
             });
@@ -657,7 +697,7 @@ impl Chunk {
         let data = data.slice(..header.chunk_size as usize);
         let types = if header.metadata_offset != self.header.metadata_offset {
             let metadata = parse_metadata(&data, header.metadata_offset as usize, data.len(), self.base)?;
-            Some(Arc::new(TypeTable::new(metadata, self.base + header.metadata_offset as u64)?))
+            Some(Arc::new(TypeTable::new(metadata, self.base.wrapping_add(header.metadata_offset as u64))?))
         } else {
             None
         };
@@ -682,16 +722,19 @@ impl Chunk {
     /// Walks the checkpoint chain from `from` back to `stop` (exclusive) or the first checkpoint.
     fn index_checkpoints(&mut self, from: i64, stop: i64, pools: &mut PoolIndex) -> Result<()> {
         let mut offset = from;
+        // Where the pointer to `offset` was read: the header's cpOffset field, then the previous
+        // checkpoint (its delta). Errors about a bad target name that place.
+        let mut pointer_at = self.base.wrapping_add(16);
         let mut seen = Vec::new();
-        while offset != 0 && offset != stop {
-            let at = self.base + offset as u64;
+        while offset != 0 && (stop == 0 || offset > stop) {
             if offset < HEADER_SIZE as i64 || offset as u64 >= self.data.len() as u64 {
                 return Err(Error::Invalid {
-                    offset: at,
+                    offset: pointer_at,
                     expected: "a checkpoint offset inside the chunk",
                     found: offset as u64,
                 });
             }
+            let at = self.base.wrapping_add(offset as u64);
             let delta = self.index_checkpoint(offset as usize, pools)?;
             seen.push(offset as u64);
             if delta == 0 {
@@ -704,6 +747,7 @@ impl Chunk {
                     found: delta as u64,
                 });
             }
+            pointer_at = at;
             offset += delta;
         }
         seen.reverse();
@@ -736,7 +780,7 @@ impl Chunk {
             let entries = pools.entry(pool_type).or_default();
             for _ in 0..count {
                 let key = cur.varint("a constant key")?;
-                let value_at = cur.pos as u32;
+                let value_at = cur.pos;
                 self.skip_class_value(&mut cur, class_index)?;
                 entries.entry(key).or_insert(value_at);
             }
@@ -807,33 +851,63 @@ impl Chunk {
     /// Decodes the constant `key` of type `type_id`: `Ok(None)` if the pool lacks it (the JDK treats
     /// that as null). Simple types come back as their single field's value.
     pub fn resolve(&self, type_id: u64, key: u64) -> Result<Option<Value>> {
+        Ok(self.resolve_sized(type_id, key)?.map(|(v, _)| v))
+    }
+
+    /// [`Chunk::resolve`], plus the number of bytes the constant's encoding took.
+    fn resolve_sized(&self, type_id: u64, key: u64) -> Result<Option<(Value, usize)>> {
         let Some(&offset) = self.pools.get(&type_id).and_then(|p| p.get(&key)) else {
             return Ok(None);
         };
         let class_index = self.types.class_index(type_id).ok_or(Error::UnknownType { offset: self.base, type_id })?;
         let class = &self.types.classes()[class_index];
-        let mut cur = Cursor::new(&self.data, offset as usize, self.data.len(), self.base);
+        let mut cur = Cursor::new(&self.data, offset, self.data.len(), self.base);
         let value = match primitive_kind(&class.name) {
             Some(kind) if class.fields.is_empty() => self.types.read_one(&mut cur, kind, 0)?,
             _ => self.types.read_class(&mut cur, class_index)?,
         };
-        Ok(Some(unwrap_simple(&self.types, value)))
+        Ok(Some((unwrap_simple(&self.types, value), cur.pos - offset)))
     }
 
     /// Follows references: a `Ref` becomes its resolved value (recursively up to `depth` levels),
     /// objects and arrays are walked. Missing keys become `Null`.
+    ///
+    /// Constants may refer to each other many times over, so the result could be far larger than
+    /// the chunk; the walk gives up with [`Error::CountTooLarge`] once the values it produced plus
+    /// the bytes of the constants it decoded exceed the chunk's size (plus a small allowance).
     pub fn resolve_deep(&self, value: &Value, depth: usize) -> Result<Value> {
+        let mut budget = self.data.len().saturating_add(RESOLVE_SLACK);
+        self.resolve_deep_within(value, depth, 0, &mut budget)
+    }
+
+    fn resolve_deep_within(&self, value: &Value, depth: usize, nesting: usize, budget: &mut usize) -> Result<Value> {
+        if *budget == 0 || nesting > 4 * MAX_NESTING {
+            return Err(Error::CountTooLarge {
+                offset: self.base,
+                what: "values produced by resolving constants",
+                count: self.data.len() as u64,
+            });
+        }
+        *budget -= 1;
         Ok(match value {
-            Value::Ref { type_id, key } if depth > 0 => match self.resolve(*type_id, *key)? {
-                Some(v) => self.resolve_deep(&v, depth - 1)?,
+            Value::Ref { type_id, key } if depth > 0 => match self.resolve_sized(*type_id, *key)? {
+                Some((v, encoded)) => {
+                    // Each decoded constant costs its encoded size: values are at least a byte.
+                    *budget = budget.saturating_sub(encoded);
+                    self.resolve_deep_within(&v, depth - 1, nesting + 1, budget)?
+                }
                 None => Value::Null,
             },
-            Value::Array(items) if depth > 0 => {
-                Value::Array(items.iter().map(|v| self.resolve_deep(v, depth)).collect::<Result<_>>()?)
-            }
+            Value::Array(items) if depth > 0 => Value::Array(
+                items.iter().map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget)).collect::<Result<_>>()?,
+            ),
             Value::Object(o) if depth > 0 => Value::Object(Object {
                 type_id: o.type_id,
-                fields: o.fields.iter().map(|v| self.resolve_deep(v, depth)).collect::<Result<_>>()?,
+                fields: o
+                    .fields
+                    .iter()
+                    .map(|v| self.resolve_deep_within(v, depth, nesting + 1, budget))
+                    .collect::<Result<_>>()?,
             }),
             other => other.clone(),
         })
@@ -963,7 +1037,7 @@ impl Iterator for Items<'_> {
                     }
                     return Some(Ok(Item::Event(Event {
                         type_id,
-                        offset: self.chunk.base + start as u64,
+                        offset: self.chunk.base.wrapping_add(start as u64),
                         size: (end - start) as u64,
                         values,
                     })));

@@ -88,9 +88,9 @@ impl fmt::Display for Text {
 /// One decoded value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// A null string (a constant reference is null when its pool lacks the key, see
-    /// `Chunk::resolve`; key 0 is used that way by convention, but HotSpot's FrameType pool
-    /// defines key 0).
+    /// A null string (tag 0). Constant references are always [`Value::Ref`], even with key 0:
+    /// the JDK resolves key 0 when the pool defines it and treats it as null otherwise, which is
+    /// what `Chunk::resolve` does.
     Null,
     /// `boolean`.
     Boolean(bool),
@@ -110,7 +110,8 @@ pub enum Value {
     Double(f64),
     /// `java.lang.String`.
     String(Text),
-    /// A constant-pool key of type `type_id`, not yet resolved (see `Chunk::resolve`).
+    /// A constant-pool key of type `type_id`, not yet resolved (see `Chunk::resolve`). A key the
+    /// pool lacks (usually 0) means null.
     Ref {
         /// Pool type.
         type_id: u64,

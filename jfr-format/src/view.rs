@@ -62,19 +62,29 @@ pub struct StackTraceInfo {
     pub frames: Vec<FrameInfo>,
 }
 
+/// The text of a string field: an inline string, or a reference followed through at most a few
+/// simple (single-field) constants such as `jdk.types.Symbol`. Only one value is decoded per step,
+/// so hostile pools whose constants fan out cannot make this slow.
 fn text(chunk: &Chunk, value: Option<&Value>) -> Result<Option<String>> {
-    Ok(match value {
-        Some(Value::String(t)) => Some(t.as_str().to_owned()),
-        Some(r @ Value::Ref { .. }) => match chunk.resolve_deep(r, 4)? {
-            Value::String(t) => Some(t.as_str().to_owned()),
-            Value::Object(o) => match o.fields.first() {
-                Some(Value::String(t)) => Some(t.as_str().to_owned()),
-                _ => None,
+    let mut current = match value {
+        Some(v) => v.clone(),
+        None => return Ok(None),
+    };
+    for _ in 0..4 {
+        match current {
+            Value::String(t) => return Ok(Some(t.as_str().to_owned())),
+            Value::Ref { type_id, key } => match chunk.resolve(type_id, key)? {
+                Some(v) => current = v,
+                None => return Ok(None),
             },
-            _ => None,
-        },
-        _ => None,
-    })
+            Value::Object(o) => match o.fields.into_iter().next() {
+                Some(v) => current = v,
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 fn referenced(chunk: &Chunk, value: Option<&Value>) -> Result<Option<Value>> {

@@ -134,10 +134,12 @@ pub fn begin_record(out: &mut Vec<u8>, type_id: u64) -> usize {
 }
 
 /// Ends the record begun at `start`: patches its size. Records of at most 127 bytes are compacted
-/// to a one-byte size; larger ones keep the 4-byte padded size (as HotSpot writes).
+/// to a one-byte size; larger ones keep the 4-byte padded size (as HotSpot writes), and the rare
+/// record of 2^28 bytes or more is widened to an 8-byte padded size.
 ///
 /// # Panics
-/// If the record exceeds 2^28 − 1 bytes, the largest size the padded form holds.
+/// If `start` is not a token from [`begin_record`] on this buffer, or the record exceeds
+/// 2^56 − 1 bytes.
 #[inline]
 pub fn end_record(out: &mut Vec<u8>, start: usize) {
     let total = out.len() - start;
@@ -145,8 +147,13 @@ pub fn end_record(out: &mut Vec<u8>, start: usize) {
     if compact < 0x80 {
         out.drain(start + 1..start + RESERVED_SIZE_WIDTH);
         out[start] = compact as u8;
-    } else {
+    } else if total < 1 << 28 {
         varint::patch_padded(&mut out[start..start + RESERVED_SIZE_WIDTH], total as u64);
+    } else {
+        const WIDE: usize = 8;
+        let extra = WIDE - RESERVED_SIZE_WIDTH;
+        out.splice(start..start, core::iter::repeat_n(0u8, extra));
+        varint::patch_padded(&mut out[start..start + WIDE], (total + extra) as u64);
     }
 }
 
@@ -185,6 +192,106 @@ pub fn put_value(out: &mut Vec<u8>, value: &Value) {
             }
         }
     }
+}
+
+/// Encodes `value` as the value of `field` according to `metadata`: unlike [`put_value`] it knows
+/// which fields are strings, so a string-pool reference (`Value::Ref` of the string type) gets tag 2
+/// and a null string tag 0, inline strings use `encoding`, and arrays and inline structs are
+/// checked against their declarations. Fails (naming the field's type and the output position) if
+/// the value does not fit the field.
+pub fn put_field(
+    out: &mut Vec<u8>,
+    metadata: &Metadata,
+    field: &crate::metadata::Field,
+    value: &Value,
+    encoding: StringEncoding,
+) -> crate::Result<()> {
+    put_typed(out, metadata, field.type_id, field.constant_pool, field.array, value, encoding, 0)
+}
+
+/// Encodes all fields of an event or struct of class `type_id` from `values`, in declared order.
+pub fn put_fields(
+    out: &mut Vec<u8>,
+    metadata: &Metadata,
+    type_id: u64,
+    values: &[Value],
+    encoding: StringEncoding,
+) -> crate::Result<()> {
+    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType { offset: out.len() as u64, type_id })?;
+    if class.fields.len() != values.len() {
+        return Err(mismatch(out, "one value per declared field", values.len() as u64));
+    }
+    for (f, v) in class.fields.iter().zip(values) {
+        put_field(out, metadata, f, v, encoding)?;
+    }
+    Ok(())
+}
+
+fn mismatch(out: &[u8], expected: &'static str, found: u64) -> crate::Error {
+    crate::Error::Invalid { offset: out.len() as u64, expected, found }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn put_typed(
+    out: &mut Vec<u8>,
+    metadata: &Metadata,
+    type_id: u64,
+    pooled: bool,
+    array: bool,
+    value: &Value,
+    encoding: StringEncoding,
+    depth: usize,
+) -> crate::Result<()> {
+    if depth > crate::MAX_NESTING {
+        return Err(crate::Error::NestingTooDeep { offset: out.len() as u64 });
+    }
+    if array {
+        let Value::Array(items) = value else {
+            return Err(mismatch(out, "an array value", type_id));
+        };
+        put_varint(out, items.len() as u64);
+        for item in items {
+            put_typed(out, metadata, type_id, pooled, false, item, encoding, depth + 1)?;
+        }
+        return Ok(());
+    }
+    let class = metadata.class(type_id).ok_or(crate::Error::UnknownType { offset: out.len() as u64, type_id })?;
+    if pooled {
+        return match value {
+            Value::Null => {
+                put_varint(out, 0);
+                Ok(())
+            }
+            Value::Ref { key, .. } => {
+                put_varint(out, *key);
+                Ok(())
+            }
+            _ => Err(mismatch(out, "a constant reference or null", type_id)),
+        };
+    }
+    match (class.name.as_str(), value) {
+        ("java.lang.String", Value::Null) => out.push(0),
+        ("java.lang.String", Value::String(s)) => put_string_as(out, Some(s), encoding),
+        ("java.lang.String", Value::Ref { key, .. }) => put_string_ref(out, *key),
+        ("boolean", Value::Boolean(v)) => put_bool(out, *v),
+        ("byte", Value::Byte(v)) => put_byte(out, *v),
+        ("char", Value::Char(v)) => put_char(out, *v),
+        ("short", Value::Short(v)) => put_short(out, *v),
+        ("int", Value::Int(v)) => put_int(out, *v),
+        ("long", Value::Long(v)) => put_long(out, *v),
+        ("float", Value::Float(v)) => put_float(out, *v),
+        ("double", Value::Double(v)) => put_double(out, *v),
+        (_, Value::Object(o)) if !class.fields.is_empty() && o.type_id == type_id => {
+            if o.fields.len() != class.fields.len() {
+                return Err(mismatch(out, "one value per declared field", type_id));
+            }
+            for (f, v) in class.fields.iter().zip(&o.fields) {
+                put_typed(out, metadata, f.type_id, f.constant_pool, f.array, v, encoding, depth + 1)?;
+            }
+        }
+        _ => return Err(mismatch(out, "a value of the field's declared type", type_id)),
+    }
+    Ok(())
 }
 
 /// Encodes a metadata record (type 0) with the descriptor `metadata`.

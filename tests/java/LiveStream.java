@@ -19,7 +19,11 @@ public class LiveStream {
                 var st = e.getStackTrace();
                 int depth = st == null ? 0 : st.getFrames().size();
                 String top = depth == 0 ? "-" : st.getFrames().get(0).getMethod().getName();
-                String thread = e.getThread() == null ? (e.hasField("sampledThread") && e.getValue("sampledThread") != null ? "sampled" : "-") : e.getThread().getJavaName();
+                jdk.jfr.consumer.RecordedThread t = e.getThread();
+                if (t == null && e.hasField("sampledThread")) {
+                    t = e.getValue("sampledThread");
+                }
+                String thread = t == null ? "-" : (t.getJavaName() != null ? t.getJavaName() : String.valueOf(t.getOSName()));
                 StringBuilder frames = new StringBuilder();
                 if (st != null) {
                     for (var f : st.getFrames()) {

@@ -25,9 +25,12 @@ pub enum Command {
     /// Print events with their fields, thread and stack trace (like `jfr print`).
     #[command(after_long_help = PRINT_EXAMPLES, after_help = PRINT_EXAMPLES)]
     Print(PrintArgs),
-    /// Write a copy of a recording that keeps only some event types (like `jfr scrub`).
+    /// Write the recording's events as JFR (like `jfr scrub`), JSON lines, collapsed stacks or a flame graph SVG.
     #[command(after_long_help = DUMP_EXAMPLES, after_help = DUMP_EXAMPLES)]
     Dump(DumpArgs),
+    /// Live view of the hottest functions (self and total share of CPU samples) over a sliding window.
+    #[command(after_long_help = TOP_CMD_EXAMPLES, after_help = TOP_CMD_EXAMPLES)]
+    Top(TopArgs),
     /// Record a built-in multi-threaded workload for a few seconds and show the result.
     #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
@@ -67,7 +70,7 @@ pub struct DemoArgs {
     pub top: usize,
 }
 
-/// Parses `10ms`, `500us`, `1s`, `2m`, `100ns` (a bare number is milliseconds).
+/// Parses `10ms`, `500us`, `1s`, `2m`, `1h`, `100ns` (a bare number is milliseconds).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
@@ -79,7 +82,8 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "" | "ms" => 1e6,
         "s" => 1e9,
         "m" | "min" => 60e9,
-        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s or m)")),
+        "h" => 3600e9,
+        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
     };
     if !value.is_finite() || value < 0.0 {
         return Err(format!("`{text}` is not a duration such as 10ms"));
@@ -114,7 +118,27 @@ const DUMP_EXAMPLES: &str = "\
 EXAMPLES:
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
     recorder dump app.jfr -o small.jfr --exclude-events jdk.ObjectAllocationSample,jdk.ActiveSetting
-    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr";
+    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr --compress     # whole.jfr is zstd
+    recorder dump app.jfr --format json --thread worker-1 | jq .type
+    recorder dump app.jfr --format collapsed --since 30s > app.folded
+    recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
+    recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
+
+Output goes to -o FILE, or to stdout when -o is not given (jfr and --compress output is binary
+and is not written to a terminal). collapsed: one `outer;...;inner count` line per distinct stack
+of jdk.ExecutionSample (or of the --events types that have stack traces), frames named
+class.method. flamegraph: an interactive SVG of the same stacks (inferno).";
+
+const TOP_CMD_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder top /tmp/2026_11_29_16_36_53_10829/            # live, refreshed every second
+    recorder top --window 30s --interval 2s -n 20 /tmp/2026_11_29_16_36_53_10829/
+    recorder top --once app.jfr
+
+A file is a finished recording: one table of its last --window is printed. A directory is a
+repository, followed live until its recording ends (its final chunk is written), Ctrl-C, or once
+with --once. When stdout is not a terminal, one
+table is printed per refresh, without clearing the screen.";
 
 /// A recording: a `.jfr` file, or a directory of chunk files.
 #[derive(Debug, Args)]
@@ -145,13 +169,43 @@ pub struct PrintArgs {
     pub json: bool,
 }
 
+/// What `dump` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DumpFormat {
+    /// A JFR file with all chunks (kept events copied byte for byte).
+    Jfr,
+    /// One JSON object per event and line (as `print --json`).
+    Json,
+    /// Folded stacks `outer;...;inner count`, one line per distinct stack.
+    Collapsed,
+    /// An interactive flame graph SVG of the folded stacks.
+    Flamegraph,
+}
+
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Output file (a single .jfr file with all chunks).
-    #[arg(short, long, value_name = "OUT.jfr")]
-    pub output: PathBuf,
+    /// A .jfr (or .jfr.zst) file, or a directory of chunk files (a JDK-style repository).
+    #[arg(value_name = "SOURCE", required_unless_present = "pid", conflicts_with = "pid")]
+    pub path: Option<PathBuf>,
+    /// Instead of SOURCE: ask the running process PID (recording with its control socket) to
+    /// write what it recorded so far, and dump that.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Output file (default: stdout; binary output is not written to a terminal).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DumpFormat::Jfr)]
+    pub format: DumpFormat,
+    /// Only events that started within DURATION before the end of the recording (e.g. 30s, 5m, 500ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Only events of the thread with this name (exact Java or OS thread name).
+    #[arg(long, value_name = "NAME")]
+    pub thread: Option<String>,
+    /// Compress the output with zstd (any format; readers here decompress .zst transparently).
+    #[arg(long)]
+    pub compress: bool,
     /// Keep only these event types (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',', conflicts_with = "exclude_events")]
     pub events: Option<Vec<String>>,
@@ -209,9 +263,59 @@ pub struct PrintConfig {
 
 #[derive(Debug)]
 pub struct DumpConfig {
+    /// The source; with `pid`, where the process's dump is written first.
     pub path: PathBuf,
-    pub output: PathBuf,
+    /// Dump the live recording of this process.
+    pub pid: Option<u32>,
+    /// `None`: stdout.
+    pub output: Option<PathBuf>,
+    pub format: DumpFormat,
     pub filter: TypeFilter,
+    pub since: Option<std::time::Duration>,
+    pub thread: Option<String>,
+    pub compress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Refresh period for a live repository.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+    /// Samples of this last span are counted.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
+    /// Functions shown.
+    #[arg(short = 'n', long = "top", default_value_t = 20, value_name = "N")]
+    pub n: usize,
+    /// Print one table and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+#[derive(Debug)]
+pub struct TopConfig {
+    pub path: PathBuf,
+    pub interval: std::time::Duration,
+    pub window: std::time::Duration,
+    pub n: usize,
+    pub once: bool,
+}
+
+impl TopArgs {
+    pub fn into_config(self) -> anyhow::Result<TopConfig> {
+        if self.interval.is_zero() {
+            anyhow::bail!("--interval must be more than 0");
+        }
+        Ok(TopConfig {
+            path: self.source.path,
+            interval: self.interval,
+            window: self.window,
+            n: self.n.max(1),
+            once: self.once,
+        })
+    }
 }
 
 impl SummaryArgs {
@@ -240,14 +344,36 @@ impl DumpArgs {
             (None, Some(n)) => TypeFilter::Except(clean(n)),
             (None, None) => TypeFilter::All,
         };
-        let same_file = self.output == self.source.path
-            || matches!(
-                (self.output.canonicalize(), self.source.path.canonicalize()),
-                (Ok(a), Ok(b)) if a == b
-            );
-        if same_file {
-            anyhow::bail!("{}: the output would overwrite the input", self.output.display());
+        let path = match (self.path, self.pid) {
+            (Some(path), _) => path,
+            (None, Some(pid)) => {
+                std::env::temp_dir().join(format!("recorder-dump-{pid}-from-{}.jfr", std::process::id()))
+            }
+            (None, None) => anyhow::bail!("give a SOURCE or --pid PID"),
+        };
+        if let Some(output) = &self.output {
+            let same_file = *output == path
+                || matches!(
+                    (output.canonicalize(), path.canonicalize()),
+                    (Ok(a), Ok(b)) if a == b
+                );
+            if same_file {
+                anyhow::bail!("{}: the output would overwrite the input", output.display());
+            }
+        } else if (self.format == DumpFormat::Jfr || self.compress)
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+        {
+            anyhow::bail!("binary output is not written to a terminal: give -o FILE or redirect stdout");
         }
-        Ok(DumpConfig { path: self.source.path, output: self.output, filter })
+        Ok(DumpConfig {
+            path,
+            pid: self.pid,
+            output: self.output,
+            format: self.format,
+            filter,
+            since: self.since,
+            thread: self.thread,
+            compress: self.compress,
+        })
     }
 }

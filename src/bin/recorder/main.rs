@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod fold;
 mod json;
 mod render;
 mod source;
@@ -39,6 +40,7 @@ fn run(cli: args::Cli) -> anyhow::Result<ExitCode> {
         args::Command::Summary(a) => commands::summary::run(&a.into_config())?,
         args::Command::Print(a) => commands::print::run(&a.into_config())?,
         args::Command::Dump(a) => commands::dump::run(&a.into_config()?)?,
+        args::Command::Top(a) => commands::top::run(&a.into_config()?)?,
         args::Command::Demo(a) => commands::demo::run(&a)?,
     };
     Ok(match outcome {

@@ -5,6 +5,11 @@
 //! and strings borrow the file (zero-copy). Damage does not stop loading: every chunk that could
 //! be read before it is kept, and the damage is kept as a one-line message naming the file, the
 //! byte offset and the problem.
+//!
+//! Files compressed with zstd (`.jfr.zst`, recognized by the zstd magic `28 b5 2f fd`, whatever
+//! their name) are decompressed into memory first, transparently; in a directory, `*.jfr.zst`
+//! chunk files are read along with `*.jfr` ones. A truncated or corrupt `.zst` keeps what could be
+//! decompressed and reports the rest as damage.
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -78,6 +83,12 @@ pub fn load(path: &Path) -> anyhow::Result<Source> {
         // Recording order is the chunks' start time (the JDK's RepositoryFiles does the same);
         // the sort is stable, so chunks of one file keep their order.
         source.chunks.sort_by_key(|c| c.chunk.header().start_nanos);
+        // A chunk being compressed is briefly there twice (`x.jfr.zst` is complete before `x.jfr`
+        // is removed): identical chunks count once.
+        source.chunks.dedup_by(|b, a| {
+            let (ha, hb) = (a.chunk.header(), b.chunk.header());
+            ha.start_nanos == hb.start_nanos && ha.chunk_size == hb.chunk_size && a.chunk.bytes() == b.chunk.bytes()
+        });
         if source.chunks.is_empty() && source.damage.is_empty() {
             anyhow::bail!(
                 "{}: no readable .jfr chunk files in this directory (a live repository may not have published one yet)",
@@ -91,7 +102,7 @@ pub fn load(path: &Path) -> anyhow::Result<Source> {
 }
 
 /// The `.jfr` files of a directory and of its JDK repository subdirectories, sorted by name.
-fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut subdirs = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
@@ -104,7 +115,7 @@ fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         let name = name.to_string_lossy();
         if kind.is_dir() && is_repository_dir_name(&name) {
             subdirs.push(path);
-        } else if !kind.is_dir() && name.ends_with(".jfr") {
+        } else if !kind.is_dir() && is_chunk_file_name(&name) {
             files.push(path);
         }
     }
@@ -112,13 +123,41 @@ fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
             let entry = entry.with_context(|| format!("{}", sub.display()))?;
             let path = entry.path();
-            if entry.file_type().is_ok_and(|k| !k.is_dir()) && entry.file_name().to_string_lossy().ends_with(".jfr") {
+            if entry.file_type().is_ok_and(|k| !k.is_dir()) && is_chunk_file_name(&entry.file_name().to_string_lossy())
+            {
                 files.push(path);
             }
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// A chunk file of a repository: `*.jfr`, or `*.jfr.zst` (compressed finished chunk).
+pub fn is_chunk_file_name(name: &str) -> bool {
+    name.ends_with(".jfr") || name.ends_with(".jfr.zst")
+}
+
+/// The zstd frame magic number, as it appears at the start of a file.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// The bytes of a file, decompressed if it is zstd-compressed. The error, if any, comes with what
+/// could be read before it (a truncated `.zst` still yields its first chunks).
+pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {
+    let data = map_file(path).map_err(|e| (Bytes::new(), anyhow::Error::new(e)))?;
+    if !data.starts_with(&ZSTD_MAGIC) {
+        return Ok(data);
+    }
+    let mut out = Vec::with_capacity(data.len() * 4);
+    let result =
+        zstd::stream::read::Decoder::new(&data[..]).and_then(|mut d| std::io::Read::read_to_end(&mut d, &mut out));
+    match result {
+        Ok(_) => Ok(Bytes::from(out)),
+        Err(e) => Err((
+            Bytes::from(out),
+            anyhow::anyhow!("zstd-compressed file: {e} (only the part before this could be decompressed)"),
+        )),
+    }
 }
 
 /// `yyyy_MM_dd_HH_mm_ss_<pid>`: the JVM's repository directory names.
@@ -182,13 +221,24 @@ fn load_file(path: &Path, in_directory: bool, source: &mut Source) {
 
 fn load_file_once(path: &Path, in_directory: bool, source: &mut Source) {
     let file = Arc::new(path.to_path_buf());
-    let data = match map_file(path) {
-        Ok(d) => d,
-        Err(e) => {
-            source.damage.push(Damage { file, problem: anyhow::Error::new(e) });
+    let (data, zstd_damage) = match read_file_bytes(path) {
+        Ok(d) => (d, None),
+        Err((d, e)) if !d.is_empty() => (d, Some(e)),
+        Err((_, e)) => {
+            source.damage.push(Damage { file, problem: e });
             return;
         }
     };
+    let damage_before = source.damage.len();
+    load_bytes(file, data, in_directory, source);
+    if let Some(problem) = zstd_damage {
+        // The decompressed part ends mid-chunk: the cause is the compressed file, said once.
+        source.damage.truncate(damage_before);
+        source.damage.push(Damage { file: Arc::new(path.to_path_buf()), problem });
+    }
+}
+
+fn load_bytes(file: Arc<PathBuf>, data: Bytes, in_directory: bool, source: &mut Source) {
     if data.len() < HEADER_SIZE {
         // The JDK's repository reader skips files too short for a header (a chunk just created).
         if in_directory {

@@ -61,11 +61,55 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
     drop(out);
     crate::commands::summary::run(&SummaryConfig { path: repository.clone(), json: false })?;
     print_top(&repository, args.top)?;
+    // The flame graph goes next to the recording: `FILE.svg` for `-o FILE`, else into the
+    // repository directory (whose readers only look at `*.jfr` files).
+    let svg = match &args.output {
+        Some(o) => {
+            let mut name = o.clone().into_os_string();
+            name.push(".svg");
+            std::path::PathBuf::from(name)
+        }
+        None => repository.join("flamegraph.svg"),
+    };
+    let flamegraph = write_flamegraph(&repository, &svg);
     let mut out = std::io::stdout().lock();
+    writeln!(out)?;
+    match &flamegraph {
+        Ok(()) => writeln!(out, "Flame graph: {} (open it in a browser)", svg.display())?,
+        Err(e) => writeln!(out, "No flame graph: {e:#}")?,
+    }
+    writeln!(
+        out,
+        "Files: repository {}{}",
+        repository.display(),
+        match &args.output {
+            Some(o) => format!(", recording {}", o.display()),
+            None => String::new(),
+        }
+    )?;
     writeln!(out)?;
     writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
     writeln!(out, "      jfr summary {}", args.output.as_ref().unwrap_or(&repository).display())?;
     Ok(crate::Outcome::Clean)
+}
+
+/// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.
+fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyhow::Result<()> {
+    let source = source::load(repository)?;
+    let selection = crate::fold::Selection::default();
+    let mut folded = crate::fold::Folded::default();
+    let names = ["jdk.ExecutionSample".to_owned()];
+    for sc in &source.chunks {
+        let ids = crate::fold::stack_type_ids(&sc.chunk, &names);
+        folded.add_chunk(&sc.chunk, &ids, &selection)?;
+    }
+    if folded.counts.is_empty() {
+        anyhow::bail!("no CPU samples were recorded");
+    }
+    let mut out = std::io::BufWriter::new(std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?);
+    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", &mut out)?;
+    out.flush().with_context(|| format!("{}", svg.display()))?;
+    Ok(())
 }
 
 /// The hottest functions of the recording's CPU samples: self (innermost frame) and total (anywhere

@@ -1,59 +1,101 @@
-//! `recorder dump`: a copy of the recording that keeps only the chosen event types (what newer
-//! JDKs call `jfr scrub`).
+//! `recorder dump`: the recording's events, selected by type (`--events`, `--exclude-events`), time
+//! (`--since`) and thread (`--thread`), written as
 //!
-//! Each chunk is re-encoded: metadata records are copied, the checkpoints of the chain are copied
-//! with their deltas recomputed for their new offsets, kept event records are copied byte for
-//! byte, and a new header is written (state finished, final flag on the last chunk only). Chunks
-//! are written back to back with no trailing bytes.
+//! - `jfr` (default): a copy of the recording (what newer JDKs call `jfr scrub`). Each chunk is
+//!   re-encoded: metadata records are copied, the checkpoints of the chain are copied with their
+//!   deltas recomputed for their new offsets, kept event records are copied byte for byte, and a
+//!   new header is written (state finished, final flag on the last chunk only). Chunks are
+//!   written back to back with no trailing bytes.
+//! - `json`: one JSON object per event and line, as `print --json`.
+//! - `collapsed`: folded stacks `outer;...;inner count` of `jdk.ExecutionSample` (or of the
+//!   `--events` types that have a stack trace), identical stacks aggregated.
+//! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
+//!
+//! Chunks are processed one at a time, in recording order, on this thread; every cache is per
+//! chunk (constant keys are chunk-local). `--compress` wraps the output in a zstd stream. A file
+//! output is written under a temporary name and renamed, so it is never half-written.
 
-use crate::args::DumpConfig;
+use crate::args::{DumpConfig, DumpFormat, TypeFilter};
+use crate::fold::{self, Folded, Selection};
+use crate::render::{JsonRenderer, TypeInfo};
 use crate::source::{self, Damage, SourceChunk};
 use crate::Outcome;
 use anyhow::Context;
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE};
-use jfr_format::{varint, write};
-use std::io::Write;
+use jfr_format::{varint, write, Item};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+/// Removes the temporary file a `--pid` dump was written to.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
 
 pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
+    let _temporary = match cfg.pid {
+        Some(pid) => {
+            let guard = RemoveOnDrop(cfg.path.clone());
+            recorder::control::request_dump(pid, &cfg.path).map_err(|e| anyhow::anyhow!("--pid {pid}: {e}"))?;
+            Some(guard)
+        }
+        None => None,
+    };
     let mut source = source::load(&cfg.path)?;
     source::check_type_names(cfg.filter.names(), &source.chunks)?;
-    // Chunks are re-encoded and written one at a time; the last one is held back until we know
-    // it is the last (it gets the final flag). A damaged chunk is not written: the output holds
-    // the chunks that were fully readable. OUT is written under a temporary name and renamed, so
-    // it is never a half-written recording.
-    let mut partial = cfg.output.clone().into_os_string();
-    partial.push(".part");
-    let partial = std::path::PathBuf::from(partial);
+    let selection = Selection::new(&source.chunks, cfg.since, cfg.thread.clone());
+    let stack_types = match cfg.format {
+        DumpFormat::Collapsed | DumpFormat::Flamegraph => Some(stack_type_names(cfg, &source.chunks)?),
+        _ => None,
+    };
+    let progress = progress_bar(&source.chunks);
+    let mut sink = Sink::open(cfg)?;
+    let mut folded = Folded::default();
     let mut chunk_damage = None;
-    let written = (|| -> std::io::Result<()> {
-        let mut out = None;
-        let mut held: Option<Vec<u8>> = None;
-        for sc in &source.chunks {
-            let bytes = match rewrite_chunk(sc, cfg) {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    chunk_damage = Some(Damage::in_chunk(&sc.file, e));
-                    break;
+    let result = (|| -> anyhow::Result<bool> {
+        match cfg.format {
+            DumpFormat::Jfr => write_jfr(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
+            DumpFormat::Json => write_json(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
+            DumpFormat::Collapsed | DumpFormat::Flamegraph => {
+                let names = stack_types.as_deref().unwrap_or_default();
+                for sc in &source.chunks {
+                    let ids = fold::stack_type_ids(&sc.chunk, names);
+                    if let Err(e) = folded.add_chunk(&sc.chunk, &ids, &selection) {
+                        chunk_damage = Some(Damage::in_chunk(&sc.file, e));
+                        break;
+                    }
+                    progress.inc(sc.chunk.size());
                 }
-            };
-            if let Some(previous) = held.replace(bytes) {
-                output(&mut out, &partial)?.write_all(&previous)?;
+                if cfg.format == DumpFormat::Collapsed {
+                    for line in folded.lines() {
+                        writeln!(sink, "{line}")?;
+                    }
+                    Ok(true)
+                } else if folded.counts.is_empty() {
+                    anyhow::bail!(
+                        "{}: no events with stack traces were selected ({}): nothing to draw",
+                        cfg.path.display(),
+                        names.join(", ")
+                    )
+                } else {
+                    let title = format!("recorder: {}", cfg.path.display());
+                    write_flamegraph(&folded, &title, &mut sink)?;
+                    Ok(true)
+                }
             }
         }
-        let Some(mut last) = held else {
-            return Ok(()); // nothing readable: no output file
-        };
-        // Flags are the big-endian u16 at 66; the JDK reads byte 67.
-        last[67] |= FLAG_FINAL_CHUNK as u8;
-        let out = output(&mut out, &partial)?;
-        out.write_all(&last)?;
-        out.flush()?;
-        out.get_ref().sync_all()?;
-        std::fs::rename(&partial, &cfg.output)
     })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e).with_context(|| format!("{}", cfg.output.display()));
+    progress.finish_and_clear();
+    match result {
+        Ok(true) => sink.finish().with_context(|| sink_name(cfg))?,
+        Ok(false) => sink.abandon(),
+        Err(e) => {
+            sink.abandon();
+            return Err(e).with_context(|| sink_name(cfg));
+        }
     }
     if let Some(d) = chunk_damage {
         source.damage.insert(0, d);
@@ -62,21 +104,247 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
 }
 
-/// The output file, created on first use.
-fn output<'o>(
-    out: &'o mut Option<std::io::BufWriter<std::fs::File>>,
-    path: &std::path::Path,
-) -> std::io::Result<&'o mut std::io::BufWriter<std::fs::File>> {
-    let writer = match out.take() {
-        Some(w) => w,
-        None => std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?),
+fn sink_name(cfg: &DumpConfig) -> String {
+    cfg.output.as_ref().map_or_else(|| "stdout".to_owned(), |o| o.display().to_string())
+}
+
+/// The event types whose stacks are folded: `jdk.ExecutionSample`, or the `--events` types that
+/// have a stack trace.
+fn stack_type_names(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Vec<String>> {
+    match &cfg.filter {
+        TypeFilter::Only(names) => {
+            let with_stacks: Vec<String> = names
+                .iter()
+                .filter(|n| {
+                    chunks.iter().any(|c| {
+                        c.chunk.metadata().class_by_name(n).is_some_and(|k| k.field_index("stackTrace").is_some())
+                    })
+                })
+                .cloned()
+                .collect();
+            if with_stacks.is_empty() {
+                anyhow::bail!("none of the event types {} has a stack trace: nothing to fold", names.join(", "));
+            }
+            Ok(with_stacks)
+        }
+        TypeFilter::Except(names) if names.iter().any(|n| n == "jdk.ExecutionSample") => {
+            anyhow::bail!("--format collapsed/flamegraph folds jdk.ExecutionSample, which --exclude-events removes")
+        }
+        _ => Ok(vec!["jdk.ExecutionSample".to_owned()]),
+    }
+}
+
+/// Draws `folded` as an interactive flame graph SVG (inferno).
+pub fn write_flamegraph(folded: &Folded, title: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_owned();
+    options.count_name = "samples".to_owned();
+    let lines: Vec<String> = folded.lines().collect();
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
+        .context("drawing the flame graph")
+}
+
+/// A progress bar over the bytes of the chunks, on stderr when it is a terminal and the input is
+/// large enough to take a while.
+fn progress_bar(chunks: &[SourceChunk]) -> indicatif::ProgressBar {
+    const SHOW_FROM_BYTES: u64 = 64 << 20;
+    let total: u64 = chunks.iter().map(|c| c.chunk.size()).sum();
+    if total < SHOW_FROM_BYTES || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{spinner} dump [{bar:40}] {bytes}/{total_bytes} ({eta} left)")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Where output goes: a file (written as `OUT.part`, renamed at the end) or stdout, zstd-compressed
+/// with `--compress`.
+struct Sink {
+    out: Option<Out>,
+    file: Option<(std::fs::File, PathBuf, PathBuf)>,
+}
+
+enum Out {
+    Plain(Box<dyn Write>),
+    Zstd(zstd::stream::write::Encoder<'static, Box<dyn Write>>),
+}
+
+impl Sink {
+    fn open(cfg: &DumpConfig) -> anyhow::Result<Sink> {
+        let (base, file): (Box<dyn Write>, _) = match &cfg.output {
+            // A device or pipe (`-o /dev/null`, a FIFO) is written directly.
+            Some(path) if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .with_context(|| format!("{}", path.display()))?;
+                (Box::new(std::io::BufWriter::with_capacity(1 << 16, f)) as Box<dyn Write>, None)
+            }
+            Some(path) => {
+                let mut partial = path.clone().into_os_string();
+                partial.push(".part");
+                let partial = PathBuf::from(partial);
+                let f = std::fs::File::create(&partial).with_context(|| format!("{}", partial.display()))?;
+                let sync = f.try_clone()?;
+                (Box::new(std::io::BufWriter::with_capacity(1 << 20, f)), Some((sync, partial, path.clone())))
+            }
+            None => (Box::new(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout())), None),
+        };
+        let out = if cfg.compress {
+            let mut encoder = zstd::stream::write::Encoder::new(base, 3)?;
+            // The content size is unknown up front; a checksum lets readers detect corruption.
+            encoder.include_checksum(true)?;
+            Out::Zstd(encoder)
+        } else {
+            Out::Plain(base)
+        };
+        Ok(Sink { out: Some(out), file })
+    }
+
+    fn writer(&mut self) -> std::io::Result<&mut dyn Write> {
+        match self.out.as_mut() {
+            Some(Out::Plain(w)) => Ok(w),
+            Some(Out::Zstd(w)) => Ok(w),
+            None => Err(std::io::Error::other("output already closed")),
+        }
+    }
+
+    /// Flushes everything and moves the file into place.
+    fn finish(&mut self) -> std::io::Result<()> {
+        let mut base = match self.out.take() {
+            Some(Out::Plain(w)) => w,
+            Some(Out::Zstd(w)) => w.finish()?,
+            None => return Ok(()),
+        };
+        base.flush()?;
+        drop(base);
+        if let Some((sync, partial, path)) = self.file.take() {
+            sync.sync_all()?;
+            std::fs::rename(&partial, &path)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the output: a file output is removed.
+    fn abandon(&mut self) {
+        self.out = None;
+        if let Some((_, partial, _)) = self.file.take() {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer()?.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.writer()?.write_all(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer()?.flush()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            self.abandon();
+        }
+    }
+}
+
+/// The kept events as JSON lines. Returns true (output is written even when empty).
+fn write_json(
+    chunks: &[SourceChunk],
+    cfg: &DumpConfig,
+    selection: &Selection,
+    out: &mut Sink,
+    progress: &indicatif::ProgressBar,
+    damage: &mut Option<Damage>,
+) -> anyhow::Result<bool> {
+    let mut info: Option<(std::sync::Arc<jfr_format::read::TypeTable>, TypeInfo, Vec<bool>)> = None;
+    let mut buf = Vec::with_capacity(1 << 17);
+    for sc in chunks {
+        let chunk = &sc.chunk;
+        if !info.as_ref().is_some_and(|(t, _, _)| std::sync::Arc::ptr_eq(t, chunk.types())) {
+            let types = chunk.types();
+            let keep = types.classes().iter().map(|c| c.is_event() && cfg.filter.keeps(&c.name)).collect();
+            info = Some((std::sync::Arc::clone(types), TypeInfo::new(types), keep));
+        }
+        let Some((_, type_info, keep)) = info.as_ref() else { continue };
+        let mut renderer = JsonRenderer::new(chunk, type_info);
+        let mut select = selection.for_chunk(chunk);
+        let mut failure = None;
+        for event in chunk.events() {
+            let rendered = event.and_then(|event| {
+                if type_info.class_index(event.type_id).is_some_and(|i| keep[i]) && select.keeps(&event)? {
+                    renderer.event(&event, &mut buf)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = rendered {
+                failure = Some(e);
+                break;
+            }
+            if buf.len() >= 1 << 16 {
+                out.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        out.write_all(&buf)?;
+        buf.clear();
+        if let Some(e) = failure {
+            *damage = Some(Damage::in_chunk(&sc.file, e));
+            break;
+        }
+        progress.inc(chunk.size());
+    }
+    Ok(true)
+}
+
+/// The re-encoded chunks as one JFR file. Returns false when nothing was readable (no output).
+fn write_jfr(
+    chunks: &[SourceChunk],
+    cfg: &DumpConfig,
+    selection: &Selection,
+    out: &mut Sink,
+    progress: &indicatif::ProgressBar,
+    damage: &mut Option<Damage>,
+) -> anyhow::Result<bool> {
+    // The last chunk is held back until we know it is the last (it gets the final flag). A
+    // damaged chunk is not written: the output holds the chunks that were fully readable.
+    let mut held: Option<Vec<u8>> = None;
+    for sc in chunks {
+        let bytes = match rewrite_chunk(sc, cfg, selection) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                *damage = Some(Damage::in_chunk(&sc.file, e));
+                break;
+            }
+        };
+        if let Some(previous) = held.replace(bytes) {
+            out.write_all(&previous)?;
+        }
+        progress.inc(sc.chunk.size());
+    }
+    let Some(mut last) = held else {
+        return Ok(false); // nothing readable: no output file
     };
-    Ok(out.insert(writer))
+    // Flags are the big-endian u16 at 66; the JDK reads byte 67.
+    last[67] |= FLAG_FINAL_CHUNK as u8;
+    out.write_all(&last)?;
+    Ok(true)
 }
 
 /// Re-encodes one chunk with only the kept events. The final flag is left clear.
-fn rewrite_chunk(sc: &SourceChunk, cfg: &DumpConfig) -> jfr_format::Result<Vec<u8>> {
+fn rewrite_chunk(sc: &SourceChunk, cfg: &DumpConfig, selection: &Selection) -> jfr_format::Result<Vec<u8>> {
     let chunk = &sc.chunk;
+    let mut select = selection.for_chunk(chunk);
     let types = chunk.types();
     let keep: Vec<bool> = types.classes().iter().map(|c| c.is_event() && cfg.filter.keeps(&c.name)).collect();
     let old = *chunk.header();
@@ -110,7 +378,7 @@ fn rewrite_chunk(sc: &SourceChunk, cfg: &DumpConfig) -> jfr_format::Result<Vec<u
                 last_checkpoint = offset;
             }
             id => {
-                if types.class_index(id).is_some_and(|i| keep[i]) {
+                if types.class_index(id).is_some_and(|i| keep[i]) && selected(chunk, record.offset, &mut select)? {
                     out.extend_from_slice(&record.bytes);
                 }
             }
@@ -161,4 +429,17 @@ fn relink_checkpoint(
     write::put_varint(out, size);
     out.extend_from_slice(&body);
     Ok(())
+}
+
+/// Does the selection keep the event record at chunk offset `offset` (decoded only when the
+/// selection has a time or thread condition)?
+fn selected(chunk: &jfr_format::Chunk, offset: u64, select: &mut fold::ChunkSelection<'_>) -> jfr_format::Result<bool> {
+    if select.is_all() {
+        return Ok(true);
+    }
+    match chunk.items(offset).next() {
+        Some(Ok(Item::Event(event))) => select.keeps(&event),
+        Some(Err(e)) => Err(e),
+        _ => Ok(false),
+    }
 }

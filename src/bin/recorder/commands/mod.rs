@@ -4,3 +4,4 @@ pub mod demo;
 pub mod dump;
 pub mod print;
 pub mod summary;
+pub mod top;
