@@ -231,7 +231,9 @@ fn lock(file: &File, try_only: bool) -> io::Result<bool> {
 /// What [`repair`] did to a recording directory.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RepairReport {
-    /// Hidden `.part` files (chunks that never published their first segment) deleted.
+    /// Files deleted: hidden `.part` files (chunks that never published their first segment),
+    /// `.jfr.zst.part` files (a compression cut short) and `.jfr.zst` copies of chunks whose
+    /// `.jfr` is still there (killed between the two steps of compressing a finished chunk).
     pub parts_removed: Vec<PathBuf>,
     /// Unfinished chunks cut to their published size and closed (state 0).
     pub chunks_closed: Vec<PathBuf>,
@@ -255,14 +257,17 @@ impl RepairReport {
 /// (killed, crashed): makes every chunk file a complete chunk that `jfr`, JMC and a JDK
 /// `EventStream` read to its end.
 ///
-/// - Hidden `.<name>.jfr.part` files are deleted: they never published anything.
+/// - Hidden `.<name>.jfr.part` files are deleted: they never published anything. So are the
+///   leftovers of compressing a finished chunk (`<name>.jfr.zst.part`, and `<name>.jfr.zst` when
+///   `<name>.jfr` is still there).
 /// - Each `.jfr` chunk whose header is not finished (a generation, or the guard byte if the
 ///   process died between the header writes: the 56-byte body is one write, so it is the old or
 ///   the new one, both consistent) is cut to its published size — the bytes after it are a flush
 ///   that was written but never published — and closed: state 0, the published duration (at
 ///   least 1 ns).
 /// - The newest chunk (largest start) gets the final flag, so a stream following the recording
-///   ends; the others do not have it.
+///   ends; the others do not have it. (If the newest chunk is a compressed `.jfr.zst`, which is
+///   never modified, no chunk gets it.)
 ///
 /// Nothing published is lost. Files that are not readable chunks are reported and left alone. If
 /// any chunk is locked by a live writer (a writer holds a `flock` on its live chunk) nothing is changed and
@@ -277,6 +282,7 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
     }
     let mut found: Vec<Found> = Vec::new();
     let mut parts = Vec::new();
+    let mut compressed: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -286,8 +292,14 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
         if !entry.file_type()?.is_file() {
             continue;
         }
-        if name.starts_with('.') && name.ends_with(".jfr.part") {
+        // `.<name>.jfr.part`: a chunk that never published; `<name>.jfr.zst.part`: a finished
+        // chunk whose compression was cut short (its `.jfr` is still there).
+        if (name.starts_with('.') && name.ends_with(".jfr.part")) || name.ends_with(".jfr.zst.part") {
             parts.push(path);
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(".jfr.zst") {
+            compressed.push(stem.to_owned());
             continue;
         }
         if !name.ends_with(".jfr") {
@@ -327,7 +339,26 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
         .iter()
         .enumerate()
         .max_by(|(_, a), (_, b)| (a.header.start_nanos, &a.path).cmp(&(b.header.start_nanos, &b.path)));
-    let newest = newest.map(|(i, _)| i);
+    let mut newest = newest.map(|(i, _)| i);
+    // A chunk is briefly there twice while it is compressed (`x.jfr.zst` complete before `x.jfr`
+    // is removed): keep the plain one, which the JDK reads.
+    for stem in &compressed {
+        if found.iter().any(|f| f.path.file_name().and_then(|n| n.to_str()) == Some(&format!("{stem}.jfr"))) {
+            let zst = dir.join(format!("{stem}.jfr.zst"));
+            std::fs::remove_file(&zst)?;
+            report.parts_removed.push(zst);
+        }
+    }
+    // Names are in start order within a recording: if a compressed chunk is newer than every
+    // plain one (killed between rotation and the next chunk), no plain chunk is the last.
+    let stem_of =
+        |p: &Path| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".jfr")).map(str::to_owned);
+    if let Some(i) = newest {
+        let newest_stem = stem_of(&found[i].path).unwrap_or_default();
+        if compressed.iter().any(|c| *c > newest_stem && found.iter().all(|f| stem_of(&f.path).as_ref() != Some(c))) {
+            newest = None;
+        }
+    }
     for (i, f) in found.iter().enumerate() {
         let is_newest = Some(i) == newest;
         let mut header = f.header;

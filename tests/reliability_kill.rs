@@ -310,3 +310,60 @@ fn repair_leaves_live_recordings_alone() {
     assert!(!header_of(&newest).unwrap().is_finished(), "the live chunk is untouched");
     rec.stop().unwrap();
 }
+
+#[test]
+fn repair_cleans_up_after_a_compression_cut_short() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path())
+        .no_sampling()
+        .flush_interval(Duration::from_millis(10))
+        .max_chunk_size(64 * 1024)
+        .compress_finished_chunks(true)
+        .event("test.Killed", EventSettings { stack_trace: false, ..Default::default() })
+        .start()
+        .unwrap();
+    let dir = rec.repository_dir().to_owned();
+    for seq in 0..12_000 {
+        Killed { t: 0, seq, payload: "z".repeat(24) }.commit();
+        if seq % 1000 == 0 {
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    }
+    rec.stop().unwrap();
+    let mut zst: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".jfr.zst"))
+        .collect();
+    zst.sort();
+    assert!(zst.len() >= 3, "rotations with compression: {zst:?}");
+    // Killed between writing x.jfr.zst and removing x.jfr: both there (x.jfr made back from it).
+    let twice = &zst[0];
+    let plain = PathBuf::from(twice.to_string_lossy().strip_suffix(".zst").unwrap());
+    std::fs::write(&plain, zstd::decode_all(&std::fs::read(twice).unwrap()[..]).unwrap()).unwrap();
+    // Killed while compressing: a partial .jfr.zst.part.
+    let part = PathBuf::from(format!("{}.part", zst[1].display()));
+    std::fs::write(&part, b"\x28\xb5\x2f\xfd partial").unwrap();
+    // The newest chunk as a killed writer leaves it (a live chunk is never compressed): plain, in
+    // progress, unpublished bytes after it.
+    let last = zst.last().unwrap();
+    let newest = PathBuf::from(last.to_string_lossy().strip_suffix(".zst").unwrap());
+    let mut bytes = zstd::decode_all(&std::fs::read(last).unwrap()[..]).unwrap();
+    std::fs::remove_file(last).unwrap();
+    bytes[64] = 7;
+    bytes[67] = 1;
+    bytes.extend_from_slice(&[0x55; 300]);
+    std::fs::write(&newest, &bytes).unwrap();
+
+    let report = recorder::repository::repair(&dir).unwrap();
+    assert!(!twice.exists() && plain.exists(), "the plain copy is kept: {report:?}");
+    assert!(!part.exists(), "the partial compression is removed: {report:?}");
+    assert_eq!(report.final_chunk.as_ref(), Some(&newest));
+    let h = header_of(&newest).unwrap();
+    assert!(h.is_finished() && h.is_final());
+    assert_eq!(std::fs::metadata(&newest).unwrap().len(), h.chunk_size as u64);
+    recorder_ok(&["summary", dir.to_str().unwrap()]);
+    jfr_ok(&["summary", newest.to_str().unwrap()]);
+}
