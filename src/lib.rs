@@ -54,7 +54,7 @@ mod metadata_registry;
 #[cfg(not(loom))]
 mod recorder;
 #[cfg(not(loom))]
-mod repository;
+pub mod repository;
 #[allow(unsafe_code)]
 pub mod sampler;
 mod stack;

@@ -406,6 +406,13 @@ impl Recorder {
         repository::prepare_dir(&settings.repository)
             .and_then(|()| repository::prepare_dir(&dir))
             .map_err(|source| Error::Repository { path: dir.clone(), source })?;
+        // Reliability: recordings of processes that died without finishing them (kill -9, crash)
+        // are closed so that every reader accepts them; see `repository::repair`.
+        for (path, result) in repository::repair_dead_recordings(&settings.repository) {
+            if let Err(e) = result {
+                eprintln!("recorder: repairing the recording of a dead process in {} failed: {e}", path.display());
+            }
+        }
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }

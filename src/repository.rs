@@ -7,9 +7,12 @@
 //! to its `.jfr` name only once its first segment (with metadata) is published, because the JDK
 //! reader spins on a chunk that has a size but no metadata (jfr-format.md §6.4, pitfall P14).
 
-use jfr_format::header::{publish_writes, ChunkHeader};
+use jfr_format::header::{
+    publish_writes, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,
+};
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -54,7 +57,9 @@ pub fn prepare_dir(dir: &Path) -> io::Result<()> {
     #[allow(unsafe_code)]
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    if meta.uid() != uid && uid != 0 {
+    // Root too: a directory another user owns (planted in a shared place such as /tmp) could be
+    // read, replaced or filled with symlinks by that user.
+    if meta.uid() != uid {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{} belongs to another user (uid {})", dir.display(), meta.uid()),
@@ -86,7 +91,7 @@ impl ChunkNames {
 
 /// One chunk file being written.
 #[derive(Debug)]
-pub struct ChunkFile {
+pub(crate) struct ChunkFile {
     file: File,
     temp_path: PathBuf,
     path: PathBuf,
@@ -120,6 +125,9 @@ impl ChunkFile {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&temp_path)?;
+        // Held while the chunk is live (the lock goes with the descriptor): `repair` never touches
+        // a chunk another process (perhaps in another pid namespace) is still writing.
+        lock(&file, false)?;
         Ok(ChunkFile { file, temp_path, path, visible: false })
     }
 
@@ -168,7 +176,7 @@ impl ChunkFile {
 
 /// A finished chunk file, for retention and dumps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FinishedChunk {
+pub(crate) struct FinishedChunk {
     /// Its path.
     pub path: PathBuf,
     /// Its size in bytes.
@@ -181,7 +189,7 @@ pub struct FinishedChunk {
 
 /// Deletes the oldest finished chunks until the total size (including `live_size`) is at most
 /// `max_size` and none ended before `oldest_end_nanos`. Returns the paths removed.
-pub fn apply_retention(
+pub(crate) fn apply_retention(
     chunks: &mut Vec<FinishedChunk>,
     live_size: u64,
     max_size: u64,
@@ -202,4 +210,254 @@ pub fn apply_retention(
         }
     }
     removed
+}
+
+/// `flock` on `file`: exclusive and blocking when `try_only` is false (a fresh file nobody else
+/// has), exclusive and non-blocking when true (`Ok(false)`: someone holds it).
+fn lock(file: &File, try_only: bool) -> io::Result<bool> {
+    let op = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
+    #[allow(unsafe_code)]
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if try_only && e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
+/// What [`repair`] did to a recording directory.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Files deleted: hidden `.part` files (chunks that never published their first segment),
+    /// `.jfr.zst.part` files (a compression cut short) and `.jfr.zst` copies of chunks whose
+    /// `.jfr` is still there (killed between the two steps of compressing a finished chunk).
+    pub parts_removed: Vec<PathBuf>,
+    /// Unfinished chunks cut to their published size and closed (state 0).
+    pub chunks_closed: Vec<PathBuf>,
+    /// The newest chunk, which now carries the final flag (if it did not already).
+    pub final_chunk: Option<PathBuf>,
+    /// `.jfr` files left alone because they are not a readable chunk of ours (too short, bad
+    /// header, no metadata, shorter than their header says), with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+    /// A chunk is locked by a live writer: nothing was changed.
+    pub in_use: bool,
+}
+
+impl RepairReport {
+    /// Nothing needed doing.
+    pub fn is_clean(&self) -> bool {
+        self.parts_removed.is_empty() && self.chunks_closed.is_empty() && self.final_chunk.is_none()
+    }
+}
+
+/// Repairs the recording directory `dir` of a process that died without finishing its recording
+/// (killed, crashed): makes every chunk file a complete chunk that `jfr`, JMC and a JDK
+/// `EventStream` read to its end.
+///
+/// - Hidden `.<name>.jfr.part` files are deleted: they never published anything. So are the
+///   leftovers of compressing a finished chunk (`<name>.jfr.zst.part`, and `<name>.jfr.zst` when
+///   `<name>.jfr` is still there).
+/// - Each `.jfr` chunk whose header is not finished (a generation, or the guard byte if the
+///   process died between the header writes: the 56-byte body is one write, so it is the old or
+///   the new one, both consistent) is cut to its published size — the bytes after it are a flush
+///   that was written but never published — and closed: state 0, the published duration (at
+///   least 1 ns).
+/// - The newest chunk (largest start) gets the final flag, so a stream following the recording
+///   ends; the others do not have it. (If the newest chunk is a compressed `.jfr.zst`, which is
+///   never modified, no chunk gets it.)
+///
+/// Nothing published is lost. Files that are not readable chunks are reported and left alone. If
+/// any chunk is locked by a live writer (a writer holds a `flock` on its live chunk) nothing is changed and
+/// [`RepairReport::in_use`] is set. Only call this for a directory whose writer is dead; repairing
+/// twice does nothing the second time.
+pub fn repair(dir: &Path) -> io::Result<RepairReport> {
+    let mut report = RepairReport::default();
+    struct Found {
+        path: PathBuf,
+        file: File,
+        header: ChunkHeader,
+    }
+    let mut found: Vec<Found> = Vec::new();
+    let mut parts = Vec::new();
+    let mut compressed: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let path = entry.path();
+        // Regular files only: never follow or touch a symlink.
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        // `.<name>.jfr.part`: a chunk that never published; `<name>.jfr.zst.part`: a finished
+        // chunk whose compression was cut short (its `.jfr` is still there).
+        if (name.starts_with('.') && name.ends_with(".jfr.part")) || name.ends_with(".jfr.zst.part") {
+            parts.push(path);
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(".jfr.zst") {
+            compressed.push(stem.to_owned());
+            continue;
+        }
+        if !name.ends_with(".jfr") {
+            continue;
+        }
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)?;
+        if !lock(&file, true)? {
+            report.in_use = true;
+            return Ok(report);
+        }
+        let len = file.metadata()?.len();
+        let mut bytes = [0u8; HEADER_SIZE];
+        if len < HEADER_SIZE as u64 {
+            report.unreadable.push((path, format!("{len} bytes, shorter than a chunk header")));
+            continue;
+        }
+        file.read_exact_at(&mut bytes, 0)?;
+        let header = match ChunkHeader::parse(&bytes, 0).and_then(|h| h.validate(len, 0).map(|()| h)) {
+            Ok(h) => h,
+            Err(e) => {
+                report.unreadable.push((path, e.to_string()));
+                continue;
+            }
+        };
+        if header.metadata_offset == 0 {
+            report.unreadable.push((path, "no metadata published".into()));
+            continue;
+        }
+        found.push(Found { path, file, header });
+    }
+    for part in parts {
+        std::fs::remove_file(&part)?;
+        report.parts_removed.push(part);
+    }
+    let newest = found
+        .iter()
+        .enumerate()
+        .max_by(|(_, a), (_, b)| (a.header.start_nanos, &a.path).cmp(&(b.header.start_nanos, &b.path)));
+    let mut newest = newest.map(|(i, _)| i);
+    // A chunk is briefly there twice while it is compressed (`x.jfr.zst` complete before `x.jfr`
+    // is removed): keep the plain one, which the JDK reads.
+    for stem in &compressed {
+        if found.iter().any(|f| f.path.file_name().and_then(|n| n.to_str()) == Some(&format!("{stem}.jfr"))) {
+            let zst = dir.join(format!("{stem}.jfr.zst"));
+            std::fs::remove_file(&zst)?;
+            report.parts_removed.push(zst);
+        }
+    }
+    // Names are in start order within a recording: if a compressed chunk is newer than every
+    // plain one (killed between rotation and the next chunk), no plain chunk is the last.
+    let stem_of =
+        |p: &Path| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".jfr")).map(str::to_owned);
+    if let Some(i) = newest {
+        let newest_stem = stem_of(&found[i].path).unwrap_or_default();
+        if compressed.iter().any(|c| *c > newest_stem && found.iter().all(|f| stem_of(&f.path).as_ref() != Some(c))) {
+            newest = None;
+        }
+    }
+    for (i, f) in found.iter().enumerate() {
+        let is_newest = Some(i) == newest;
+        let mut header = f.header;
+        let flags = FLAG_COMPRESSED_INTS | if is_newest { FLAG_FINAL_CHUNK } else { 0 };
+        if !header.is_finished() {
+            f.file.set_len(header.chunk_size as u64)?;
+            header.state = STATE_FINISHED;
+            header.duration_nanos = header.duration_nanos.max(1);
+            header.flags = (header.flags & !FLAG_FINAL_CHUNK) | flags;
+            for (offset, bytes) in publish_writes(&header) {
+                f.file.write_all_at(&bytes, offset)?;
+            }
+            report.chunks_closed.push(f.path.clone());
+        } else if is_newest && !header.is_final() {
+            header.flags |= FLAG_FINAL_CHUNK;
+            f.file.write_all_at(&header.encode_state(), jfr_format::header::STATE_OFFSET as u64)?;
+        } else {
+            continue;
+        }
+        if is_newest {
+            report.final_chunk = Some(f.path.clone());
+        }
+        f.file.sync_data()?;
+    }
+    Ok(report)
+}
+
+/// The pid in a recording directory name `yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`.
+fn recording_pid(name: &str) -> Option<i32> {
+    let b = name.as_bytes();
+    if b.len() < 21 {
+        return None;
+    }
+    let stamp_ok = b[..20].iter().enumerate().all(|(i, c)| match i {
+        4 | 7 | 10 | 13 | 16 | 19 => *c == b'_',
+        _ => c.is_ascii_digit(),
+    });
+    if !stamp_ok {
+        return None;
+    }
+    let mut rest = name[20..].split('_');
+    let pid: i32 = rest.next()?.parse().ok()?;
+    match (rest.next(), rest.next()) {
+        (None, _) => {}
+        (Some(n), None) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {}
+        _ => return None,
+    }
+    (pid > 0).then_some(pid)
+}
+
+/// No process `pid` exists (in this pid namespace).
+fn process_is_dead(pid: i32) -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Repairs (see [`repair`]) the recording directories `<yyyy_MM_dd_HH_mm_ss>_<pid>` in `base`
+/// whose process no longer exists and that belong to the current user; directories of live
+/// processes, of other users, symlinks and other names are left alone. Returns what was done
+/// per directory that needed something (or failed).
+pub fn repair_dead_recordings(base: &Path) -> Vec<(PathBuf, io::Result<RepairReport>)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return out;
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(recording_pid) else {
+            continue;
+        };
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if !meta.is_dir() || meta.uid() != uid || !process_is_dead(pid) {
+            continue;
+        }
+        match repair(&path) {
+            Ok(r) if r.is_clean() && r.unreadable.is_empty() => {}
+            result => out.push((path, result)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_directory_names() {
+        assert_eq!(recording_pid("2026_11_29_16_36_53_10829"), Some(10829));
+        assert_eq!(recording_pid("2026_11_29_16_36_53_10829_2"), Some(10829));
+        assert_eq!(recording_pid("2026_11_29_16_36_53_"), None);
+        assert_eq!(recording_pid("2026_11_29_16_36_53_x"), None);
+        assert_eq!(recording_pid("2026_11_29_16_36_53_12_3_4"), None);
+        assert_eq!(recording_pid("2026-11-29_16_36_53_12"), None);
+        assert_eq!(recording_pid("2026_11_29_16_36_53_0"), None);
+    }
 }

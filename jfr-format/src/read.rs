@@ -1080,6 +1080,11 @@ impl Iterator for RawRecords<'_> {
 
 /// Iterates the chunks of a file (chunks back to back). After an error it stops; bytes after the
 /// last chunk that are not a chunk are an error, as in the JDK.
+///
+/// An unfinished chunk (header state != 0) is the last chunk of its file: a writer only ever
+/// appends to its live chunk, so the bytes after its published size are data it had not yet
+/// published (a live writer, or one killed in the middle of a flush), not a next chunk. The
+/// iteration ends after it.
 pub fn chunks(data: Bytes) -> Chunks {
     Chunks { data, pos: 0, failed: false, previous: None }
 }
@@ -1104,6 +1109,10 @@ impl Iterator for Chunks {
         match Chunk::parse_with(rest, self.pos as u64, self.previous.as_ref()) {
             Ok(chunk) => {
                 self.pos += chunk.size() as usize;
+                if !chunk.header().is_finished() {
+                    // Unpublished bytes of a live (or killed) writer follow, never a chunk.
+                    self.pos = self.data.len();
+                }
                 self.previous = Some(Arc::clone(chunk.types()));
                 Some(Ok(chunk))
             }
@@ -1112,5 +1121,74 @@ impl Iterator for Chunks {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{event_class, ids, jdk_types, EventTypeSpec};
+    use crate::write::ChunkWriter;
+
+    /// A live chunk with one published flush (events 0 and 1) followed by the bytes of a flush
+    /// written but never published (events 2 and 3), as a writer killed mid-flush leaves it.
+    fn killed_mid_flush() -> (Vec<u8>, usize) {
+        let mut classes = jdk_types();
+        classes.push(event_class(EventTypeSpec {
+            id: ids::FIRST_EVENT,
+            name: "test.N",
+            label: "N",
+            description: None,
+            category: &[],
+            duration: false,
+            thread: false,
+            stack_trace: false,
+            fields: vec![Field::new("n", ids::LONG)],
+        }));
+        let metadata = Metadata { id: 1, classes, ..Metadata::default() };
+        let event = |w: &mut ChunkWriter, n: u64| {
+            w.write_event(ids::FIRST_EVENT, |o| {
+                crate::varint::write_u64(o, 10); // startTime
+                crate::varint::write_u64(o, n);
+            })
+        };
+        let mut w = ChunkWriter::new(1_700_000_000_000_000_000, 0);
+        w.write_metadata(&metadata, 0);
+        event(&mut w, 0);
+        event(&mut w, 1);
+        let header = w.publish(5).unwrap();
+        let (_, mut bytes) = w.take_pending();
+        bytes[..68].copy_from_slice(&header.encode());
+        let published = bytes.len();
+        event(&mut w, 2);
+        event(&mut w, 3);
+        bytes.extend_from_slice(&w.take_pending().1);
+        (bytes, published)
+    }
+
+    fn numbers(data: Vec<u8>) -> Result<Vec<i64>> {
+        let mut out = Vec::new();
+        for chunk in chunks(Bytes::from(data)) {
+            for event in chunk?.events() {
+                out.push(event?.values[1].as_i64().unwrap());
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn unpublished_bytes_after_an_unfinished_chunk_are_not_read() {
+        let (bytes, published) = killed_mid_flush();
+        assert!(bytes.len() > published);
+        // Without the rule the iterator would parse the unpublished event as a chunk header.
+        assert_eq!(numbers(bytes.clone()).unwrap(), vec![0, 1]);
+        // Even with the final flag, only the state byte decides.
+        let mut flagged = bytes.clone();
+        flagged[67] |= crate::header::FLAG_FINAL_CHUNK as u8;
+        assert_eq!(numbers(flagged).unwrap(), vec![0, 1]);
+        // A finished chunk followed by the same bytes: they must be a chunk, so it is an error.
+        let mut finished = bytes;
+        finished[64] = crate::header::STATE_FINISHED;
+        assert!(numbers(finished).is_err());
     }
 }
