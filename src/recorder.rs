@@ -1060,6 +1060,11 @@ impl State {
         let duration = now_ticks - chunk.start.ticks;
         match publish(chunk, &self.dir, &mut self.chunk_names, duration) {
             Ok(()) => {
+                // Retention against the live chunk's real size, at every flush: the repository stays
+                // under its limit even when flushes are late and the chunk outgrows its rotation size.
+                let live = self.chunk.as_ref().map_or(0, |c| c.writer.position());
+                let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
+                repository::apply_retention(&mut self.finished, live, self.settings.max_size, oldest);
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
                 self.stats.samples_written += self.segment_samples.drain().map(|(_, n)| n).sum::<u64>();

@@ -297,6 +297,9 @@ pub struct LockedState {
     free: Vec<u32>,
     scratch: Vec<u64>,
     exited: Vec<bool>,
+    /// Lost samples of slots reaped since the last `take_lost` (their thread exited before its
+    /// losses were collected): reported by the next `take_lost`, never dropped (I6).
+    reaped_lost: Vec<(u32, u64)>,
 }
 
 impl LockedState {
@@ -385,6 +388,7 @@ impl Core {
             free: (0..nbuffers as u32).rev().collect(),
             scratch: Vec::new(),
             exited: Vec::new(),
+            reaped_lost: Vec::new(),
         };
         (core, locked)
     }
@@ -864,27 +868,33 @@ impl Core {
                 self.process(a, locked, f);
                 self.recycle(a, locked);
             }
-            self.fold_stats(slot);
+            let lost = self.fold_stats(slot);
+            if lost != 0 {
+                locked.reaped_lost.push((slot.tid(), lost));
+            }
             // Release: publishes the resets above; pairs with the Acquire CAS in `claim_slot`.
             slot.state.store(SLOT_FREE, Ordering::Release);
         }
     }
 
-    fn fold_stats(&self, slot: &ThreadSlot) {
+    /// Folds a retired slot's counters into the totals; returns its lost samples not yet
+    /// collected by `take_lost`.
+    fn fold_stats(&self, slot: &ThreadSlot) -> u64 {
         // Relaxed (all): statistics; the slot is retired, its owner no longer writes them.
         let t = slot.taken.swap(0, Ordering::Relaxed);
         let w = slot.written.swap(0, Ordering::Relaxed);
         let l = slot.lost_total.swap(0, Ordering::Relaxed);
-        slot.lost.store(0, Ordering::Relaxed);
+        let uncollected = slot.lost.swap(0, Ordering::Relaxed);
         self.retired_taken.fetch_add(t, Ordering::Relaxed);
         self.retired_written.fetch_add(w, Ordering::Relaxed);
         self.retired_lost.fetch_add(l, Ordering::Relaxed);
+        uncollected
     }
 
     /// Lost samples since the last call, per thread (L held).
     pub fn take_lost(&self, locked: &mut LockedState) -> Vec<(u32, u64)> {
         self.check_locked(locked);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut locked.reaped_lost);
         for slot in self.slots.iter() {
             if slot.state() == SLOT_FREE {
                 continue;

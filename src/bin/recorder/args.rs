@@ -31,9 +31,30 @@ pub enum Command {
     /// Live view of the hottest functions (self and total share of CPU samples) over a sliding window.
     #[command(after_long_help = TOP_CMD_EXAMPLES, after_help = TOP_CMD_EXAMPLES)]
     Top(TopArgs),
+    /// Close the chunks of a recording whose process died (kill -9, crash) so every JFR tool reads them.
+    #[command(after_long_help = REPAIR_EXAMPLES, after_help = REPAIR_EXAMPLES)]
+    Repair(RepairArgs),
     /// Record a built-in multi-threaded workload for a few seconds and show the result.
     #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
+}
+
+const REPAIR_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder repair /tmp/recorder-1000/2026_11_29_16_36_53_10829/
+    recorder repair /tmp/recorder-1000/2026_11_29_16_36_53_10829/ && jfr summary /tmp/recorder-1000/2026_11_29_16_36_53_10829/2026_11_29_16_36_53.jfr
+
+A chunk whose writer was killed may hold bytes past its last published flush; the JDK's jfr then
+refuses the file. Repair cuts each such chunk to its published size, marks it finished, puts the
+final flag on the newest chunk and removes half-written temporary files. A recording whose process
+still runs is left alone. (Starting a new recording in the same base directory repairs dead
+recordings too.)";
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// The recording's chunk directory (`<yyyy_MM_dd_HH_mm_ss>_<pid>`).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 const DEMO_EXAMPLES: &str = "\

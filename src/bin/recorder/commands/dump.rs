@@ -188,7 +188,20 @@ impl Sink {
                 let mut partial = path.clone().into_os_string();
                 partial.push(".part");
                 let partial = PathBuf::from(partial);
-                let f = std::fs::File::create(&partial).with_context(|| format!("{}", partial.display()))?;
+                // A stale `.part` of ours is replaced; a symlink planted there is never followed
+                // (O_NOFOLLOW, then O_EXCL on a fresh name).
+                if std::fs::symlink_metadata(&partial).is_ok_and(|m| m.is_file()) {
+                    let _ = std::fs::remove_file(&partial);
+                }
+                let f = {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&partial)
+                        .with_context(|| format!("{}", partial.display()))?
+                };
                 let sync = f.try_clone()?;
                 (Box::new(std::io::BufWriter::with_capacity(1 << 20, f)), Some((sync, partial, path.clone())))
             }

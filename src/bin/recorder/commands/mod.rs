@@ -3,5 +3,6 @@
 pub mod demo;
 pub mod dump;
 pub mod print;
+pub mod repair;
 pub mod summary;
 pub mod top;
