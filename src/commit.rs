@@ -51,6 +51,31 @@ pub(crate) struct Shared {
     pub lost_bytes: AtomicU64,
     /// Wakes the flusher early when buffers fill up.
     pub wakeup: crate::recorder::Wakeup,
+    /// Deterministic mode: the logical clock (every event start and thread change takes the next
+    /// value) and the logical thread numbers, instead of real ticks and OS thread ids.
+    pub logical: Option<LogicalClock>,
+}
+
+/// The counters of deterministic mode.
+#[derive(Debug, Default)]
+pub(crate) struct LogicalClock {
+    /// The next logical tick.
+    pub ticks: AtomicU64,
+    /// The next logical thread number.
+    pub threads: AtomicU64,
+}
+
+impl LogicalClock {
+    /// Takes the next tick.
+    pub(crate) fn tick(&self) -> i64 {
+        // Relaxed: a counter; deterministic mode is meant for one committing thread at a time.
+        self.ticks.fetch_add(1, Ordering::Relaxed) as i64 + 1
+    }
+    /// The current tick.
+    pub(crate) fn now(&self) -> i64 {
+        // Relaxed: as above.
+        self.ticks.load(Ordering::Relaxed) as i64
+    }
 }
 
 impl Shared {
@@ -106,13 +131,13 @@ impl Local {
         if shared.generation != generation {
             return false;
         }
-        self.tid = crate::thread::current_tid();
-        shared.thread_notes.push(ThreadNote {
-            tid: self.tid,
-            name: crate::thread::current_thread_name(),
-            ticks: crate::clock::ticks(),
-            started: true,
-        });
+        let (tid, ticks) = match &shared.logical {
+            // Relaxed: a counter (see `LogicalClock`).
+            Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
+            None => (crate::thread::current_tid(), crate::clock::ticks()),
+        };
+        self.tid = tid;
+        shared.thread_notes.push(ThreadNote { tid, name: crate::thread::current_thread_name(), ticks, started: true });
         self.buffer = shared.new_buffer(self.tid, 0);
         // Keys name nodes of this recording's stack table only.
         self.last_key = 0;
@@ -126,12 +151,8 @@ impl Local {
             b.retire();
         }
         if let Some(shared) = self.shared.take() {
-            shared.thread_notes.push(ThreadNote {
-                tid: self.tid,
-                name: String::new(),
-                ticks: crate::clock::ticks(),
-                started: false,
-            });
+            let ticks = shared.logical.as_ref().map_or_else(crate::clock::ticks, LogicalClock::tick);
+            shared.thread_notes.push(ThreadNote { tid: self.tid, name: String::new(), ticks, started: false });
             shared.wakeup.notify();
         }
         self.generation = 0;
@@ -250,6 +271,10 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
         // The bytes of `write::begin_record` .. `write::end_record`, without moving the record.
         out.extend_from_slice(&RESERVED_SIZE);
         put_u64(out, type_id);
+        let (start, duration) = match &shared.logical {
+            Some(l) => (l.tick(), 0),
+            None => (start, duration),
+        };
         put_u64(out, start as u64);
         put_u64(out, duration as u64);
         put_u64(out, u64::from(local.tid));

@@ -320,6 +320,15 @@ pub trait Event {
         Timed { event: Some(self), span: Span::begin() }
     }
 
+    /// Registers the type now (otherwise its first commit does): its metadata is then part of
+    /// every chunk from the start, which deterministic recordings need.
+    fn register()
+    where
+        Self: Sized,
+    {
+        Self::event_type().id();
+    }
+
     /// The event type is enabled in the running recording (skip building expensive fields if not).
     fn is_enabled() -> bool
     where

@@ -125,6 +125,10 @@ pub struct Settings {
     pub sampling: Option<SamplerConfig>,
     /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files.
     pub compress_finished_chunks: bool,
+    /// Deterministic mode: logical timestamps and thread numbers, no sampling, no periodic events,
+    /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
+    /// files.
+    pub deterministic: bool,
 }
 
 impl Default for Settings {
@@ -145,6 +149,7 @@ impl Default for Settings {
             stack_table_capacity: 1 << 18,
             sampling: Some(SamplerConfig::default()),
             compress_finished_chunks: false,
+            deterministic: false,
         }
     }
 }
@@ -245,6 +250,18 @@ impl RecorderBuilder {
     /// Threads that can be sampled at once (default 128).
     pub fn max_sampled_threads(mut self, n: usize) -> Self {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).max_threads = n;
+        self
+    }
+    /// Deterministic mode: event timestamps become a logical counter (1, 2, 3, …) and durations 0,
+    /// threads are numbered in the order they first commit, chunk times start at 0, and nothing
+    /// is flushed, sampled or measured on a timer. The same events then give byte-identical
+    /// files (golden-file tests). Stack traces still carry real (ASLR-dependent) addresses: turn
+    /// them off for golden files.
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.settings.deterministic = on;
+        if on {
+            self.settings.sampling = None;
+        }
         self
     }
     /// Records no CPU samples (events only).
@@ -395,8 +412,9 @@ impl Recorder {
         if current.is_some() {
             return Err(Error::AlreadyRunning);
         }
-        let start = ClockPair::now();
-        let dir_name = format!("{}_{}", repository::timestamp_name(start.epoch_nanos), std::process::id());
+        let wall = ClockPair::now();
+        let start = if settings.deterministic { ClockPair { epoch_nanos: 0, ticks: 0 } } else { wall };
+        let dir_name = format!("{}_{}", repository::timestamp_name(wall.epoch_nanos), std::process::id());
         let mut dir = settings.repository.join(&dir_name);
         let mut n = 1;
         while dir.exists() {
@@ -430,6 +448,7 @@ impl Recorder {
             lost_events: Default::default(),
             lost_bytes: Default::default(),
             wakeup: Wakeup::default(),
+            logical: settings.deterministic.then(crate::commit::LogicalClock::default),
         });
         let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
         if let Some(config) = &settings.sampling {
@@ -605,6 +624,15 @@ fn flusher_loop(inner: &Inner) {
         let s = inner.state.lock();
         (s.settings.flush_interval, s.settings.periodic_interval)
     };
+    if inner.shared.logical.is_some() {
+        // Deterministic mode: flushes happen only when asked (flush, dump, stop), so segment
+        // boundaries do not depend on timing.
+        // Relaxed: `stop` also unparks us.
+        while !inner.stopping.load(Ordering::Relaxed) {
+            std::thread::park_timeout(Duration::from_millis(100));
+        }
+        return;
+    }
     let mut next_flush = Instant::now() + flush_interval;
     let mut next_periodic = Instant::now();
     // Early flushes (buffers filling up) are spaced at least this far apart.
@@ -952,11 +980,26 @@ impl State {
         refs
     }
 
+    /// The tick clock: real, or the logical one in deterministic mode.
+    fn now_ticks(&self) -> i64 {
+        match &self.shared.logical {
+            Some(l) => l.now(),
+            None => clock::ticks(),
+        }
+    }
+
     fn ensure_chunk(&mut self) {
         if self.chunk.is_some() {
             return;
         }
-        let start = self.next_start.take().unwrap_or_else(ClockPair::now);
+        let now = self.now_ticks();
+        let start = self.next_start.take().unwrap_or_else(|| {
+            if self.shared.logical.is_some() {
+                ClockPair { epoch_nanos: now, ticks: now }
+            } else {
+                ClockPair::now()
+            }
+        });
         self.chunk = Some(LiveChunk {
             writer: ChunkWriter::new(start.epoch_nanos, start.ticks),
             file: None,
@@ -970,7 +1013,7 @@ impl State {
     /// One flush: events, the flusher's own events, metadata, one checkpoint, publish.
     fn flush(&mut self) {
         self.ensure_chunk();
-        let now_ticks = clock::ticks();
+        let now_ticks = self.now_ticks();
         let mut refs_threads: HashSet<u32> = HashSet::new();
         let mut refs_stacks: HashSet<u64> = HashSet::new();
         let mut segment_events = 0u64;
@@ -1264,11 +1307,13 @@ impl State {
     /// `jdk.ActiveRecording` and one `jdk.ActiveSetting` per setting, at each chunk start and
     /// whenever settings change.
     fn write_settings(&mut self, now_ticks: i64) {
-        let tid = crate::thread::current_tid();
+        let deterministic = self.shared.logical.is_some();
+        // The flusher's own events name the thread that flushed, except in deterministic mode.
+        let tid = if deterministic { 0 } else { crate::thread::current_tid() };
         let settings = self.settings.clone();
         let start_ms = self.recording_start.epoch_nanos / 1_000_000;
         let elapsed_ms = (now_ticks - self.recording_start.ticks) / 1_000_000;
-        let dir = self.dir.display().to_string();
+        let dir = if deterministic { String::new() } else { self.dir.display().to_string() };
         let mut rows: Vec<(u64, String, String)> = vec![
             (0, "flushInterval".into(), format!("{} ms", settings.flush_interval.as_millis())),
             (0, "maxChunkSize".into(), settings.max_chunk_size.to_string()),
@@ -1310,8 +1355,10 @@ impl State {
                 put_string(o, Some(&value));
             });
         }
-        self.known_threads.insert(tid);
-        self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
+        if tid != 0 {
+            self.known_threads.insert(tid);
+            self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
+        }
     }
 
     /// Settings of subsystems (the sampler states its mode and rate here).
@@ -1483,7 +1530,7 @@ impl State {
                 self.dir.display()
             );
         }
-        let now = clock::ticks();
+        let now = self.now_ticks();
         // The loss reports of the failed segment did not reach the disk either: report them again.
         let unconfirmed = std::mem::take(&mut self.unconfirmed_loss);
         self.pending_loss.extend(unconfirmed);
@@ -1525,7 +1572,7 @@ impl State {
         let Some(chunk) = self.chunk.as_ref() else {
             return;
         };
-        let age = Duration::from_nanos((clock::ticks() - chunk.start.ticks).max(0) as u64);
+        let age = Duration::from_nanos((self.now_ticks() - chunk.start.ticks).max(0) as u64);
         if chunk.writer.position() >= self.settings.max_chunk_size || age >= self.settings.max_chunk_age {
             if let Err(e) = self.finish_chunk(false) {
                 self.write_failed(e, 0, 0);
@@ -1539,7 +1586,7 @@ impl State {
         let Some(mut chunk) = self.chunk.take() else {
             return Ok(());
         };
-        let now = clock::ticks();
+        let now = self.now_ticks();
         let duration = (now - chunk.start.ticks).max(1);
         let Some(header) = chunk.writer.finish(duration, final_chunk) else {
             return Ok(());
