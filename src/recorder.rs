@@ -121,7 +121,7 @@ pub struct Settings {
     pub name: String,
     /// Node capacity of the stack table.
     pub stack_table_capacity: usize,
-    /// CPU sampling (`None`: off). Its `max_depth` follows `depth.inner`.
+    /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
 }
 
@@ -415,9 +415,9 @@ impl Recorder {
         });
         let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
         if let Some(config) = &settings.sampling {
-            let mut config = config.clone();
-            config.max_depth = settings.depth.inner.max(1);
-            let (sampler, locked) = Sampler::start(config).map_err(Error::Sampler)?;
+            // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
+            let (sampler, locked) =
+                Sampler::start_with_depth(config.clone(), settings.depth).map_err(Error::Sampler)?;
             state.sampler = Some((Arc::new(sampler), locked));
         }
         let inner = Arc::new(Inner {
