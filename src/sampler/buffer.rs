@@ -9,7 +9,7 @@
 //!   recorder thread ([`Core::drain_full`]), stop.
 //!
 //! # Buffer states
-//! CLEAN (in `LockedState::free` or a slot's `spare`; `pos == flushed_pos == 0`) -> ACTIVE(T)
+//! CLEAN (in `LockedState::free` or a slot's spare entry; `pos == flushed_pos == 0`) -> ACTIVE(T)
 //! (`slot.active`) -> FULL (on the `full_head` Treiber stack; `pos` final) -> DRAINING (popped by an
 //! L holder) -> CLEAN. Buffers and slots are allocated once in [`Core::new`] and never freed while
 //! the `Core` lives, so a stale pointer is never dangling.
@@ -20,12 +20,19 @@
 //!   recycle, and recycle happens only in DRAINING under L.
 //! - I3: each committed record is handed to the drain callback exactly once: only L holders parse,
 //!   they start at `flushed_pos` and store the exact end they read.
-//! - I4: a buffer becomes ACTIVE only through the owner's `spare.swap(null)`, and only L holders
-//!   fill `spare`, with CLEAN buffers.
+//! - I4: a buffer becomes ACTIVE only through the owner's swap of a spare entry to null, and only
+//!   L holders fill spare entries, with CLEAN buffers.
 //! - I5: L holders keep no buffer or slot pointer past unlock (`LockedState` holds indices only).
 //! - I6: per slot, `taken == written + lost_total` once every buffer has been drained.
 //! - I10: the handler path takes no lock and allocates nothing.
 //! - I11: owner code outside the handler raises `suppress` with a compiler fence first.
+//! - Order: each thread's records reach the drain callback in the order it wrote them: the full
+//!   queue is drained oldest push first, and [`Core::drain`] hands out an active buffer only once
+//!   every buffer its slot activated before it is drained (activation numbers).
+//! - Fragments: a sample larger than a buffer is written by [`Core::write_sample`] as fragments
+//!   k/n in consecutive buffers of its thread, all or nothing; L holders reassemble them with at
+//!   most one sample in flight per slot, and a sample with a missing or out-of-order fragment is
+//!   counted lost (once), never handed out. Drain callbacks see whole samples only.
 //! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
 //!   and is accessed through a raw pointer only in a range the accessor owns.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -48,7 +55,7 @@ macro_rules! protocol_assert {
 /// Words in a record header (see [`RecordHeader`]).
 pub const HEADER_WORDS: usize = 5;
 
-/// Record flag: the walk stopped at `max_depth` while frames remained.
+/// Record flag: frames were dropped (depth policy or walk limit).
 pub const FLAG_TRUNCATED: u8 = 1;
 /// Record flag: the thread's stack bounds were unknown, only the leaf PC was recorded.
 pub const FLAG_LEAF_ONLY: u8 = 2;
@@ -75,9 +82,9 @@ pub struct RecordHeader {
     pub tid: u32,
     /// `FLAG_*` bits.
     pub flags: u8,
-    /// Fragment index k of n (a later issue splits oversized samples; today always 0 of 1).
+    /// Fragment index k of n (see [`Core::write_sample`]; 0 of 1 for a whole sample).
     pub frag_index: u16,
-    /// Fragment count n (today always 1).
+    /// Fragment count n.
     pub frag_count: u16,
     /// Process-wide sample id.
     pub sample_id: u64,
@@ -92,7 +99,7 @@ pub struct SampleRecord<'a> {
     pub tid: u32,
     /// CLOCK_MONOTONIC ns at capture (`crate::clock::ticks`).
     pub ticks: i64,
-    /// The walk stopped at `max_depth` while frames remained.
+    /// Frames were dropped (depth policy, walk limit); `ips` may hold an elided marker.
     pub truncated: bool,
     /// Stack bounds were not known yet: `ips` holds the leaf PC only.
     pub leaf_only: bool,
@@ -103,9 +110,9 @@ pub struct SampleRecord<'a> {
     pub sample_id: u64,
     /// Stack pointer at the sample.
     pub sp: u64,
-    /// Fragment index k (0-based) of `frag_count`.
+    /// Always 0: callbacks receive reassembled samples only.
     pub frag_index: u16,
-    /// Fragment count n.
+    /// Always 1 (see `frag_index`).
     pub frag_count: u16,
 }
 
@@ -201,7 +208,8 @@ pub struct ThreadSlot {
     state: AtomicU8,
     /// The owner's kernel thread id; the handler drops signals whose thread is not this one.
     tid: AtomicU32,
-    /// Lost samples not yet reported by `take_lost` (owner adds, L holder swaps to 0).
+    /// Lost samples not yet reported by `take_lost` (owner adds; L holders add samples whose
+    /// fragments were incomplete, and swap it to 0).
     lost: AtomicU64,
     /// Statistics (I6): samples attempted, lost (ever), handed to a drain callback.
     taken: AtomicU64,
@@ -749,7 +757,8 @@ impl Core {
                 }
             });
         }
-        let per = cap - HEADER_WORDS;
+        // A record holds at most u16::MAX frames (w0).
+        let per = (cap - HEADER_WORDS).min(u16::MAX as usize);
         // Relaxed: only this thread (the owner) writes `active`.
         let mut b = slot.active.load(Ordering::Relaxed);
         // SAFETY: `b` is null or points into `self.buffers`.
@@ -760,7 +769,7 @@ impl Core {
         };
         // Frames the first fragment puts into the active buffer (0: start in a fresh one). The
         // sample does not fit a whole buffer, so it does not fit this remainder either.
-        let first = cap.saturating_sub(p).saturating_sub(HEADER_WORDS);
+        let first = cap.saturating_sub(p).saturating_sub(HEADER_WORDS).min(per);
         let rest = nframes.saturating_sub(first);
         let fresh = rest.div_ceil(per);
         let count = fresh + usize::from(first > 0);

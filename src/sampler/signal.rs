@@ -4,8 +4,9 @@
 //!
 //! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
 //! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
-//! preallocated table), check the slot belongs to this thread, walk, `Core::write_record`, post
-//! the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
+//! preallocated table), check the slot belongs to this thread, walk once under the depth policy
+//! into the slot's scratch (innermost N in order, outermost M in a ring), `Core::write_sample`
+//! (fragments if the sample is larger than a buffer), post the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
 //! SIGPROF handler, if it had one.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
