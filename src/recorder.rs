@@ -121,7 +121,7 @@ pub struct Settings {
     pub name: String,
     /// Node capacity of the stack table.
     pub stack_table_capacity: usize,
-    /// CPU sampling (`None`: off). Its `max_depth` follows `depth.inner`.
+    /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
     /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files.
     pub compress_finished_chunks: bool,
@@ -158,6 +158,8 @@ impl Default for Settings {
 #[derive(Debug, Clone, Default)]
 pub struct RecorderBuilder {
     settings: Settings,
+    /// `stack_depth` was set: `stack_depth_outer` alone keeps only the outermost frames.
+    inner_depth_set: bool,
 }
 
 impl RecorderBuilder {
@@ -212,11 +214,16 @@ impl RecorderBuilder {
     /// Keep the innermost `n` frames of stacks (default 128; at most 2048).
     pub fn stack_depth(mut self, n: usize) -> Self {
         self.settings.depth.inner = n;
+        self.inner_depth_set = true;
         self
     }
-    /// Keep the outermost `m` frames of stacks (default 0; at most 2048).
+    /// Keep the outermost `m` frames of stacks (default 0; at most 2048). Alone, it keeps only the
+    /// outermost `m`; with [`Self::stack_depth`], both ends with one `<elided:K>` frame between.
     pub fn stack_depth_outer(mut self, m: usize) -> Self {
         self.settings.depth.outer = m;
+        if !self.inner_depth_set {
+            self.settings.depth.inner = if m > 0 { 0 } else { DepthPolicy::default().inner };
+        }
         self
     }
     /// Settings of the event type called `name`.
@@ -452,9 +459,9 @@ impl Recorder {
         });
         let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
         if let Some(config) = &settings.sampling {
-            let mut config = config.clone();
-            config.max_depth = settings.depth.inner.max(1);
-            let (sampler, locked) = Sampler::start(config).map_err(Error::Sampler)?;
+            // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
+            let (sampler, locked) =
+                Sampler::start_with_depth(config.clone(), settings.depth).map_err(Error::Sampler)?;
             state.sampler = Some((Arc::new(sampler), locked));
         }
         let inner = Arc::new(Inner {

@@ -281,3 +281,127 @@ impl DepthPolicy {
         true
     }
 }
+
+/// Where a bounded walk under a depth policy keeps its frames, and how they read back.
+///
+/// The walk stores frame number `n` (0 = innermost) at scratch index `n` while `n < inner`, and
+/// the later ones in a ring of `outer` words after them (`inner + (n - inner) % outer`), counting
+/// the rest. Afterwards the kept stack, innermost first, is: scratch `[0, inner_kept)`, then one
+/// elided marker if frames were dropped between two kept ends, then the ring from its oldest
+/// entry. This is the sampler's signal-safe form of [`DepthPolicy::apply`] (same result; see the
+/// tests): no allocation, one pass, bounded scratch of `inner + outer` words.
+#[cfg_attr(loom, allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkLayout {
+    inner: usize,
+    outer: usize,
+    inner_kept: usize,
+    ring_kept: usize,
+    dropped: usize,
+    head: usize,
+    marker: bool,
+}
+
+/// One frame of a [`WalkLayout`]: a scratch word, or the elided marker for `K` frames.
+#[cfg_attr(loom, allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutFrame {
+    /// The frame stored at this scratch index.
+    Scratch(usize),
+    /// `<elided:K>`.
+    Elided(u64),
+}
+
+#[cfg_attr(loom, allow(dead_code))]
+impl WalkLayout {
+    /// The layout after a walk of `total` frames with `inner`/`outer` scratch ends.
+    #[inline]
+    pub fn new(inner: usize, outer: usize, total: usize) -> WalkLayout {
+        let inner_kept = total.min(inner);
+        let ring_kept = (total - inner_kept).min(outer);
+        let dropped = total - inner_kept - ring_kept;
+        let head = if dropped > 0 && outer > 0 { (total - inner) % outer } else { 0 };
+        WalkLayout { inner, outer, inner_kept, ring_kept, dropped, head, marker: dropped > 0 && inner > 0 && outer > 0 }
+    }
+
+    /// Frames in the kept stack (marker included).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.inner_kept + usize::from(self.marker) + self.ring_kept
+    }
+
+    /// Frames dropped by the policy.
+    #[inline]
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+
+    /// Where the walk stores frame number `n`, if it keeps it (for callers that do not keep a
+    /// running ring position).
+    #[cfg(test)]
+    pub fn slot_for(inner: usize, outer: usize, n: usize) -> Option<usize> {
+        if n < inner {
+            Some(n)
+        } else if outer > 0 {
+            Some(inner + (n - inner) % outer)
+        } else {
+            None
+        }
+    }
+
+    /// Frame `i` (0 = innermost) of the kept stack.
+    #[inline]
+    pub fn frame(&self, i: usize) -> LayoutFrame {
+        if i < self.inner_kept {
+            return LayoutFrame::Scratch(i);
+        }
+        let mut j = i - self.inner_kept;
+        if self.marker {
+            if j == 0 {
+                return LayoutFrame::Elided(self.dropped as u64);
+            }
+            j -= 1;
+        }
+        let r = self.head + j;
+        LayoutFrame::Scratch(self.inner + if r >= self.outer { r - self.outer } else { r })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod layout_tests {
+    use super::*;
+
+    /// The ring walk reads back exactly what `DepthPolicy::apply` keeps, for every depth and
+    /// policy around the boundaries.
+    #[test]
+    fn ring_walk_matches_apply() {
+        for inner in [0usize, 1, 2, 3, 5] {
+            for outer in [0usize, 1, 2, 3, 4] {
+                if inner == 0 && outer == 0 {
+                    continue;
+                }
+                for total in 0..20usize {
+                    let frames: Vec<u64> = (100..100 + total as u64).collect();
+                    let mut scratch = vec![0u64; inner + outer];
+                    for (n, &ip) in frames.iter().enumerate() {
+                        if let Some(k) = WalkLayout::slot_for(inner, outer, n) {
+                            scratch[k] = ip;
+                        }
+                    }
+                    let l = WalkLayout::new(inner, outer, total);
+                    let got: Vec<u64> = (0..l.len())
+                        .map(|i| match l.frame(i) {
+                            LayoutFrame::Scratch(k) => scratch[k],
+                            LayoutFrame::Elided(k) => elided_marker(k),
+                        })
+                        .collect();
+                    let mut want = Vec::new();
+                    let cut = DepthPolicy { inner, outer }.apply(&frames, &mut want);
+                    assert_eq!(got, want, "inner {inner} outer {outer} total {total}");
+                    assert_eq!(cut, l.dropped() > 0);
+                }
+            }
+        }
+    }
+}

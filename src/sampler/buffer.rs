@@ -9,7 +9,7 @@
 //!   recorder thread ([`Core::drain_full`]), stop.
 //!
 //! # Buffer states
-//! CLEAN (in `LockedState::free` or a slot's `spare`; `pos == flushed_pos == 0`) -> ACTIVE(T)
+//! CLEAN (in `LockedState::free` or a slot's spare entry; `pos == flushed_pos == 0`) -> ACTIVE(T)
 //! (`slot.active`) -> FULL (on the `full_head` Treiber stack; `pos` final) -> DRAINING (popped by an
 //! L holder) -> CLEAN. Buffers and slots are allocated once in [`Core::new`] and never freed while
 //! the `Core` lives, so a stale pointer is never dangling.
@@ -20,12 +20,19 @@
 //!   recycle, and recycle happens only in DRAINING under L.
 //! - I3: each committed record is handed to the drain callback exactly once: only L holders parse,
 //!   they start at `flushed_pos` and store the exact end they read.
-//! - I4: a buffer becomes ACTIVE only through the owner's `spare.swap(null)`, and only L holders
-//!   fill `spare`, with CLEAN buffers.
+//! - I4: a buffer becomes ACTIVE only through the owner's swap of a spare entry to null, and only
+//!   L holders fill spare entries, with CLEAN buffers.
 //! - I5: L holders keep no buffer or slot pointer past unlock (`LockedState` holds indices only).
 //! - I6: per slot, `taken == written + lost_total` once every buffer has been drained.
 //! - I10: the handler path takes no lock and allocates nothing.
 //! - I11: owner code outside the handler raises `suppress` with a compiler fence first.
+//! - Order: each thread's records reach the drain callback in the order it wrote them: the full
+//!   queue is drained oldest push first, and [`Core::drain`] hands out an active buffer only once
+//!   every buffer its slot activated before it is drained (activation numbers).
+//! - Fragments: a sample larger than a buffer is written by [`Core::write_sample`] as fragments
+//!   k/n in consecutive buffers of its thread, all or nothing; L holders reassemble them with at
+//!   most one sample in flight per slot, and a sample with a missing or out-of-order fragment is
+//!   counted lost (once), never handed out. Drain callbacks see whole samples only.
 //! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
 //!   and is accessed through a raw pointer only in a range the accessor owns.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -48,7 +55,7 @@ macro_rules! protocol_assert {
 /// Words in a record header (see [`RecordHeader`]).
 pub const HEADER_WORDS: usize = 5;
 
-/// Record flag: the walk stopped at `max_depth` while frames remained.
+/// Record flag: frames were dropped (depth policy or walk limit).
 pub const FLAG_TRUNCATED: u8 = 1;
 /// Record flag: the thread's stack bounds were unknown, only the leaf PC was recorded.
 pub const FLAG_LEAF_ONLY: u8 = 2;
@@ -75,9 +82,9 @@ pub struct RecordHeader {
     pub tid: u32,
     /// `FLAG_*` bits.
     pub flags: u8,
-    /// Fragment index k of n (a later issue splits oversized samples; today always 0 of 1).
+    /// Fragment index k of n (see [`Core::write_sample`]; 0 of 1 for a whole sample).
     pub frag_index: u16,
-    /// Fragment count n (today always 1).
+    /// Fragment count n.
     pub frag_count: u16,
     /// Process-wide sample id.
     pub sample_id: u64,
@@ -92,7 +99,7 @@ pub struct SampleRecord<'a> {
     pub tid: u32,
     /// CLOCK_MONOTONIC ns at capture (`crate::clock::ticks`).
     pub ticks: i64,
-    /// The walk stopped at `max_depth` while frames remained.
+    /// Frames were dropped (depth policy, walk limit); `ips` may hold an elided marker.
     pub truncated: bool,
     /// Stack bounds were not known yet: `ips` holds the leaf PC only.
     pub leaf_only: bool,
@@ -103,9 +110,9 @@ pub struct SampleRecord<'a> {
     pub sample_id: u64,
     /// Stack pointer at the sample.
     pub sp: u64,
-    /// Fragment index k (0-based) of `frag_count`.
+    /// Always 0: callbacks receive reassembled samples only.
     pub frag_index: u16,
-    /// Fragment count n.
+    /// Always 1 (see `frag_index`).
     pub frag_count: u16,
 }
 
@@ -123,8 +130,16 @@ pub struct SamplerBuffer {
     /// Full-queue link. Written by: the pushing owner before its Release CAS of `full_head`.
     /// Read by: the L holder that swapped the list out (Acquire).
     next: AtomicPtr<SamplerBuffer>,
+    /// `(slot index << 40) | n` while this buffer is (or was) the n-th buffer its slot made
+    /// ACTIVE; `NOT_ACTIVATED` while CLEAN. Written by: the owner when it makes the buffer
+    /// ACTIVE (Relaxed; published by the Release store of `active` and the Release push);
+    /// reset by the recycling L holder. Read by: L holders.
+    activation: AtomicU64,
     words: Box<[UnsafeCell<u64>]>,
 }
+
+const NOT_ACTIVATED: u64 = u64::MAX;
+const ACTIVATION_MASK: u64 = (1 << 40) - 1;
 
 impl SamplerBuffer {
     fn new(index: u32, capacity_words: usize) -> SamplerBuffer {
@@ -133,6 +148,7 @@ impl SamplerBuffer {
             pos: AtomicUsize::new(0),
             flushed_pos: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
+            activation: AtomicU64::new(NOT_ACTIVATED),
             words: (0..capacity_words).map(|_| UnsafeCell::new(0)).collect(),
         }
     }
@@ -178,16 +194,22 @@ pub struct ThreadSlot {
     /// The buffer the handler writes. Written by: owner only (rotation, retire). Read by: owner
     /// (Relaxed), L holders (Acquire).
     active: AtomicPtr<SamplerBuffer>,
-    /// A CLEAN buffer ready for rotation. L holders fill it (null -> buf, Release); the owner
-    /// empties it (swap to null, Acquire).
-    spare: AtomicPtr<SamplerBuffer>,
+    /// CLEAN buffers ready for rotation (one or more: an oversized sample takes several in one
+    /// handler call, see [`Core::write_sample`]). Each entry is the §4 spare handoff on its own:
+    /// L holders fill it (null -> buf, Release CAS); the owner empties it (swap to null, Acquire).
+    /// Only the owner empties entries, so an entry the owner sees non-null stays non-null until
+    /// the owner takes it.
+    spares: Box<[AtomicPtr<SamplerBuffer>]>,
+    /// Buffers this slot has made ACTIVE (ever; owner only, Relaxed).
+    activations: AtomicU64,
     /// Non-zero while the owner is in a critical section of its own (I11) or the slot is retired.
     suppress: AtomicU32,
     /// `SLOT_FREE` / `SLOT_LIVE` / `SLOT_EXITED`.
     state: AtomicU8,
     /// The owner's kernel thread id; the handler drops signals whose thread is not this one.
     tid: AtomicU32,
-    /// Lost samples not yet reported by `take_lost` (owner adds, L holder swaps to 0).
+    /// Lost samples not yet reported by `take_lost` (owner adds; L holders add samples whose
+    /// fragments were incomplete, and swap it to 0).
     lost: AtomicU64,
     /// Statistics (I6): samples attempted, lost (ever), handed to a drain callback.
     taken: AtomicU64,
@@ -201,11 +223,12 @@ pub struct ThreadSlot {
 }
 
 impl ThreadSlot {
-    fn new(index: u32) -> ThreadSlot {
+    fn new(index: u32, nspares: usize) -> ThreadSlot {
         ThreadSlot {
             index,
             active: AtomicPtr::new(ptr::null_mut()),
-            spare: AtomicPtr::new(ptr::null_mut()),
+            spares: (0..nspares.max(1)).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
+            activations: AtomicU64::new(0),
             suppress: AtomicU32::new(1),
             state: AtomicU8::new(SLOT_FREE),
             tid: AtomicU32::new(0),
@@ -300,6 +323,31 @@ pub struct LockedState {
     /// Lost samples of slots reaped since the last `take_lost` (their thread exited before its
     /// losses were collected): reported by the next `take_lost`, never dropped (I6).
     reaped_lost: Vec<(u32, u64)>,
+    /// Per slot: the fragmented sample being reassembled (at most one per thread).
+    pending: Vec<Pending>,
+    /// Per slot: activation number of the slot's next buffer not yet drained from the full
+    /// queue (see `SamplerBuffer::activation`). [`Core::drain`] hands out the records of an
+    /// active buffer only when it is this one, i.e. every older buffer of the thread is done.
+    expected: Vec<u64>,
+}
+
+/// Reassembly state of one slot (L holders only).
+#[derive(Debug, Default)]
+struct Pending {
+    /// A sample is in flight.
+    open: bool,
+    sample_id: u64,
+    /// Next expected fragment index, and the fragment count.
+    next: u16,
+    count: u16,
+    tid: u32,
+    ticks: i64,
+    flags: u8,
+    sp: u64,
+    frames: Vec<u64>,
+    /// The last sample discarded as incomplete (already counted lost): its stray fragments are
+    /// dropped without counting it again.
+    discarded: u64,
 }
 
 impl LockedState {
@@ -368,10 +416,19 @@ impl Core {
     /// # Panics
     /// If `capacity_words < HEADER_WORDS + 1` or a count exceeds `u32::MAX`.
     pub fn new(nslots: usize, nbuffers: usize, capacity_words: usize) -> (Core, LockedState) {
+        Core::with_spares(nslots, nbuffers, capacity_words, 1)
+    }
+
+    /// Like [`Core::new`], with `spares` spare entries per slot (at least 1): how many buffers a
+    /// slot holds besides its active one, and so how many an oversized sample can span beyond it.
+    ///
+    /// # Panics
+    /// As [`Core::new`].
+    pub fn with_spares(nslots: usize, nbuffers: usize, capacity_words: usize, spares: usize) -> (Core, LockedState) {
         assert!(capacity_words > HEADER_WORDS, "buffer too small for one record");
-        assert!(nslots <= u32::MAX as usize && nbuffers <= u32::MAX as usize);
+        assert!(nslots < u32::MAX as usize && nbuffers < u32::MAX as usize);
         let core = Core {
-            slots: (0..nslots).map(|i| ThreadSlot::new(i as u32)).collect(),
+            slots: (0..nslots).map(|i| ThreadSlot::new(i as u32, spares)).collect(),
             buffers: (0..nbuffers).map(|i| SamplerBuffer::new(i as u32, capacity_words)).collect(),
             full_head: AtomicPtr::new(ptr::null_mut()),
             recorder_pending: AtomicBool::new(false),
@@ -389,6 +446,8 @@ impl Core {
             scratch: Vec::new(),
             exited: Vec::new(),
             reaped_lost: Vec::new(),
+            pending: (0..nslots).map(|_| Pending::default()).collect(),
+            expected: vec![0; nslots],
         };
         (core, locked)
     }
@@ -540,7 +599,8 @@ impl Core {
     /// The handler's buffer step (§4.2 steps 4-7): reserve `HEADER_WORDS + nframes` words in the
     /// slot's active buffer, rotating to the spare when it does not fit, write the header, let
     /// `fill` push exactly `nframes` IPs (missing ones are written as 0), and commit with a Release
-    /// store of `pos`. Call [`Core::admit`] first (it counts the sample as taken).
+    /// store of `pos`. Call [`Core::admit`] first (it counts the sample as taken). A record larger
+    /// than a buffer is counted lost; [`Core::write_sample`] splits such samples instead.
     ///
     /// Must only be called by the slot's owner (its signal handler, or a loom thread standing in
     /// for it): it is the single writer of `active`, of `pos` and of the words above `pos`.
@@ -573,29 +633,84 @@ impl Core {
         // SAFETY: as above.
         let fits = unsafe { b.as_ref() }.is_some_and(|buf| buf.capacity().saturating_sub(p) >= len);
         if !fits {
-            // Acquire: pairs with the Release CAS in `refill_spares`; the recycler's reset of
-            // `pos`/`flushed_pos` is visible.
-            let n = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
-            if n.is_null() {
+            let Some(n) = self.rotate(slot, b) else {
                 Self::count_lost(slot);
                 return WriteOutcome { committed: false, wake: self.notify_recorder() };
-            }
-            // Release: the new buffer's clean positions (and this slot's switch) are visible to
-            // an L holder's Acquire load of `active` in `drain_active`. Stored before the old
-            // buffer becomes reachable from the full queue (§4.2 publication order).
-            slot.active.store(n, Ordering::Release);
-            if !b.is_null() {
-                // SAFETY: `b` points into `self.buffers` (see above).
-                self.push_full(unsafe { &*b });
-            }
+            };
             b = n;
-            // Relaxed: the recycle's reset is ordered before us by the Acquire swap of `spare`.
+            // Relaxed: the recycle's reset is ordered before us by the Acquire swap of the spare.
             // SAFETY: `n` came from a spare, which only holds pointers into `self.buffers`.
             p = unsafe { &*n }.pos.load(Ordering::Relaxed);
             rotated = true;
         }
         // SAFETY: `b` is non-null here and points into `self.buffers`.
         let buf = unsafe { &*b };
+        Self::put(buf, p, slot, hdr, nframes, fill);
+        WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
+    }
+
+    /// Rotation (§4.2 step 5): takes the first non-empty spare, publishes it as `active`, then
+    /// pushes the old buffer `b` (if any) on the full queue. `None` (nothing changed) if every
+    /// spare is empty. Owner only.
+    ///
+    /// # Signal safety
+    /// Atomic RMWs and a CAS retry loop.
+    #[inline]
+    fn rotate(&self, slot: &ThreadSlot, b: *mut SamplerBuffer) -> Option<*mut SamplerBuffer> {
+        let mut n = ptr::null_mut();
+        for spare in slot.spares.iter() {
+            // Relaxed: a hint that skips the RMW on empty entries; only the owner empties them.
+            if spare.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            // Acquire: pairs with the Release CAS in `refill_spares` / `install_spare`; the
+            // recycler's reset of `pos`/`flushed_pos` is visible.
+            n = spare.swap(ptr::null_mut(), Ordering::Acquire);
+            if !n.is_null() {
+                break;
+            }
+        }
+        // SAFETY: null or a pointer into `self.buffers` (spares hold nothing else).
+        let nb = unsafe { n.as_ref() }?;
+        // Relaxed (both): owner-only counter.
+        let seq = slot.activations.load(Ordering::Relaxed);
+        slot.activations.store(seq.wrapping_add(1), Ordering::Relaxed);
+        // Relaxed: published with the buffer by the Release store of `active` below (active
+        // pass) and by the Release push of this buffer later (full pass).
+        nb.activation.store((u64::from(slot.index) << 40) | (seq & ACTIVATION_MASK), Ordering::Relaxed);
+        // Release: the new buffer's clean positions (and this slot's switch) are visible to an L
+        // holder's Acquire load of `active` in `drain_active` / `drain`. Stored before the old
+        // buffer becomes reachable from the full queue (§4.2 publication order).
+        slot.active.store(n, Ordering::Release);
+        if !b.is_null() {
+            // SAFETY: `b` points into `self.buffers` (the caller's active buffer).
+            self.push_full(unsafe { &*b });
+        }
+        Some(n)
+    }
+
+    /// Spare entries of `slot` holding a buffer. Owner only: the count cannot drop until the
+    /// owner takes one (L holders only fill entries).
+    ///
+    /// # Signal safety
+    /// Atomic loads.
+    #[inline]
+    fn spares_ready(slot: &ThreadSlot) -> usize {
+        // Relaxed: a count; each buffer is taken later with the Acquire swap in `rotate`.
+        slot.spares.iter().filter(|s| !s.load(Ordering::Relaxed).is_null()).count()
+    }
+
+    /// Writes one record at word `p` of the owner's buffer and commits it.
+    #[inline(always)]
+    fn put(
+        buf: &SamplerBuffer,
+        p: usize,
+        slot: &ThreadSlot,
+        hdr: &RecordHeader,
+        nframes: usize,
+        fill: impl FnOnce(&mut FrameSink<'_>),
+    ) {
+        let len = HEADER_WORDS + nframes;
         let w0 = (nframes as u64)
             | (u64::from(hdr.flags) << 16)
             | (u64::from(KIND_EXEC_SAMPLE) << 24)
@@ -612,9 +727,98 @@ impl Core {
             sink.push(0);
         }
         // Release: the commit point; publishes the record's words to L holders. Pairs with the
-        // Acquire loads of `pos` in `drain_active` / `drain_full`.
+        // Acquire loads of `pos` in `drain_active` / `drain_full` / `drain`.
         buf.pos.store(p + len, Ordering::Release);
-        WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
+    }
+
+    /// The handler's buffer step for a whole sample of `nframes` frames (`frame(i)`, innermost
+    /// first). A sample that fits one buffer is one record ([`Core::write_record`]). A larger one
+    /// is split into fragments k/n (same header and sample id, `frag_index` k, `frag_count` n):
+    /// the first fills what is left of the active buffer, each further one an empty buffer taken
+    /// from the slot's spares by the ordinary rotation, so the fragments lie in consecutive
+    /// buffers of this thread, in order. The spares are counted first: if they cannot hold the
+    /// whole sample, nothing is written and the sample is counted lost (a partial sample is never
+    /// committed). L holders reassemble the fragments (`process`).
+    ///
+    /// Owner only, like [`Core::write_record`]; call [`Core::admit`] first.
+    ///
+    /// # Signal safety
+    /// As [`Core::write_record`]: no allocation, no lock, CAS retry loops only.
+    #[inline]
+    pub fn write_sample(
+        &self,
+        slot: &ThreadSlot,
+        hdr: &RecordHeader,
+        nframes: usize,
+        frame: impl Fn(usize) -> u64,
+    ) -> WriteOutcome {
+        let cap = self.max_record_words;
+        if HEADER_WORDS + nframes <= cap {
+            let h = RecordHeader { frag_index: 0, frag_count: 1, ..*hdr };
+            return self.write_record(slot, &h, nframes, |sink| {
+                for i in 0..nframes {
+                    sink.push(frame(i));
+                }
+            });
+        }
+        // A record holds at most u16::MAX frames (w0).
+        let per = (cap - HEADER_WORDS).min(u16::MAX as usize);
+        // Relaxed: only this thread (the owner) writes `active`.
+        let mut b = slot.active.load(Ordering::Relaxed);
+        // SAFETY: `b` is null or points into `self.buffers`.
+        let p = match unsafe { b.as_ref() } {
+            // Relaxed: only the owner moves `pos` of its ACTIVE buffer.
+            Some(buf) => buf.pos.load(Ordering::Relaxed),
+            None => cap,
+        };
+        // Frames the first fragment puts into the active buffer (0: start in a fresh one). The
+        // sample does not fit a whole buffer, so it does not fit this remainder either.
+        let first = cap.saturating_sub(p).saturating_sub(HEADER_WORDS).min(per);
+        let rest = nframes.saturating_sub(first);
+        let fresh = rest.div_ceil(per);
+        let count = fresh + usize::from(first > 0);
+        if count > u16::MAX as usize || Self::spares_ready(slot) < fresh {
+            Self::count_lost(slot);
+            return WriteOutcome { committed: false, wake: self.notify_recorder() };
+        }
+        let mut at = 0usize; // next frame to write
+        let mut k = 0u16;
+        if first > 0 {
+            // SAFETY: `first > 0` implies `b` is non-null (p < cap), a pointer into `self.buffers`.
+            let buf = unsafe { &*b };
+            let h = RecordHeader { frag_index: k, frag_count: count as u16, ..*hdr };
+            Self::put(buf, p, slot, &h, first, |sink| {
+                for i in 0..first {
+                    sink.push(frame(i));
+                }
+            });
+            at = first;
+            k += 1;
+        }
+        while at < nframes {
+            // Counted above: every rotation finds a spare (only this thread empties them).
+            let Some(n) = self.rotate(slot, b) else {
+                // Unreachable with a correct count; the fragments already committed are an
+                // incomplete sample, which the L holder discards and counts lost.
+                return WriteOutcome { committed: false, wake: self.notify_recorder() };
+            };
+            b = n;
+            let len = (nframes - at).min(per);
+            // SAFETY: `n` came from a spare, which only holds pointers into `self.buffers`.
+            let buf = unsafe { &*n };
+            // Relaxed: the recycle's reset is ordered before us by the Acquire swap in `rotate`.
+            let p = buf.pos.load(Ordering::Relaxed);
+            let h = RecordHeader { frag_index: k, frag_count: count as u16, ..*hdr };
+            let from = at;
+            Self::put(buf, p, slot, &h, len, |sink| {
+                for i in from..from + len {
+                    sink.push(frame(i));
+                }
+            });
+            at += len;
+            k += 1;
+        }
+        WriteOutcome { committed: true, wake: self.notify_recorder() }
     }
 
     /// Pushes a FULL buffer on the Treiber stack.
@@ -665,7 +869,7 @@ impl Core {
     }
 
     /// Owner-side retirement (§4.6 exit), normal context on the owning thread (or on behalf of a
-    /// dead thread by an L holder): suppress the handler, take `active` and `spare` and push them
+    /// dead thread by an L holder): suppress the handler, take `active` and the spares, push them
     /// on the full queue, mark the slot EXITED. Disarm the thread's timer before calling.
     /// Returns true if the caller should post the wakeup.
     pub fn retire_slot(&self, slot: &ThreadSlot) -> bool {
@@ -676,15 +880,17 @@ impl Core {
         // Release too); Acquire pairs with the handler's own Release store of `active` (same
         // thread, or a dead thread's last rotation observed through its exit).
         let b = slot.active.swap(ptr::null_mut(), Ordering::AcqRel);
-        // Acquire: pairs with the Release CAS in `refill_spares`.
-        let s = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
-        // SAFETY: both are null or point into `self.buffers`.
+        // SAFETY: null or a pointer into `self.buffers`.
         if let Some(b) = unsafe { b.as_ref() } {
             self.push_full(b);
         }
-        // SAFETY: as above.
-        if let Some(s) = unsafe { s.as_ref() } {
-            self.push_full(s);
+        for spare in slot.spares.iter() {
+            // Acquire: pairs with the Release CAS in `refill_spares` / `install_spare`.
+            let s = spare.swap(ptr::null_mut(), Ordering::Acquire);
+            // SAFETY: null or a pointer into `self.buffers`.
+            if let Some(s) = unsafe { s.as_ref() } {
+                self.push_full(s);
+            }
         }
         // Release: the pushes above happen-before an L holder's Acquire load of EXITED in
         // `reap_exited`, which therefore drains them before freeing the slot.
@@ -725,22 +931,69 @@ impl Core {
         self.refill_spares(locked);
     }
 
+    /// Swaps the full queue out and processes its buffers oldest push first, so each thread's
+    /// buffers (and the fragments of an oversized sample in them) come in the order it filled
+    /// them.
     fn drain_queue(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         // Acquire: pairs with the Release CAS in `push_full` (and its release sequence); takes
         // the whole list, so no ABA.
         let mut b = self.full_head.swap(ptr::null_mut(), Ordering::Acquire);
-        // SAFETY: the queue holds only pointers into `self.buffers`; we own them now (DRAINING).
+        // Reverse the LIFO list in place (we own every node now: DRAINING).
+        let mut fifo: *mut SamplerBuffer = ptr::null_mut();
+        // SAFETY: the queue holds only pointers into `self.buffers`.
         while let Some(buf) = unsafe { b.as_ref() } {
-            // Relaxed: made visible by the Acquire swap above.
+            // Relaxed: made visible by the Acquire swap above; then private to this L holder.
             b = buf.next.load(Ordering::Relaxed);
+            // Relaxed: private to this L holder (the buffer is DRAINING).
+            buf.next.store(fifo, Ordering::Relaxed);
+            fifo = buf as *const SamplerBuffer as *mut SamplerBuffer;
+        }
+        // SAFETY: as above.
+        while let Some(buf) = unsafe { fifo.as_ref() } {
+            // Relaxed: written by this L holder just above.
+            fifo = buf.next.load(Ordering::Relaxed);
             self.process(buf, locked, f);
+            // Relaxed: published by the owner's Release push (Acquire swap above).
+            let act = buf.activation.load(Ordering::Relaxed);
+            if act != NOT_ACTIVATED {
+                if let Some(e) = locked.expected.get_mut((act >> 40) as usize) {
+                    *e = (act & ACTIVATION_MASK) + 1;
+                }
+            }
             self.recycle(buf, locked);
         }
     }
 
-    /// Parses `[flushed_pos, pos)` of `b` (L held).
+    /// The flusher's pass (§4.3 steps 2-3) with per-thread order kept: drains the full queue
+    /// (oldest first; reaps, refills), then hands out the records of each slot's active buffer if
+    /// every older buffer of that thread has been drained. One that is not (the owner rotated
+    /// after the queue was taken, so the buffer it rotated out is still queued) waits for the next
+    /// pass, so no record overtakes an older one of its thread and fragments stay in order.
+    pub fn drain(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        self.check_locked(locked);
+        self.drain_full(locked, f);
+        for slot in self.slots.iter() {
+            // Acquire: pairs with the owner's Release store of `active` in `rotate` (its
+            // `activation` store is visible).
+            let b = slot.active.load(Ordering::Acquire);
+            // SAFETY: null or a pointer into `self.buffers`; L is held so it cannot be recycled
+            // while we use it (I5).
+            let Some(buf) = (unsafe { b.as_ref() }) else { continue };
+            // Relaxed: ordered by the Acquire load of `active` above.
+            let act = buf.activation.load(Ordering::Relaxed);
+            let expected = locked.expected.get(slot.index as usize).copied().unwrap_or(0);
+            if act & ACTIVATION_MASK != expected & ACTIVATION_MASK {
+                continue;
+            }
+            self.process(buf, locked, f);
+        }
+    }
+
+    /// Parses `[flushed_pos, pos)` of `b` (L held). Whole samples go to `f` at once; fragments
+    /// of an oversized sample are collected in the slot's [`Pending`] and go to `f` as one
+    /// record when the last one arrives (possibly in a later pass or another buffer).
     fn process(&self, b: &SamplerBuffer, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-        // Acquire: pairs with the owner's Release commit in `write_record`; words below are final.
+        // Acquire: pairs with the owner's Release commit in `put`; words below are final.
         let e = b.pos.load(Ordering::Acquire);
         // Relaxed: `flushed_pos` is serialized by L.
         let mut s = b.flushed_pos.load(Ordering::Relaxed);
@@ -757,30 +1010,102 @@ impl Core {
             }
             let flags = ((w0 >> 16) & 0xff) as u8;
             let w2 = b.read_word(s + 2);
-            locked.scratch.clear();
-            for i in 0..nframes {
-                locked.scratch.push(b.read_word(s + HEADER_WORDS + i));
-            }
-            let rec = SampleRecord {
-                tid: w2 as u32,
-                ticks: b.read_word(s + 1) as i64,
-                truncated: flags & FLAG_TRUNCATED != 0,
-                leaf_only: flags & FLAG_LEAF_ONLY != 0,
-                ips: &locked.scratch,
-                sample_id: b.read_word(s + 3),
-                sp: b.read_word(s + 4),
-                frag_index: (w0 >> 32) as u16,
-                frag_count: (w0 >> 48) as u16,
+            let slot_index = (w2 >> 32) as usize;
+            let frag_index = (w0 >> 32) as u16;
+            let frag_count = (w0 >> 48) as u16;
+            let tid = w2 as u32;
+            let ticks = b.read_word(s + 1) as i64;
+            let sample_id = b.read_word(s + 3);
+            let sp = b.read_word(s + 4);
+            let slot = self.slots.get(slot_index);
+            let LockedState { scratch, pending, .. } = &mut *locked;
+            let Some(p) = pending.get_mut(slot_index) else {
+                s += len;
+                continue;
             };
-            f(&rec);
-            if let Some(slot) = self.slots.get((w2 >> 32) as usize) {
-                // Relaxed: statistics; only L holders write it.
-                slot.written.fetch_add(1, Ordering::Relaxed);
+            if frag_count <= 1 {
+                // A whole sample: whatever was in flight for this thread can no longer complete.
+                Self::discard(p, slot);
+                scratch.clear();
+                scratch.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
+                let rec = SampleRecord {
+                    tid,
+                    ticks,
+                    truncated: flags & FLAG_TRUNCATED != 0,
+                    leaf_only: flags & FLAG_LEAF_ONLY != 0,
+                    ips: scratch,
+                    sample_id,
+                    sp,
+                    frag_index: 0,
+                    frag_count: 1,
+                };
+                Self::emit(slot, &rec, f);
+            } else if p.open && p.sample_id == sample_id && p.next == frag_index && p.count == frag_count {
+                p.frames.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
+                p.next += 1;
+                if p.next == p.count {
+                    p.open = false;
+                    let rec = SampleRecord {
+                        tid: p.tid,
+                        ticks: p.ticks,
+                        truncated: p.flags & FLAG_TRUNCATED != 0,
+                        leaf_only: p.flags & FLAG_LEAF_ONLY != 0,
+                        ips: &p.frames,
+                        sample_id: p.sample_id,
+                        sp: p.sp,
+                        frag_index: 0,
+                        frag_count: 1,
+                    };
+                    Self::emit(slot, &rec, f);
+                }
+            } else {
+                // A fragment that does not continue the sample in flight: that one is incomplete.
+                Self::discard(p, slot);
+                if sample_id == p.discarded {
+                    // A stray fragment of a sample already counted lost.
+                } else if frag_index == 0 {
+                    p.open = true;
+                    p.sample_id = sample_id;
+                    p.next = 1;
+                    p.count = frag_count;
+                    p.tid = tid;
+                    p.ticks = ticks;
+                    p.flags = flags;
+                    p.sp = sp;
+                    p.frames.clear();
+                    p.frames.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
+                } else {
+                    // Its first fragments are missing (or came out of order): lost, once.
+                    p.discarded = sample_id;
+                    if let Some(slot) = slot {
+                        Self::count_lost(slot);
+                    }
+                }
             }
             s += len;
         }
         // Relaxed: serialized by L (the next L holder acquires L after our release).
         b.flushed_pos.store(e, Ordering::Relaxed);
+    }
+
+    /// Hands a complete sample to `f` and counts it written.
+    fn emit(slot: Option<&ThreadSlot>, rec: &SampleRecord<'_>, f: &mut dyn FnMut(&SampleRecord<'_>)) {
+        f(rec);
+        if let Some(slot) = slot {
+            // Relaxed: statistics; only L holders write it.
+            slot.written.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops the sample in flight (if any) as incomplete and counts it lost.
+    fn discard(p: &mut Pending, slot: Option<&ThreadSlot>) {
+        if p.open {
+            p.open = false;
+            p.discarded = p.sample_id;
+            if let Some(slot) = slot {
+                Self::count_lost(slot);
+            }
+        }
     }
 
     /// DRAINING -> CLEAN: reset both positions and put the buffer on the free list.
@@ -792,30 +1117,38 @@ impl Core {
         b.flushed_pos.store(0, Ordering::Relaxed);
         // Relaxed: as above.
         b.next.store(ptr::null_mut(), Ordering::Relaxed);
+        // Relaxed: as above.
+        b.activation.store(NOT_ACTIVATED, Ordering::Relaxed);
         locked.free.push(b.index);
     }
 
-    /// Gives every LIVE slot whose spare is empty a CLEAN buffer from the free list.
+    /// Gives every LIVE slot's empty spare entries CLEAN buffers from the free list, one entry
+    /// per slot per round (first entries first), so a short free list is shared fairly.
     pub fn refill_spares(&self, locked: &mut LockedState) {
         self.check_locked(locked);
-        for slot in self.slots.iter() {
-            if slot.state() != SLOT_LIVE {
-                continue;
-            }
-            // Relaxed: a hint; the CAS below decides.
-            if !slot.spare.load(Ordering::Relaxed).is_null() {
-                continue;
-            }
-            let Some(&i) = locked.free.last() else { return };
-            let Some(buf) = self.buffers.get(i as usize) else {
-                return;
-            };
-            let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
-            // Release (success): publishes the recycle's resets; pairs with the Acquire swap of
-            // `spare` in `write_record`. Relaxed (failure): the owner cannot fill it, so failure
-            // means another L holder did - impossible under L, kept for robustness.
-            if slot.spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok() {
-                locked.free.pop();
+        let rounds = self.slots.first().map_or(0, |s| s.spares.len());
+        for round in 0..rounds {
+            for slot in self.slots.iter() {
+                if slot.state() != SLOT_LIVE {
+                    continue;
+                }
+                let Some(spare) = slot.spares.get(round) else { continue };
+                // Relaxed: a hint; the CAS below decides.
+                if !spare.load(Ordering::Relaxed).is_null() {
+                    continue;
+                }
+                let Some(&i) = locked.free.last() else { return };
+                let Some(buf) = self.buffers.get(i as usize) else {
+                    return;
+                };
+                let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
+                // Release (success): publishes the recycle's resets; pairs with the Acquire swap of
+                // the entry in `rotate` (and `retire_slot`). Relaxed (failure): the owner cannot
+                // fill it, so failure means another L holder did - impossible under L, kept for
+                // robustness.
+                if spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok() {
+                    locked.free.pop();
+                }
             }
         }
     }
@@ -835,10 +1168,11 @@ impl Core {
             return false;
         };
         let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
+        let Some(spare) = slot.spares.first() else { return false };
         // Release (success): publishes the recycle's resets (which reached us through the
-        // reserve queue's own release/acquire); pairs with the Acquire swap of `spare` in
-        // `write_record`. Relaxed (failure): an L holder filled it first; nothing is read.
-        slot.spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok()
+        // reserve queue's own release/acquire); pairs with the Acquire swap of the entry in
+        // `rotate`. Relaxed (failure): an L holder filled it first; nothing is read.
+        spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok()
     }
 
     /// Frees retired slots selected by `is_exited` (seen EXITED before the last queue swap):
@@ -854,12 +1188,14 @@ impl Core {
             if !is_exited(slot.index as usize) || slot.state() != SLOT_EXITED {
                 continue;
             }
-            // Acquire: pairs with the Release CAS in `refill_spares` (an earlier L holder).
-            let s = slot.spare.swap(ptr::null_mut(), Ordering::Acquire);
-            // SAFETY: null or a pointer into `self.buffers`; the slot is retired, so we own it.
-            if let Some(s) = unsafe { s.as_ref() } {
-                self.process(s, locked, f);
-                self.recycle(s, locked);
+            for spare in slot.spares.iter() {
+                // Acquire: pairs with the Release CAS in `refill_spares` (an earlier L holder).
+                let s = spare.swap(ptr::null_mut(), Ordering::Acquire);
+                // SAFETY: null or a pointer into `self.buffers`; the slot is retired, so we own it.
+                if let Some(s) = unsafe { s.as_ref() } {
+                    self.process(s, locked, f);
+                    self.recycle(s, locked);
+                }
             }
             // Acquire: pairs with the owner's Release store (it is null after `retire_slot`).
             let a = slot.active.swap(ptr::null_mut(), Ordering::Acquire);
@@ -867,6 +1203,20 @@ impl Core {
             if let Some(a) = unsafe { a.as_ref() } {
                 self.process(a, locked, f);
                 self.recycle(a, locked);
+            }
+            // Every buffer this slot activated has been drained: the next owner's first buffer is
+            // the next one expected. Relaxed: the retired owner's stores are ordered before our
+            // Acquire load of EXITED.
+            if let Some(e) = locked.expected.get_mut(slot.index as usize) {
+                *e = slot.activations.load(Ordering::Relaxed);
+            }
+            // A sample still in flight can no longer complete: it is lost.
+            if let Some(p) = locked.pending.get_mut(slot.index as usize) {
+                if p.open {
+                    p.open = false;
+                    Self::count_lost(slot);
+                }
+                p.discarded = 0;
             }
             let lost = self.fold_stats(slot);
             if lost != 0 {
@@ -941,5 +1291,153 @@ impl Core {
         self.drain_queue(locked, f);
         self.reap_exited(locked, |_| true, f);
         self.take_pending();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fragment_tests {
+    //! Reassembly of oversized samples from hand-made fragment sequences (owner side through the
+    //! shipped `write_record` / `write_sample`, L side through `drain`).
+    use super::*;
+
+    const TID: u32 = 500;
+
+    fn core(nslots: usize, nbuffers: usize, words: usize, spares: usize) -> (Core, LockedState) {
+        let (core, mut locked) = Core::with_spares(nslots, nbuffers, words, spares);
+        for i in 0..nslots {
+            core.claim_slot(TID + i as u32, 0, 0).unwrap();
+        }
+        core.refill_spares(&mut locked);
+        (core, locked)
+    }
+
+    /// Writes fragment `k`/`n` of sample `id` on slot `i` with `frames` (admits on k == 0,
+    /// as the handler counts a sample taken once).
+    fn frag(core: &Core, i: usize, id: u64, k: u16, n: u16, frames: &[u64]) {
+        let slot = core.slot(i).unwrap();
+        if k == 0 || n == 1 {
+            assert!(core.admit(slot, TID + i as u32));
+        }
+        let hdr = RecordHeader {
+            ticks: id as i64,
+            tid: TID + i as u32,
+            flags: FLAG_TRUNCATED,
+            frag_index: k,
+            frag_count: n,
+            sample_id: id,
+            sp: 0,
+        };
+        assert!(core.write_record(slot, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
+    }
+
+    fn drain(core: &Core, locked: &mut LockedState) -> Vec<(u32, u64, Vec<u64>)> {
+        let mut out = Vec::new();
+        core.drain(locked, &mut |r: &SampleRecord<'_>| {
+            assert_eq!((r.frag_index, r.frag_count), (0, 1), "callbacks see whole samples only");
+            assert!(r.truncated);
+            out.push((r.tid, r.sample_id, r.ips.to_vec()));
+        });
+        out
+    }
+
+    fn exact(core: &Core, i: usize, written: u64, lost: u64) {
+        let s = core.slot_stats(core.slot(i).unwrap());
+        assert_eq!((s.written, s.lost), (written, lost), "slot {i}: {s:?}");
+        assert_eq!(s.taken, s.written + s.lost, "taken = written + lost");
+    }
+
+    #[test]
+    fn interleaved_threads_reassemble_separately() {
+        let (c, mut l) = core(2, 6, 64, 1);
+        frag(&c, 0, 1, 0, 3, &[1, 2]);
+        frag(&c, 1, 2, 0, 2, &[10]);
+        frag(&c, 0, 1, 1, 3, &[3]);
+        frag(&c, 1, 2, 1, 2, &[11, 12]);
+        frag(&c, 0, 1, 2, 3, &[4, 5, 6]);
+        let mut out = drain(&c, &mut l);
+        out.sort();
+        assert_eq!(out, vec![(TID, 1, vec![1, 2, 3, 4, 5, 6]), (TID + 1, 2, vec![10, 11, 12])]);
+        exact(&c, 0, 1, 0);
+        exact(&c, 1, 1, 0);
+    }
+
+    #[test]
+    fn fragments_split_across_two_flushes() {
+        let (c, mut l) = core(1, 3, 64, 1);
+        frag(&c, 0, 7, 0, 2, &[1, 2, 3]);
+        assert!(drain(&c, &mut l).is_empty(), "half a sample is never handed out");
+        frag(&c, 0, 7, 1, 2, &[4]);
+        assert_eq!(drain(&c, &mut l), vec![(TID, 7, vec![1, 2, 3, 4])]);
+        exact(&c, 0, 1, 0);
+    }
+
+    #[test]
+    fn missing_fragment_discards_the_sample() {
+        let (c, mut l) = core(1, 3, 64, 1);
+        frag(&c, 0, 5, 0, 3, &[1]);
+        frag(&c, 0, 5, 2, 3, &[3]); // 1/3 missing
+        frag(&c, 0, 6, 0, 1, &[9]);
+        // A sample whose last fragment never comes, followed by a new sample's first fragment.
+        frag(&c, 0, 8, 0, 2, &[1]);
+        frag(&c, 0, 9, 0, 2, &[2]);
+        frag(&c, 0, 9, 1, 2, &[3]);
+        assert_eq!(drain(&c, &mut l), vec![(TID, 6, vec![9]), (TID, 9, vec![2, 3])]);
+        exact(&c, 0, 2, 2);
+    }
+
+    #[test]
+    fn out_of_order_fragments_discard_the_sample_once() {
+        let (c, mut l) = core(1, 3, 64, 1);
+        frag(&c, 0, 7, 1, 2, &[2]);
+        frag(&c, 0, 7, 0, 2, &[1]);
+        frag(&c, 0, 8, 0, 1, &[5]);
+        frag(&c, 0, 10, 0, 3, &[1]);
+        frag(&c, 0, 10, 2, 3, &[3]);
+        frag(&c, 0, 10, 1, 3, &[2]);
+        frag(&c, 0, 11, 0, 1, &[6]);
+        assert_eq!(drain(&c, &mut l), vec![(TID, 8, vec![5]), (TID, 11, vec![6])]);
+        exact(&c, 0, 2, 2);
+    }
+
+    #[test]
+    fn sample_larger_than_every_buffer_together_is_lost() {
+        // 16-word buffers hold 11 frames each; active + 2 spares.
+        let (c, mut l) = core(1, 6, 16, 2);
+        let slot = c.slot(0).unwrap();
+        let hdr = RecordHeader { tid: TID, sample_id: 1, ..RecordHeader::default() };
+        assert!(c.admit(slot, TID));
+        // Nothing active yet, so at most 2 spares * 11 frames.
+        let o = c.write_sample(slot, &hdr, 23, |i| i as u64);
+        assert!(!o.committed);
+        assert!(drain(&c, &mut l).is_empty());
+        exact(&c, 0, 0, 1);
+        // The same sample with one frame fewer fits two buffers exactly.
+        assert!(c.admit(slot, TID));
+        let hdr = RecordHeader { sample_id: 2, flags: FLAG_TRUNCATED, ..hdr };
+        assert!(c.write_sample(slot, &hdr, 22, |i| 1000 + i as u64).committed);
+        let out = drain(&c, &mut l);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].2, (1000..1022).collect::<Vec<u64>>());
+        exact(&c, 0, 1, 1);
+    }
+
+    #[test]
+    fn write_sample_uses_the_active_remainder_and_keeps_order_across_drains() {
+        let (c, mut l) = core(1, 16, 16, 6);
+        let slot = c.slot(0).unwrap();
+        let mut want = Vec::new();
+        for id in 1..=6u64 {
+            assert!(c.admit(slot, TID));
+            let n = [3usize, 30, 7, 44, 11, 12][id as usize - 1];
+            let hdr = RecordHeader { tid: TID, sample_id: id, flags: FLAG_TRUNCATED, ..RecordHeader::default() };
+            assert!(c.write_sample(slot, &hdr, n, |i| id * 100 + i as u64).committed, "sample {id}");
+            want.push((TID, id, (0..n as u64).map(|i| id * 100 + i).collect::<Vec<_>>()));
+            if id % 2 == 0 {
+                let got = drain(&c, &mut l);
+                assert_eq!(got, std::mem::take(&mut want));
+            }
+        }
+        exact(&c, 0, 6, 0);
     }
 }

@@ -71,7 +71,8 @@ mod imp {
     use super::buffer::{Core, LockedState, SampleRecord, SLOT_FREE, SLOT_LIVE};
     use super::signal;
     use super::timer::{self, Source};
-    use crate::sync::{AtomicU32, Ordering};
+    use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
+    use crate::sync::{AtomicU32, AtomicU64, Ordering};
     use std::cell::RefCell;
     use std::collections::HashSet;
     use std::io;
@@ -96,11 +97,15 @@ mod imp {
         pub period: Duration,
         /// Trigger source.
         pub mode: SamplingMode,
-        /// Frames per sample, innermost kept. Default 128, clamped to 1..=2048.
+        /// Frames per sample, innermost kept, when started with [`Sampler::start`]. Default 128,
+        /// clamped to 1..=2048. [`Sampler::start_with_depth`] takes a whole
+        /// [`DepthPolicy`] (innermost N and outermost M) instead.
         pub max_depth: usize,
-        /// Bytes per buffer; raised to hold at least two maximal records. Default 16 KiB.
+        /// Bytes per buffer (at least 512). A sample larger than a buffer is split into fragments
+        /// across consecutive buffers of its thread and reassembled by the drains. Default 16 KiB.
         pub buffer_bytes: usize,
-        /// Buffers in the pool per slot (active + spare + slack). Default 3, at least 2.
+        /// Buffers in the pool per slot: one active, the rest its spares (so a deep sample can
+        /// span up to this many buffers). Default 3, at least 2.
         pub buffers_per_thread: usize,
         /// Threads that can be sampled at once (slots). Default 128. Memory used is
         /// `max_threads * buffers_per_thread * buffer_bytes`, allocated at start.
@@ -188,7 +193,12 @@ mod imp {
         /// perf fd -> slot index + 1 (0: none). Written in normal context before the fd is enabled.
         fd_slots: Box<[AtomicU32]>,
         wake_fd: libc::c_int,
-        pub(super) max_depth: usize,
+        /// Frames kept per sample: innermost `inner`, outermost `outer` (each <= 2048, not both 0).
+        pub(super) depth: DepthPolicy,
+        /// Per-slot walk scratch, `depth.inner + depth.outer` words per slot: the innermost frames
+        /// in order, then the ring of the last `outer` frames seen. Preallocated; only the slot's
+        /// owner (its handler; SIGPROF is blocked while it runs) touches its part.
+        scratch: Box<[AtomicU64]>,
         period: Duration,
         mode: SamplingMode,
         generation: u64,
@@ -201,6 +211,16 @@ mod imp {
     }
 
     impl Shared {
+        /// The walk scratch of slot `index`.
+        ///
+        /// # Signal safety
+        /// Bounds-checked slicing, no panic.
+        #[inline]
+        pub(super) fn scratch(&self, index: usize) -> &[AtomicU64] {
+            let w = self.depth.inner + self.depth.outer;
+            self.scratch.get(index * w..(index + 1) * w).unwrap_or(&[])
+        }
+
         /// # Signal safety
         /// One bounds-checked atomic load.
         #[inline]
@@ -414,17 +434,32 @@ mod imp {
         ///
         /// Fails with `AlreadyExists` if a sampler is running in this process.
         pub fn start(config: SamplerConfig) -> io::Result<(Sampler, SamplerLocked)> {
+            let depth = DepthPolicy { inner: config.max_depth.max(1), outer: 0 };
+            Sampler::start_with_depth(config, depth)
+        }
+
+        /// Like [`Sampler::start`], keeping the frames `depth` selects (design.md §4 "Depth"):
+        /// the innermost `inner`, the outermost `outer`, or both with one `<elided:K>` frame
+        /// ([`crate::stack::elided_marker`]) between them; records that dropped frames are marked
+        /// truncated. Each end is clamped to 2048; both 0 keeps the innermost frame only.
+        /// `config.max_depth` is ignored.
+        pub fn start_with_depth(config: SamplerConfig, depth: DepthPolicy) -> io::Result<(Sampler, SamplerLocked)> {
             let mut life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE.
             if !signal::SHARED.load(Ordering::Relaxed).is_null() {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a sampler is already running"));
             }
             let period = config.period.max(Duration::from_micros(100));
-            let max_depth = config.max_depth.clamp(1, 2048);
-            let min_words = 2 * (super::buffer::HEADER_WORDS + max_depth);
-            let capacity_words = (config.buffer_bytes / 8).max(min_words);
+            let mut depth =
+                DepthPolicy { inner: depth.inner.min(MAX_DEPTH_PER_END), outer: depth.outer.min(MAX_DEPTH_PER_END) };
+            if depth.inner == 0 && depth.outer == 0 {
+                depth.inner = 1;
+            }
+            // Buffers stay as small as asked (with a floor): deeper samples are fragmented.
+            let capacity_words = (config.buffer_bytes / 8).max(64);
             let nslots = config.max_threads.clamp(1, 1 << 16);
-            let nbuffers = nslots * config.buffers_per_thread.max(2);
+            let per_thread = config.buffers_per_thread.max(2);
+            let nbuffers = nslots * per_thread;
             let mode = match config.mode {
                 SamplingMode::Auto | SamplingMode::PerfEvent if timer::perf_available(period) => {
                     SamplingMode::PerfEvent
@@ -450,13 +485,14 @@ mod imp {
                     *life |= ATFORK_REGISTERED;
                 }
             }
-            let (core, locked) = Core::new(nslots, nbuffers, capacity_words);
+            let (core, locked) = Core::with_spares(nslots, nbuffers, capacity_words, per_thread - 1);
             *life += 1;
             let shared = Box::new(Shared {
                 core,
                 fd_slots: (0..fd_len).map(|_| AtomicU32::new(0)).collect(),
                 wake_fd,
-                max_depth,
+                depth,
+                scratch: (0..nslots * (depth.inner + depth.outer)).map(|_| AtomicU64::new(0)).collect(),
                 period,
                 mode,
                 generation: *life,
@@ -648,12 +684,14 @@ mod imp {
             shared.top_up_reserve(locked);
         }
 
-        /// Flusher pass (L held): records in `[flushed_pos, pos)` of every active buffer, then the
-        /// full queue (processed, recycled), then reaping and spare refills (§4.3 steps 2-3).
+        /// Flusher pass (L held): the full queue (processed oldest first, recycled), reaping and
+        /// spare refills, then the records in `[flushed_pos, pos)` of every active buffer
+        /// (§4.3 steps 2-3, in the order that keeps each thread's records in sequence; see
+        /// `Core::drain`). `f` sees whole samples only: fragments of oversized samples are
+        /// reassembled first, incomplete ones counted lost.
         pub fn drain(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
             let shared = self.shared();
-            shared.core.drain_active(&mut locked.inner, f);
-            shared.core.drain_full(&mut locked.inner, f);
+            shared.core.drain(&mut locked.inner, f);
             shared.top_up_reserve(locked);
         }
 

@@ -4,14 +4,17 @@
 //!
 //! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
 //! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
-//! preallocated table), check the slot belongs to this thread, walk, `Core::write_record`, post
-//! the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
+//! preallocated table), check the slot belongs to this thread, walk once under the depth policy
+//! into the slot's scratch (innermost N in order, outermost M in a ring), `Core::write_sample`
+//! (fragments if the sample is larger than a buffer), post the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
 //! SIGPROF handler, if it had one.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::buffer::{RecordHeader, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
 use super::Shared;
-use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
+use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
+use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::unwind::HARD_WALK_LIMIT;
 use libc::{c_int, c_void, siginfo_t};
 use std::ptr;
 
@@ -217,17 +220,24 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     };
     slot.note_sp(regs.sp);
     let (lo, hi) = slot.stack_bounds();
-    let max_depth = shared.max_depth;
+    let depth = shared.depth;
+    let scratch = shared.scratch(index);
     let mut flags = 0;
-    let (nframes, truncated) = if hi == 0 {
+    // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
+    // `outer` in a ring, the rest counted.
+    let (total, cut_short) = if hi == 0 {
         flags |= FLAG_LEAF_ONLY;
-        (1, false)
+        walk(&regs, 0, 0, depth.inner, depth.outer, scratch)
     } else {
-        walk(&regs, lo, hi, max_depth, |_| {})
+        walk(&regs, lo, hi, depth.inner, depth.outer, scratch)
     };
-    if truncated {
+    let layout = WalkLayout::new(depth.inner, depth.outer, total);
+    if cut_short || layout.dropped() > 0 {
         flags |= FLAG_TRUNCATED;
     }
+    // With only the outer end kept, frame 0 is a return address: store it minus one, so every
+    // record follows the convention "frame 0 lies inside its instruction" (as `unwind.rs` does).
+    let first_is_return = layout.dropped() > 0 && depth.inner == 0;
     let hdr = RecordHeader {
         ticks: crate::clock::ticks(),
         tid,
@@ -237,13 +247,24 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
         sample_id: core.next_sample_id(),
         sp: regs.sp as u64,
     };
-    let outcome = core.write_record(slot, &hdr, nframes, |sink| {
-        if hi == 0 {
-            sink.push(regs.pc as u64);
-        } else {
-            walk(&regs, lo, hi, max_depth, |ip| sink.push(ip));
-        }
-    });
+    // Relaxed (loads below): the scratch was written by this same handler above; it is the
+    // owner's alone.
+    let outcome = if layout.dropped() == 0 {
+        // Nothing dropped: the kept stack is the scratch in order (the ring never wrapped).
+        core.write_sample(slot, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
+    } else {
+        core.write_sample(slot, &hdr, layout.len(), |i| match layout.frame(i) {
+            LayoutFrame::Scratch(k) => {
+                let ip = scratch.get(k).map_or(0, |w| w.load(Ordering::Relaxed));
+                if i == 0 && first_is_return {
+                    ip.saturating_sub(1)
+                } else {
+                    ip
+                }
+            }
+            LayoutFrame::Elided(k) => elided_marker(k),
+        })
+    };
     if outcome.wake {
         shared.post_wake();
     }
@@ -258,51 +279,74 @@ pub(super) struct Registers {
     pub(super) sp: usize,
 }
 
-/// Walks frame pointers from `regs`, calling `emit` for the PC and then each return address,
-/// innermost first, at most `max_depth` in all. Returns (frames emitted, truncated).
+/// Walks frame pointers from `regs`, innermost first: the PC, then each return address. Frame
+/// number n goes to `scratch[n]` while n < `inner`, later ones into the ring
+/// `scratch[inner..inner + outer]` (see [`WalkLayout`]); the rest are only counted. Returns
+/// (frames walked, cut short by [`HARD_WALK_LIMIT`]). `hi == 0`: the PC only.
 ///
 /// Every read is validated: the frame pointer is 8-byte aligned, inside `[max(lo, sp), hi - 16]`
 /// (the sampled thread's own stack, which is mapped), and strictly increasing; a zero return
-/// address ends the walk. A garbage frame pointer ends the walk; it never faults.
+/// address ends the walk. A garbage frame pointer ends the walk; it never faults. The walk is
+/// bounded by `HARD_WALK_LIMIT` frames whatever the stack holds.
 ///
 /// # Signal safety
-/// Loads from the thread's own stack only.
+/// Loads from the thread's own stack and relaxed stores into the slot's own scratch only.
 #[inline]
 pub(super) fn walk(
     regs: &Registers,
     lo: usize,
     hi: usize,
-    max_depth: usize,
-    mut emit: impl FnMut(u64),
+    inner: usize,
+    outer: usize,
+    scratch: &[AtomicU64],
 ) -> (usize, bool) {
-    if max_depth == 0 {
-        return (0, false);
-    }
-    emit(regs.pc as u64);
-    let mut n = 1;
+    let mut n = 0usize;
+    let mut ring = inner;
+    let ring_end = inner + outer;
+    let mut store = |ip: u64| {
+        let at = if n < inner {
+            n
+        } else if outer > 0 {
+            let at = ring;
+            ring += 1;
+            if ring == ring_end {
+                ring = inner;
+            }
+            at
+        } else {
+            usize::MAX
+        };
+        if let Some(w) = scratch.get(at) {
+            // Relaxed: the scratch is read back only by this handler (same thread).
+            w.store(ip, Ordering::Relaxed);
+        }
+        n += 1;
+    };
+    store(regs.pc as u64);
     let lo = lo.max(regs.sp);
     let Some(top) = hi.checked_sub(16) else {
-        return (n, false);
+        return (1, false);
     };
     let mut fp = regs.fp;
+    let mut walked = 1usize;
     loop {
         if !fp.is_multiple_of(8) || fp < lo || fp > top {
-            return (n, false);
+            return (walked, false);
         }
         // SAFETY: `fp` is 8-byte aligned and `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped
         // part of this thread's stack (bounds from registration or /proc/self/maps).
         let (next, ret) =
             unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
         if ret == 0 {
-            return (n, false);
+            return (walked, false);
         }
-        if n >= max_depth {
-            return (n, true);
+        if walked >= HARD_WALK_LIMIT {
+            return (walked, true);
         }
-        emit(ret as u64);
-        n += 1;
+        store(ret as u64);
+        walked += 1;
         if next <= fp {
-            return (n, false);
+            return (walked, false);
         }
         fp = next;
     }

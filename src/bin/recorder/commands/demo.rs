@@ -21,11 +21,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         builder = builder.stack_depth(n);
     }
     if let Some(m) = args.stack_depth_outer {
+        // Alone, it keeps only the outermost frames; with --stack-depth, both ends.
         builder = builder.stack_depth_outer(m);
-        if args.stack_depth.is_none() {
-            // Only the outermost frames were asked for.
-            builder = builder.stack_depth(0);
-        }
     }
     let rec = builder.start().context("starting the recording")?;
     let repository = rec.repository_dir().to_owned();
