@@ -12,7 +12,7 @@ for tool in java javac jfr; do
     fi
 done
 
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 
 # loom models run the shipped buffer code under a permutation checker; a separate target dir keeps
 # the normal build cache when RUSTFLAGS change.

@@ -410,8 +410,18 @@ fn bad_inputs_are_clear_errors() {
     std::fs::write(&cut, &whole[..first_chunk + (whole.len() - first_chunk) / 2]).unwrap();
     let out = recorder(&["dump", s(&cut), "--format", "json"]);
     assert_error(&out, &["cut.jfr", "offset"]);
+    // The complete chunks before the cut (the recording may have two chunks or more).
+    let cut_at = first_chunk + (whole.len() - first_chunk) / 2;
+    let mut complete = 0;
+    while complete < cut_at {
+        let size = u64::from_be_bytes(whole[complete + 8..complete + 16].try_into().unwrap()) as usize;
+        if complete + size > cut_at {
+            break;
+        }
+        complete += size;
+    }
     let first = dir.path().join("first.jfr");
-    std::fs::write(&first, &whole[..first_chunk]).unwrap();
+    std::fs::write(&first, &whole[..complete]).unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), recorder_ok(&["dump", s(&first), "--format", "json"]));
     let out = recorder(&["dump", s(&cut), "--format", "collapsed"]);
     assert_error(&out, &["cut.jfr"]);
