@@ -16,7 +16,7 @@ thread_local! {
     static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
-/// The calling thread's stack as [low, high).
+/// The calling thread's stack as [low, high) (0, 0 if unknown), cached per thread.
 pub fn current_stack_bounds() -> (usize, usize) {
     let cached = STACK_BOUNDS.with(Cell::get);
     if cached.1 != 0 {

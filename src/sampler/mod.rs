@@ -369,20 +369,11 @@ mod imp {
         rest.split_whitespace().nth(19)?.parse().ok()
     }
 
-    /// Stack bounds of the calling thread.
+    /// Stack bounds of the calling thread (shared with the event-stack walk, which caches them per
+    /// thread).
     fn current_stack_bounds() -> Option<(usize, usize)> {
-        // SAFETY: zeroed attr is filled by pthread_getattr_np; destroyed below.
-        unsafe {
-            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-                return None;
-            }
-            let mut addr: *mut libc::c_void = std::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-            libc::pthread_attr_destroy(&mut attr);
-            (rc == 0 && !addr.is_null()).then(|| (addr as usize, addr as usize + size))
-        }
+        let (lo, hi) = crate::unwind::current_stack_bounds();
+        (hi != 0).then_some((lo, hi))
     }
 
     /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
