@@ -17,10 +17,6 @@ pub trait FieldType {
     fn describe(name: &str, registry: &mut TypeRegistry) -> Field;
     /// Appends the value's encoding.
     fn encode(&self, out: &mut Vec<u8>);
-    /// The field holds constant-pool references the flusher must define (see [`ThreadRef`]).
-    fn has_constant_refs() -> bool {
-        false
-    }
 }
 
 /// Appends the shortest JFR varint of `v`: exactly the bytes of [`jfr_format::varint::write_u64`],
@@ -195,9 +191,6 @@ impl FieldType for ThreadRef {
         crate::commit::note_thread_ref(self.0);
         put_u64(out, u64::from(self.0))
     }
-    fn has_constant_refs() -> bool {
-        true
-    }
 }
 
 /// Describes a field for the `event!` macro.
@@ -228,8 +221,6 @@ pub struct EventType {
     pub category: &'static [&'static str],
     /// The type's own fields (after the implicit ones).
     pub fields: fn(&mut TypeRegistry) -> Vec<Field>,
-    /// The fields hold constant references.
-    pub has_refs: fn() -> bool,
     pub(crate) id: AtomicU64,
     pub(crate) enabled: AtomicBool,
     pub(crate) threshold_ticks: AtomicI64,
@@ -251,7 +242,6 @@ impl EventType {
         description: Option<&'static str>,
         category: &'static [&'static str],
         fields: fn(&mut TypeRegistry) -> Vec<Field>,
-        has_refs: fn() -> bool,
     ) -> EventType {
         EventType {
             name,
@@ -259,7 +249,6 @@ impl EventType {
             description,
             category,
             fields,
-            has_refs,
             id: AtomicU64::new(0),
             enabled: AtomicBool::new(true),
             threshold_ticks: AtomicI64::new(0),
@@ -393,6 +382,21 @@ impl<E: Event> Drop for Timed<E> {
     }
 }
 
+/// The metadata of a declared struct's fields (shared by [`event!`](crate::event) and
+/// [`event_struct!`](crate::event_struct)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __describe_fields {
+    ($registry:ident; $( $fname:ident : $fty:ty => ($($flabel:literal)?) ($($fdesc:literal)?) );*) => {
+        ::std::vec![ $( $crate::__field::<$fty>(
+            ::core::stringify!($fname),
+            $crate::__opt!($($flabel)?),
+            $crate::__opt!($($fdesc)?),
+            $registry,
+        ) ),* ]
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __opt {
@@ -452,15 +456,7 @@ macro_rules! event {
                     $label,
                     $crate::__opt!($($desc)?),
                     &[$($($cat),*)?],
-                    |_registry| ::std::vec![
-                        $( $crate::__field::<$fty>(
-                            ::core::stringify!($fname),
-                            $crate::__opt!($($flabel)?),
-                            $crate::__opt!($($($fdesc)?)?),
-                            _registry,
-                        ) ),*
-                    ],
-                    || false $( || <$fty as $crate::FieldType>::has_constant_refs() )*,
+                    |registry| $crate::__describe_fields!(registry; $( $fname: $fty => ($($flabel)?) ($($($fdesc)?)?) );*),
                 );
                 &TYPE
             }
@@ -503,23 +499,14 @@ macro_rules! event_struct {
 
         impl $crate::FieldType for $ty {
             fn describe(name: &str, registry: &mut $crate::TypeRegistry) -> $crate::__jfr::metadata::Field {
-                let fields = ::std::vec![
-                    $( $crate::__field::<$fty>(
-                        ::core::stringify!($fname),
-                        $crate::__opt!($($flabel)?),
-                        $crate::__opt!($($($fdesc)?)?),
-                        registry,
-                    ) ),*
-                ];
+                let fields =
+                    $crate::__describe_fields!(registry; $( $fname: $fty => ($($flabel)?) ($($($fdesc)?)?) );*);
                 let id = registry.struct_type($name, $label, fields);
                 $crate::__jfr::metadata::Field::new(name, id)
             }
             #[inline]
             fn encode(&self, _out: &mut ::std::vec::Vec<u8>) {
                 $( $crate::FieldType::encode(&self.$fname, _out); )*
-            }
-            fn has_constant_refs() -> bool {
-                false $( || <$fty as $crate::FieldType>::has_constant_refs() )*
             }
         }
     };
