@@ -7,6 +7,7 @@
 //! the handler and the kernel's signal delivery), so a loaded machine disturbs them less than wall
 //! time would. Timing numbers never go into tests.
 
+use recorder::sampler::bench_support::{close_perf_signal, open_perf_signal};
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplingMode};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,30 +87,6 @@ extern "C" fn noop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx:
     NOOP_SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
-}
-
 struct NoopPerf {
     period: Duration,
     fds: Mutex<Vec<(u32, i32)>>,
@@ -118,36 +95,15 @@ struct NoopPerf {
 impl Hooks for NoopPerf {
     fn enter(&self) {
         let tid = gettid();
-        let attr = PerfEventAttr {
-            type_: 1,  // PERF_TYPE_SOFTWARE
-            config: 1, // PERF_COUNT_SW_TASK_CLOCK
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            sample_period: self.period.as_nanos() as u64,
-            flags: 1 | (1 << 5) | (1 << 6),
-            wakeup_events: 1,
-            ..Default::default()
-        };
-        // SAFETY: valid attr; fcntl/ioctl on the fd we just opened (same setup as the sampler).
-        unsafe {
-            let fd = libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, tid as i32, -1, -1, 8u64)
-                as i32;
-            assert!(fd >= 0, "perf_event_open: {}", std::io::Error::last_os_error());
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC | libc::O_NONBLOCK);
-            libc::fcntl(fd, 10 /* F_SETSIG */, libc::SIGPROF);
-            let owner = [0i32 /* F_OWNER_TID */, tid as i32];
-            libc::fcntl(fd, 15 /* F_SETOWN_EX */, owner.as_ptr());
-            libc::ioctl(fd, 0x2400 /* PERF_EVENT_IOC_ENABLE */, 0);
-            self.fds.lock().unwrap().push((tid, fd));
-        }
+        let fd = open_perf_signal(tid, self.period).expect("perf_event_open for the no-op floor");
+        self.fds.lock().unwrap().push((tid, fd));
     }
     fn leave(&self) {
         let tid = gettid();
         let mut fds = self.fds.lock().unwrap();
         if let Some(i) = fds.iter().position(|&(t, _)| t == tid) {
             let (_, fd) = fds.remove(i);
-            // SAFETY: our fd.
-            unsafe { libc::close(fd) };
+            close_perf_signal(fd);
         }
     }
 }

@@ -63,6 +63,32 @@ mod timer;
 
 pub use buffer::SampleRecord;
 
+/// The sampler's signal source without the sampler, for `benches/sampling.rs`'s no-op floor: the
+/// same per-thread perf event delivering SIGPROF, so the bench measures exactly what the sampler
+/// adds on top of it.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod bench_support {
+    use std::io;
+    use std::time::Duration;
+
+    /// Opens and enables a task-clock perf event for `tid` that sends SIGPROF every `period` of
+    /// its CPU time; returns the fd to pass to [`close_perf_signal`].
+    pub fn open_perf_signal(tid: u32, period: Duration) -> io::Result<i32> {
+        let fd = super::timer::perf_open(tid, period)?;
+        if let Err(e) = super::timer::perf_enable(fd, tid) {
+            super::timer::disarm(super::timer::Source::Perf(fd));
+            return Err(e);
+        }
+        Ok(fd)
+    }
+
+    /// Disables and closes a source from [`open_perf_signal`].
+    pub fn close_perf_signal(fd: i32) {
+        super::timer::disarm(super::timer::Source::Perf(fd));
+    }
+}
+
 #[cfg(not(loom))]
 pub use imp::*;
 
