@@ -48,6 +48,12 @@ impl ClockPair {
         ClockPair { epoch_nanos, ticks: before + (after - before) / 2 }
     }
 
+    /// The pair `nanos` later on the same line (ticks are nanoseconds): where a chunk that starts
+    /// here and lasts `nanos` ends, and so where the next chunk starts.
+    pub fn plus(&self, nanos: i64) -> ClockPair {
+        ClockPair { epoch_nanos: self.epoch_nanos + nanos, ticks: self.ticks + nanos }
+    }
+
     /// The epoch time of `t` ticks on this line.
     pub fn epoch_at(&self, t: i64) -> i64 {
         self.epoch_nanos + (t - self.ticks)

@@ -1112,9 +1112,7 @@ impl State {
             Ok(()) => {
                 // Retention against the live chunk's real size, at every flush: the repository stays
                 // under its limit even when flushes are late and the chunk outgrows its rotation size.
-                let live = self.chunk.as_ref().map_or(0, |c| c.writer.position());
-                let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
-                repository::apply_retention(&mut self.finished, live, self.settings.max_size, oldest);
+                self.apply_retention(self.chunk.as_ref().map_or(0, |c| c.writer.position()));
                 self.stats.flushes += 1;
                 self.stats.events_written += segment_events;
                 self.stats.samples_written += self.segment_samples.drain().map(|(_, n)| n).sum::<u64>();
@@ -1413,6 +1411,12 @@ impl State {
         sampler.discover_threads(locked);
         let lost = sampler.take_lost(locked);
         let unattributed = sampler.stats().unattributed;
+        self.note_sample_losses(lost, unattributed);
+    }
+
+    /// Queues the sampler's lost samples (per thread) and the growth of its unattributed count as
+    /// `recorder.DataLoss` reports for the next flush.
+    fn note_sample_losses(&mut self, lost: Vec<(u32, u64)>, unattributed: u64) {
         for (thread, samples) in lost {
             self.pending_loss.push(("sampler buffers full".into(), Loss { samples, thread, ..Loss::default() }));
         }
@@ -1446,15 +1450,7 @@ impl State {
             write_sample(&mut chunk.writer, stacks, rec, sample_threads, sample_stacks);
             *segment_samples.entry(rec.tid).or_insert(0) += 1;
         });
-        for (thread, samples) in report.lost {
-            self.pending_loss.push(("sampler buffers full".into(), Loss { samples, thread, ..Loss::default() }));
-        }
-        if report.stats.unattributed > self.reported_unattributed {
-            let samples = report.stats.unattributed - self.reported_unattributed;
-            self.reported_unattributed = report.stats.unattributed;
-            self.pending_loss
-                .push(("sample of a thread without a sampler slot".into(), Loss { samples, ..Loss::default() }));
-        }
+        self.note_sample_losses(report.lost, report.stats.unattributed);
         self.final_sampler_stats = Some(report.stats);
     }
 
@@ -1568,10 +1564,7 @@ impl State {
             } else if let Some(file) = chunk.file.take() {
                 file.abandon();
             }
-            self.next_start = Some(ClockPair {
-                epoch_nanos: chunk.start.epoch_nanos + duration,
-                ticks: chunk.start.ticks + duration,
-            });
+            self.next_start = Some(chunk.start.plus(duration));
         }
     }
 
@@ -1622,12 +1615,17 @@ impl State {
             start_nanos: chunk.start.epoch_nanos,
             end_nanos: chunk.start.epoch_nanos + duration,
         });
-        self.next_start =
-            Some(ClockPair { epoch_nanos: chunk.start.epoch_nanos + duration, ticks: chunk.start.ticks + duration });
-        let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
+        self.next_start = Some(chunk.start.plus(duration));
         // Leave room for the live chunk, so the repository stays under its limit at all times.
-        repository::apply_retention(&mut self.finished, self.settings.max_chunk_size, self.settings.max_size, oldest);
+        self.apply_retention(self.settings.max_chunk_size);
         Ok(())
+    }
+
+    /// Deletes the oldest finished chunks beyond the size and age limits, counting `live` bytes
+    /// for the chunk being written.
+    fn apply_retention(&mut self, live: u64) {
+        let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
+        repository::apply_retention(&mut self.finished, live, self.settings.max_size, oldest);
     }
 
     /// Every finished chunk (decompressed) and the published part of the live chunk, as one valid file.
