@@ -688,13 +688,18 @@ fn sampler_loop(inner: &Inner, sampler: &Sampler) {
         if inner.stopping.load(Ordering::Relaxed) {
             break;
         }
+        // Discovery reads /proc for every thread: outside L (finding 9 of the 2026-11-30 review).
+        let discover = last_discovery.elapsed() >= Duration::from_millis(100);
+        if discover {
+            last_discovery = Instant::now();
+            sampler.discover_threads_unlocked();
+        }
         let mut state = inner.state.lock();
         if work {
             state.drain_samples(true);
         }
-        if last_discovery.elapsed() >= Duration::from_millis(100) {
-            last_discovery = Instant::now();
-            state.discover_and_collect_losses();
+        if discover {
+            state.collect_sample_losses();
         }
     }
 }
@@ -1405,10 +1410,9 @@ impl State {
         }
     }
 
-    /// Recorder thread: arm sampling for new threads, collect lost-sample counts.
-    fn discover_and_collect_losses(&mut self) {
+    /// Recorder thread: collect lost-sample counts.
+    fn collect_sample_losses(&mut self) {
         let Some((sampler, locked)) = self.sampler.as_mut() else { return };
-        sampler.discover_threads(locked);
         let lost = sampler.take_lost(locked);
         let unattributed = sampler.stats().unattributed;
         self.note_sample_losses(lost, unattributed);
