@@ -333,7 +333,9 @@ impl ThreadSlot {
         // Relaxed: ordered by the Acquire load of `stack_hi`; later it only decreases, to
         // addresses someone checked were mapped (any value read is a valid bound).
         let verified_lo = self.stack_verified_lo.load(Ordering::Relaxed);
-        StackBounds { lo, verified_lo: verified_lo.clamp(lo, hi), hi }
+        // Reading an older `hi` than `lo` (bounds replaced meanwhile) can give lo > hi: no
+        // `clamp`, which would panic; such bounds admit no stack pointer anyway.
+        StackBounds { lo, verified_lo: verified_lo.max(lo).min(hi), hi }
     }
 
     /// Publishes stack bounds for the handler's walk: the stack may reach down to `lo`;
@@ -1074,6 +1076,9 @@ impl Core {
     /// buffer, recycles them into the pool, reaps retired slots and refills spares.
     pub fn drain_full(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         self.check_locked(locked);
+        // First the spares, from what the pool holds now: processing the queue may take long
+        // (the callback serializes stacks), and handlers keep rotating meanwhile.
+        self.refill_spares();
         // Slots seen EXITED before the swap below have all their buffers in the queue we take.
         let mut exited = std::mem::take(&mut locked.exited);
         exited.clear();
