@@ -462,6 +462,8 @@ pub struct Core {
     retired_written: AtomicU64,
     retired_lost: AtomicU64,
     max_record_words: usize,
+    /// Where the next `claim_slot` starts looking (claims are serialized by their caller).
+    claim_hint: AtomicUsize,
 }
 
 /// Outcome of [`Core::write_record`].
@@ -554,6 +556,7 @@ impl Core {
             retired_written: AtomicU64::new(0),
             retired_lost: AtomicU64::new(0),
             max_record_words: capacity_words,
+            claim_hint: AtomicUsize::new(0),
         };
         let locked = LockedState {
             core_id: 0,
@@ -645,13 +648,24 @@ impl Core {
     /// Callers must serialize claims (the sampler's registry lock); L holders may reap
     /// concurrently.
     pub fn claim_slot(&self, tid: u32, bounds: StackBounds) -> Option<&ThreadSlot> {
-        for slot in self.slots.iter() {
+        // Start where the last claim ended, so claiming thousands of slots is not quadratic.
+        // Relaxed: claims are serialized by the caller; a stale hint only costs a longer scan.
+        let from = self.claim_hint.load(Ordering::Relaxed);
+        let n = self.slots.len();
+        for k in 0..n {
+            let Some(slot) = self.slots.get((from + k) % n.max(1)) else { continue };
+            // Relaxed: a hint that skips the RMW on slots in use; the CAS below decides.
+            if slot.state.load(Ordering::Relaxed) != SLOT_FREE {
+                continue;
+            }
             // Acquire (success): pairs with the Release store of FREE in `reap_exited`, so the
             // reaper's resets of the counters and buffer pointers are visible. Relaxed (failure):
             // nothing is read.
             if slot.state.compare_exchange(SLOT_FREE, SLOT_LIVE, Ordering::Acquire, Ordering::Relaxed).is_err() {
                 continue;
             }
+            // Relaxed: see above.
+            self.claim_hint.store((from + k + 1) % n.max(1), Ordering::Relaxed);
             // Relaxed: published by the Release store of `suppress` below.
             slot.tid.store(tid, Ordering::Relaxed);
             slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);

@@ -670,9 +670,9 @@ mod imp {
     // SAFETY: as above; every `&self` method synchronizes through atomics or the locks.
     unsafe impl Sync for Sampler {}
 
-    /// New threads armed per registry-lock hold during discovery: bounds how long registering and
-    /// exiting threads wait for discovery (arming is a few syscalls per thread).
-    const ARM_BATCH: usize = 32;
+    /// New threads claimed per registry-lock hold during discovery (their sources are armed outside
+    /// the lock): bounds how long registering and exiting threads wait for discovery.
+    const ARM_BATCH: usize = 64;
 
     impl Sampler {
         fn shared(&self) -> &Shared {
@@ -981,8 +981,11 @@ mod imp {
                 drop(reg);
                 hold(since);
             }
-            // 5. New threads, a batch per lock hold; each is checked against the registry as it is
-            // then (it may have registered or excluded itself meanwhile).
+            // 5. New threads, a batch at a time: slots claimed (with their spares) under the
+            // registry lock, each checked against the registry as it is then (the thread may have
+            // registered or excluded itself meanwhile); sources armed outside it (a few syscalls
+            // each); armed sources recorded under it again, unless the entry went away meanwhile
+            // (the thread unregistered or excluded itself, or died and was retired).
             let new: Vec<(u32, u64)> = listing
                 .threads
                 .iter()
@@ -992,6 +995,7 @@ mod imp {
             for batch in new.chunks(ARM_BATCH) {
                 let since = Instant::now();
                 let mut reg = shared.registry.lock();
+                let mut claimed = Vec::with_capacity(batch.len());
                 let mut full = false;
                 for &(tid, start) in batch {
                     if reg.find(tid, start).is_some() || reg.is_excluded(tid, start) {
@@ -1003,25 +1007,44 @@ mod imp {
                     };
                     let index = slot.index() as usize;
                     shared.core.fill_spares(slot);
-                    match shared.arm(tid, index) {
-                        Ok(source) => {
-                            if let Some(e) = reg.entries.get_mut(index) {
-                                *e = Some(Entry {
-                                    tid,
-                                    start_time: start,
-                                    source: Some(source),
-                                    registered: false,
-                                    retiring: false,
-                                });
-                            }
+                    if let Some(e) = reg.entries.get_mut(index) {
+                        *e = Some(Entry { tid, start_time: start, source: None, registered: false, retiring: false });
+                    }
+                    claimed.push((index, tid, start));
+                }
+                drop(reg);
+                hold(since);
+                let armed: Vec<_> = claimed
+                    .into_iter()
+                    .map(|(index, tid, start)| (index, tid, start, shared.arm(tid, index)))
+                    .collect();
+                let since = Instant::now();
+                let mut reg = shared.registry.lock();
+                for (index, tid, start, source) in armed {
+                    let entry = reg
+                        .entries
+                        .get_mut(index)
+                        .and_then(Option::as_mut)
+                        .filter(|e| e.tid == tid && e.start_time == start && e.source.is_none() && !e.retiring);
+                    match (entry, source) {
+                        (Some(e), Ok(source)) => {
+                            e.source = Some(source);
                             report.armed += 1;
                         }
+                        (None, Ok(source)) => shared.disarm(source, tid),
                         // The thread exited since the listing (its clock or task is gone): no
                         // handler ever ran for this slot.
-                        Err(_) => match shared.core.retire_on_behalf(slot) {
-                            Some(true) => shared.post_wake(),
-                            Some(false) | None => {}
-                        },
+                        (Some(_), Err(_)) => {
+                            if let Some(e) = reg.entries.get_mut(index) {
+                                *e = None;
+                            }
+                            if let Some(slot) = shared.core.slot(index) {
+                                if let Some(true) = shared.core.retire_on_behalf(slot) {
+                                    shared.post_wake();
+                                }
+                            }
+                        }
+                        (None, Err(_)) => {}
                     }
                 }
                 drop(reg);
