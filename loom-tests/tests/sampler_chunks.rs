@@ -12,7 +12,7 @@ use common::{produce, REC_WORDS, TID_BASE};
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use recorder::__loom::buffer::{Core, LockedState, SampleRecord};
+use recorder::__loom::buffer::{Core, LockedState, SampleRecord, StackBounds};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Item {
@@ -73,10 +73,13 @@ impl ChunkWriter {
                 seen.push(r.sample_id);
                 items.push(Item::Event(r.sample_id, id));
             };
+            // The shipped passes: the flusher's `drain` (full queue, then activation-gated active
+            // buffers), the recorder thread's `drain_full`.
             if active {
-                core.drain_active(locked, &mut f);
+                core.drain(locked, &mut f);
+            } else {
+                core.drain_full(locked, &mut f);
             }
-            core.drain_full(locked, &mut f);
         }
         self.segment.extend(items);
         self.pending_defs.extend(pending);
@@ -141,16 +144,16 @@ impl ChunkWriter {
 }
 
 fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
-    let (core, mut locked) = Core::new(1, nbuffers, records * REC_WORDS);
-    core.claim_slot(TID_BASE, 0, 0).unwrap();
-    core.refill_spares(&mut locked);
+    let (core, locked) = Core::new(1, nbuffers, records * REC_WORDS);
+    core.claim_slot(TID_BASE, StackBounds::default()).unwrap();
+    core.refill_spares();
     (Arc::new(core), locked)
 }
 
 /// Same stack for ids 1 and 2 (ip = 10), so dedup matters across the rotation.
 fn produce_same_stack(core: &Core, id: u64) {
     let slot = core.slot(0).unwrap();
-    if core.admit(slot, TID_BASE) {
+    if let Some(adm) = core.admit(slot, TID_BASE) {
         let hdr = recorder::__loom::buffer::RecordHeader {
             ticks: 0,
             tid: TID_BASE,
@@ -160,7 +163,7 @@ fn produce_same_stack(core: &Core, id: u64) {
             sample_id: id,
             sp: 0,
         };
-        core.write_record(slot, &hdr, 1, |s| s.push(10));
+        core.write_record(&adm, &hdr, 1, |s| s.push(10));
     }
 }
 
@@ -196,7 +199,7 @@ fn recorder_vs_flush(recorder_takes_l: bool) {
         // loom can see. `l` is the chunk-writer lock itself.
         let state = Arc::new(UnsafeCell::new(ChunkWriter::new(locked)));
         let l = Arc::new(Mutex::new(()));
-        state.with_mut(|w| unsafe { core.refill_spares(&mut (*w).locked) });
+        core.refill_spares();
         let c = core.clone();
         let owner = thread::spawn(move || {
             produce(&c, 0, 1); // rotation: pushes the buffer with r0
