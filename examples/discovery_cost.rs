@@ -43,7 +43,8 @@ fn main() {
                 .spawn(move || {
                     start.wait();
                     // The first tenth exits early (see below); the rest park until the end.
-                    while !stop.load(Ordering::Relaxed) && !(i < n / 10 && stop_early()) {
+                    let early = i < n / 10;
+                    while !(stop.load(Ordering::Relaxed) || early && stop_early()) {
                         std::thread::park_timeout(Duration::from_millis(50));
                     }
                 })

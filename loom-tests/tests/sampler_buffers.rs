@@ -1,6 +1,6 @@
 //! loom models of the SamplerBuffer protocol (sampler-protocol.md §4.9, interleavings 1-6 and 9),
 //! run against the shipped `recorder::sampler::buffer` code: the handler's path is `Core::admit`
-//! + `Core::write_record`, the flusher's is `Core::drain` (activation-gated, as
+//! then `Core::write_record`, the flusher's is `Core::drain` (activation-gated, as
 //! `Sampler::drain` calls it), the recorder thread's is `Core::drain_full`. Each "handler" is a
 //! loom thread that is the sole user of its slot.
 //!
