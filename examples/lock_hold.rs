@@ -3,10 +3,10 @@
 //! run under L).
 //!
 //! ```text
-//! cargo run --release --example lock_hold -- [THREADS=1500] [SECONDS=8]
+//! cargo run --release --features zstd --example lock_hold -- [THREADS=1500] [SECONDS=8]
 //! ```
 //!
-//! Chunks rotate every 2 s and are compressed. The threads wake every 200 ms, run a few hundred microseconds of CPU in one of several code
+//! Chunks rotate every 2 s and are compressed (with the `zstd` feature). The threads wake every 200 ms, run a few hundred microseconds of CPU in one of several code
 //! paths and sleep again (about a third of a CPU in all), so every one is discovered and sampled
 //! and the first flushes symbolize new code. Prints, for each flush (all the times L was held
 //! for it) and for every other kind of holder, the median, the 90th percentile and the maximum.
@@ -78,11 +78,14 @@ fn main() {
         libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
     }
     let dir = std::env::temp_dir().join(format!("lock-hold-{}", std::process::id()));
-    let rec = Recorder::builder()
+    let builder = Recorder::builder();
+    // Finished chunks are compressed when the crate's `zstd` feature is on.
+    #[cfg(feature = "zstd")]
+    let builder = builder.compress_finished_chunks(true);
+    let rec = builder
         .repository(&dir)
         .flush_interval(Duration::from_millis(250))
         .max_chunk_age(Duration::from_secs(2))
-        .compress_finished_chunks(true)
         .max_sampled_threads(threads + 64)
         .sampler_buffers(4096, 2)
         .sampling_period(Duration::from_millis(1))
@@ -118,7 +121,10 @@ fn main() {
     let report = rec.stop_with_report().expect("stop");
     let _ = std::fs::remove_dir_all(&dir);
 
-    println!("{threads} threads, {elapsed:.1?}; {} samples written, {} flushes", report.stats.samples_written, report.stats.flushes);
+    println!(
+        "{threads} threads, {elapsed:.1?}; {} samples written, {} flushes",
+        report.stats.samples_written, report.stats.flushes
+    );
     let mut per_flush: BTreeMap<u64, Duration> = BTreeMap::new();
     let mut by_holder: BTreeMap<LockHolder, Vec<Duration>> = BTreeMap::new();
     for h in &holds {

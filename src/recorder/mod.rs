@@ -374,7 +374,7 @@ impl Inner {
     /// Compresses the chunks that finished since the last call, with L released.
     fn compress_finished(&self, chunks: Vec<PathBuf>) {
         for plain in chunks {
-            let result = storage::compress_chunk_file(&plain);
+            let result = crate::compress::compress_chunk_file(&plain);
             self.l.lock(Holder::Lifecycle, 0).storage.compressed(&plain, result);
         }
     }

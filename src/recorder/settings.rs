@@ -105,7 +105,8 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
-    /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files.
+    /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files (needs the crate's
+    /// `zstd` feature).
     pub compress_finished_chunks: bool,
     /// Deterministic mode: logical timestamps and thread numbers, no sampling, no periodic events,
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
@@ -168,7 +169,9 @@ impl RecorderBuilder {
     /// Replace each finished chunk file by a zstd-compressed `<name>.jfr.zst` (default false;
     /// the live chunk is never compressed). `recorder` reads such repositories; the JDK's tools
     /// and streaming readers (which only look at `*.jfr`) do not, and compressing costs the
-    /// flushing thread some time at each rotation.
+    /// flushing thread some time at each rotation (without the chunk-writer lock). Needs the
+    /// crate's `zstd` feature.
+    #[cfg(feature = "zstd")]
     pub fn compress_finished_chunks(mut self, on: bool) -> Self {
         self.settings.compress_finished_chunks = on;
         self
@@ -322,6 +325,9 @@ pub(super) fn validate(s: &Settings) -> Result<(), Error> {
     }
     if s.periodic_interval < Duration::from_millis(10) {
         return bad(format!("periodic interval {:?} is below 10 ms", s.periodic_interval));
+    }
+    if s.compress_finished_chunks && !cfg!(feature = "zstd") {
+        return bad("compressed chunks need recorder's `zstd` feature".into());
     }
     Ok(())
 }

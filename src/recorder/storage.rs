@@ -8,6 +8,7 @@
 
 use crate::chunk::Publish;
 use crate::clock::{self, ClockPair};
+use crate::compress;
 use crate::repository::{self, ChunkFile, ChunkNames, FinishedChunk};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED};
 use std::fs::File;
@@ -15,9 +16,6 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The zstd frame magic, at the start of a compressed chunk file.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Retention limits and what happens to finished chunks.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +150,7 @@ impl Storage {
         std::mem::take(&mut self.to_compress)
     }
 
-    /// `plain` was compressed (by [`compress_chunk_file`], without L): the chunk is now the
+    /// `plain` was compressed (by `compress::compress_chunk_file`, without L): the chunk is now the
     /// `.jfr.zst` file; the plain one goes. If retention removed the chunk meanwhile, the copy
     /// goes too. A chunk that could not be compressed stays as it is: complete and valid.
     pub fn compressed(&mut self, plain: &Path, result: io::Result<(PathBuf, u64)>) {
@@ -200,10 +198,7 @@ impl DumpPlan {
                 zst.push(".zst");
                 read = std::fs::read(PathBuf::from(zst));
             }
-            let read = match read {
-                Ok(bytes) if bytes.starts_with(&ZSTD_MAGIC) => zstd::decode_all(&bytes[..]),
-                other => other,
-            };
+            let read = read.and_then(|bytes| compress::chunk_bytes(bytes, path));
             match read {
                 Ok(bytes) => {
                     last_start = Some(out.len());
@@ -230,32 +225,6 @@ impl DumpPlan {
         }
         Ok(out)
     }
-}
-
-/// Writes `<path>.zst`, the zstd-compressed copy of the finished chunk file `path`, and returns
-/// its path and size; the plain file stays (see [`Storage::compressed`]). The copy is complete
-/// (synced, renamed into place) before anyone is told, so a reader finds the chunk in one of the
-/// two files at all times (in both for a moment).
-pub(super) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
-    let plain = std::fs::read(path)?;
-    let compressed = zstd::encode_all(&plain[..], 3)?;
-    let mut zst = path.as_os_str().to_owned();
-    zst.push(".zst");
-    let zst = PathBuf::from(zst);
-    let mut partial = zst.clone().into_os_string();
-    partial.push(".part");
-    let partial = PathBuf::from(partial);
-    let written = (|| {
-        let mut f = File::create(&partial)?;
-        io::Write::write_all(&mut f, &compressed)?;
-        f.sync_all()?;
-        std::fs::rename(&partial, &zst)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e);
-    }
-    Ok((zst, compressed.len() as u64))
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory (never following a
