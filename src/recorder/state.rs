@@ -171,12 +171,9 @@ impl State {
     /// Flush source 3: the recorder's own events — thread starts and ends, data loss, the
     /// settings (new chunk or changed), the sources' statistics.
     pub fn write_own_events(&mut self, now: i64) {
-        while let Some(note) = self.shared.thread_notes.pop() {
-            self.pending_notes.push(note);
-        }
+        self.take_thread_notes();
         for note in std::mem::take(&mut self.pending_notes) {
             if note.started {
-                self.chunk.set_thread_name(note.tid, &note.name);
                 own::write_thread_start(&mut self.chunk, note.ticks, note.tid);
             } else {
                 own::write_thread_end(&mut self.chunk, note.ticks, note.tid);
@@ -202,6 +199,18 @@ impl State {
         }
         for source in &mut self.samplers {
             source.write_statistics(&mut self.chunk, now);
+        }
+    }
+
+    /// Takes the threads' reports of themselves: their names now (a thread may be gone by the
+    /// time its samples are defined, and its name with it), their start and end events at the
+    /// next flush.
+    fn take_thread_notes(&mut self) {
+        while let Some(note) = self.shared.thread_notes.pop() {
+            if note.started {
+                self.chunk.set_thread_name(note.tid, &note.name);
+            }
+            self.pending_notes.push(note);
         }
     }
 
@@ -261,6 +270,9 @@ impl State {
 
     /// What the next checkpoint needs that only slow work gives (resolve it without L).
     pub fn unresolved(&mut self) -> Unresolved {
+        // Samples drained since the own events were written may be of threads that reported
+        // their names meanwhile.
+        self.take_thread_notes();
         self.chunk.unresolved(&self.shared.stacks)
     }
 
@@ -273,6 +285,7 @@ impl State {
     /// covers every type they use), then one checkpoint with every constant the segment
     /// references that the chunk lacks.
     pub fn close_segment(&mut self, now: i64) {
+        self.take_thread_notes();
         self.chunk.metadata(metadata_registry::version(), now, metadata_registry::metadata);
         self.chunk.checkpoint(&self.shared.stacks, &mut UnderLock, now);
     }
