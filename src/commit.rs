@@ -199,7 +199,14 @@ impl Local {
                 return false;
             }
             // Under CURRENT: `stop` clears CURRENT before it reads the marks, so it sees this one.
-            shared.in_flight.lock().push(Arc::clone(mark));
+            let mut marks = shared.in_flight.lock();
+            if marks.len() == marks.capacity() {
+                // Before the list grows: drop the marks of exited threads (only the list holds
+                // them), so a recording that sees many short threads keeps a bounded list.
+                marks.retain(|m| Arc::strong_count(m) > 1);
+            }
+            marks.push(Arc::clone(mark));
+            drop(marks);
             shared
         };
         let (tid, ticks) = match &shared.logical {
