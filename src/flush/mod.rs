@@ -109,6 +109,6 @@ pub trait SampleSource: Send + std::fmt::Debug {
 pub struct Stopped {
     /// Losses not reported yet.
     pub losses: Vec<LossReport>,
-    /// The sampler's final counters, for [`crate::FinalReport`].
-    pub sampler: Option<crate::SamplerStats>,
+    /// The sampler's final counters (the recorder's final report carries them).
+    pub sampler: Option<crate::sampler::SamplerStats>,
 }
