@@ -86,6 +86,7 @@ fn exactness(mode: SamplingMode) {
     let mut written: HashMap<i64, u64> = HashMap::new();
     let mut lost: HashMap<i64, i64> = HashMap::new();
     let chunks = chunk_files(&repo);
+    // Exactness across rotations is the point: the workload above ran until there were two.
     assert!(chunks.len() >= 3, "two rotations ({} chunks)", chunks.len());
     for c in &chunks {
         let bytes = bytes::Bytes::from(std::fs::read(c).unwrap());
