@@ -123,6 +123,34 @@ fn recycle_vs_reuse() {
     });
 }
 
+/// §4.9-4, the handoff alone: the recorder drains buffer X (reads its record), recycles it and
+/// fills the owner's empty spare with it while the owner, out of room, rotates into that spare and
+/// writes. The owner's writes must happen after the recorder's reads of X's previous record: only
+/// the Release CAS that fills the spare (paired with the owner's Acquire swap) orders them. With
+/// that CAS Relaxed (`refill_cas_relaxed`) loom reports the race on X's first word at once, where
+/// `recycle_vs_reuse`, with two flushes and more relaxed loads to branch on, runs for many minutes
+/// before it gets there.
+#[test]
+fn refill_publishes_the_recycled_buffer() {
+    loom::model(|| {
+        // One spare entry, two one-record buffers: X gets r0, Y gets r1 and X is pushed; the spare
+        // and the pool are empty, X (holding r0) is queued.
+        let m = Model::new(1, 2, 1);
+        assert!(produce(&m.core, 0, 0));
+        m.core.refill_spares();
+        assert!(produce(&m.core, 0, 1));
+        let core = m.core.clone();
+        let owner = thread::spawn(move || produce(&core, 0, 2));
+        recorder_drain(&m.core, &m.l);
+        let wrote = owner.join().unwrap();
+        let attempted = [0, 1, 2];
+        check_exact(&m, &attempted);
+        check_order(&m);
+        let g = m.l.lock().unwrap();
+        assert_eq!(g.out.len(), 2 + usize::from(wrote));
+    });
+}
+
 /// §4.9-5: two owners push on the full queue while the drainer swaps the head; every pushed
 /// buffer is drained exactly once.
 #[test]

@@ -96,6 +96,16 @@ macro_rules! protocol_assert {
     };
 }
 
+/// Checks a protocol invariant on the owner (handler) side, under loom only: a loom build never
+/// runs in signal context, a shipped one never panics there.
+macro_rules! owner_assert {
+    ($($t:tt)*) => {
+        if cfg!(loom) {
+            assert!($($t)*);
+        }
+    };
+}
+
 /// Words in a record header (see [`RecordHeader`]).
 pub const HEADER_WORDS: usize = 5;
 
@@ -790,6 +800,10 @@ impl Core {
         }
         // SAFETY: `b` is non-null here and points into `self.buffers`.
         let buf = unsafe { &*b };
+        if !Self::room_for(buf, p, len) {
+            Self::count_lost(slot);
+            return WriteOutcome { committed: false, wake: rotated && self.notify_recorder() };
+        }
         Self::put(buf, p, slot, hdr, nframes, fill);
         WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
     }
@@ -845,6 +859,24 @@ impl Core {
         slot.spares.iter().filter(|s| !s.load(Ordering::Relaxed).is_null()).count()
     }
 
+    /// Whether a record of `len` words fits at word `p` of a buffer the owner just rotated into
+    /// (or holds). A CLEAN buffer's `pos` is 0, so this fails only if the protocol is broken (a
+    /// recycle's reset not published to the owner, see `refill_cas_relaxed`); then the sample is
+    /// lost instead of written out of bounds (loom models fail on it).
+    ///
+    /// # Signal safety
+    /// Arithmetic only (the assert exists in loom builds only).
+    #[inline(always)]
+    fn room_for(buf: &SamplerBuffer, p: usize, len: usize) -> bool {
+        let fits = p <= buf.capacity() && buf.capacity() - p >= len;
+        owner_assert!(
+            fits,
+            "a buffer from a spare has pos {p} (capacity {}): its recycle was not published",
+            buf.capacity()
+        );
+        fits
+    }
+
     /// Writes one record at word `p` of the owner's buffer and commits it.
     #[inline(always)]
     fn put(
@@ -868,8 +900,10 @@ impl Core {
         buf.write_word(p + 4, hdr.sp);
         let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
-        while sink.at < sink.end {
-            sink.push(0);
+        // Missing frames are zeros. Bounded by `end`, never by the writes' success, so that a
+        // record that does not fit (impossible after `room_for`) cannot make the handler spin.
+        for at in sink.at..sink.end {
+            buf.write_word(at, 0);
         }
         // Release: the commit point; publishes the record's words to L holders. Pairs with the
         // Acquire load of `pos` in `process` (`drain`, `drain_full`).
@@ -945,7 +979,11 @@ impl Core {
             // Counted above: every rotation finds a spare (only this thread empties them).
             let Some(n) = self.rotate(slot, b) else {
                 // Unreachable with a correct count; the fragments already committed are an
-                // incomplete sample, which the L holder discards and counts lost.
+                // incomplete sample, which the L holder discards and counts lost (with none
+                // committed, it is counted here).
+                if k == 0 {
+                    Self::count_lost(slot);
+                }
                 return WriteOutcome { committed: false, wake: self.notify_recorder() };
             };
             b = n;
@@ -954,6 +992,14 @@ impl Core {
             let buf = unsafe { &*n };
             // Relaxed: the recycle's reset is ordered before us by the Acquire swap in `rotate`.
             let p = buf.pos.load(Ordering::Relaxed);
+            if !Self::room_for(buf, p, HEADER_WORDS + len) {
+                // Fragments committed so far are an incomplete sample, which the L holder
+                // discards and counts lost; with none committed, it is counted here.
+                if k == 0 {
+                    Self::count_lost(slot);
+                }
+                return WriteOutcome { committed: false, wake: self.notify_recorder() };
+            }
             let h = RecordHeader { frag_index: k, frag_count: count as u16, ..*hdr };
             let from = at;
             Self::put(buf, p, slot, &h, len, |sink| {
