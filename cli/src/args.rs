@@ -351,6 +351,8 @@ pub struct DumpConfig {
     pub since: Option<std::time::Duration>,
     pub thread: Option<String>,
     pub compress: bool,
+    /// `--compress` added `.zst` to the output name asked for.
+    pub zst_added: bool,
     /// `--type` was given.
     pub kind: Option<ProfileKind>,
     pub fold: crate::fold::FoldOptions,
@@ -458,6 +460,7 @@ impl DumpArgs {
         if self.format == DumpFormat::Pprof && self.by_thread {
             anyhow::bail!("--by-thread is for collapsed and flamegraph; a pprof profile labels each sample with its thread (go tool pprof -tagroot thread)");
         }
+        let asked = self.output.clone();
         let output = match self.output {
             // zstd output under a name that says so: the JDK's tools refuse a compressed `.jfr`.
             Some(o) if self.compress && !o.to_string_lossy().ends_with(".zst") && !is_special_file(&o) => {
@@ -479,7 +482,9 @@ impl DumpArgs {
         } else if (self.format.is_binary() || self.compress) && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
             anyhow::bail!("binary output is not written to a terminal: give -o FILE or redirect stdout");
         }
+        let zst_added = output != asked;
         Ok(DumpConfig {
+            zst_added,
             path,
             recordings: if self.all { Recordings::All } else { Recordings::Newest },
             pid: self.pid,

@@ -488,3 +488,58 @@ fn print_rejects_unknown_types_and_lists_the_known_ones() {
     assert!(err.contains("unknown event type jdk.NoSuchEvent; known types: "));
     assert!(err.contains("recorder.test.Work"));
 }
+
+// Issue 11 §2: JVM frames use the same separator in print, collapsed and top (the JDK's dotted
+// class names: java.lang.Thread.run, not java/lang/Thread.run).
+#[test]
+fn jvm_frames_are_named_alike_in_print_collapsed_and_top() {
+    let rec = jvm_recording().to_str().unwrap();
+    let frame = "java.lang.Thread.run";
+    let printed = recorder_ok(&["print", "--events", "jdk.ExecutionSample", rec]);
+    let collapsed = recorder_ok(&["dump", rec, "--format", "collapsed"]);
+    let top = recorder_ok(&["top", "--once", "-n", "1000", "--window", "1h", rec]);
+    for (view, text) in [("print", &printed), ("collapsed", &collapsed), ("top", &top)] {
+        assert!(text.contains(frame), "{view} names {frame}:\n{text}");
+        assert!(!text.contains("java/lang/"), "{view} uses one separator:\n{text}");
+    }
+    let jdk = jfr_ok(&["print", "--events", "jdk.ExecutionSample", rec]);
+    assert!(jdk.contains(&format!("{frame}()")), "the JDK's own naming");
+}
+
+/// `jfr print --json` of jdk.ObjectAllocationSample: the sum of `weight`.
+fn jdk_allocation_weight(rec: &str) -> u64 {
+    jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).iter().map(|e| e["values"]["weight"].as_u64().unwrap()).sum()
+}
+
+// Issue 11 §2: allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
+// `weight` (bytes), not one per sample.
+#[test]
+fn allocation_views_weigh_samples_by_their_bytes() {
+    let rec = jvm_recording().to_str().unwrap();
+    let bytes = jdk_allocation_weight(rec);
+    let events = jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).len() as u64;
+    assert!(bytes > events, "weights are bytes: {bytes} over {events} samples");
+    let total =
+        |text: &str| -> u64 { text.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum() };
+    let by_type = recorder_ok(&["dump", rec, "--format", "collapsed", "--type", "alloc"]);
+    assert_eq!(total(&by_type), bytes, "--type alloc");
+    let by_events = recorder_ok(&["dump", rec, "--format", "collapsed", "--events", "jdk.ObjectAllocationSample"]);
+    assert_eq!(total(&by_events), bytes, "--events jdk.ObjectAllocationSample");
+    let svg = recorder_ok(&["dump", rec, "--format", "flamegraph", "--type", "alloc"]);
+    assert!(svg.contains("bytes"), "the flame graph counts bytes");
+    // pprof: alloc_space in bytes, alloc_samples one per sample.
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("alloc.pb.gz");
+    recorder_ok(&["dump", rec, "--format", "pprof", "--type", "alloc", "-o", profile.to_str().unwrap()]);
+    let space = go_pprof(&["-top", "-sample_index=alloc_space", "-unit=B", profile.to_str().unwrap()]);
+    assert_eq!(pprof_total(&space), format!("{bytes}B"), "{space}");
+    let count = go_pprof(&["-top", "-sample_index=alloc_samples", profile.to_str().unwrap()]);
+    assert_eq!(pprof_total(&count), events.to_string(), "{count}");
+    // CPU is the default and counts samples.
+    let cpu = recorder_ok(&["dump", rec, "--format", "collapsed"]);
+    assert_eq!(total(&cpu), jfr_events_depth(rec, "jdk.ExecutionSample", 1).len() as u64);
+    // No wall-clock samples in a JVM recording: said, not an empty graph.
+    let out = recorder(&["dump", rec, "--format", "flamegraph", "--type", "wall"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no wall-clock samples"), "{out:?}");
+}

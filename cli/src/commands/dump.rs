@@ -120,7 +120,12 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     };
     progress.finish_and_clear();
     match result {
-        Ok(true) => sink.finish().with_context(|| sink_name(cfg))?,
+        Ok(true) => {
+            sink.finish().with_context(|| sink_name(cfg))?;
+            if cfg.zst_added {
+                eprintln!("note: wrote {} (--compress writes zstd; the name says so)", sink_name(cfg));
+            }
+        }
         Ok(false) => sink.abandon(),
         Err(e) => {
             sink.abandon();
