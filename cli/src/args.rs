@@ -124,7 +124,12 @@ EXAMPLES:
     recorder summary app.jfr
     recorder print --json app.jfr | head
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
+    recorder dump app.jfr --format flamegraph --by-thread -o cpu.svg
+    recorder diff before.jfr after.jfr -o diff.svg
     recorder demo -o demo.jfr
+
+PATH may be a .jfr file, a recording's directory, or a base directory holding recordings: the
+newest is read (the others are named on stderr), --all merges them.
 
 Exit codes: 0 ok, 1 problems found, 2 error (missing, unreadable or damaged input; what was
 readable before the damage is still printed).";
@@ -133,7 +138,13 @@ const SUMMARY_EXAMPLES: &str = "\
 EXAMPLES:
     recorder summary app.jfr
     recorder summary --json app.jfr | jq '.events[\"jdk.ExecutionSample\"].count'
-    recorder summary /tmp/2026_11_29_16_36_53_10829/";
+    recorder summary --json app.jfr | jq '.threads[] | select(.cpu_samples > 0)'
+    recorder summary /tmp/2026_11_29_16_36_53_10829/
+    recorder summary --all /tmp/recorder-1000/          # every recording of the base, merged
+
+After the event types: the threads with their CPU samples and other events (the busiest 30;
+--json lists all), and the share of CPU samples whose stack is truncated (cut at the depth
+limit) or leaf-only (one frame: code built without frame pointers).";
 
 const PRINT_EXAMPLES: &str = "\
 EXAMPLES:
@@ -146,22 +157,31 @@ const DUMP_EXAMPLES: &str = "\
 EXAMPLES:
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
     recorder dump app.jfr -o small.jfr --exclude-events jdk.ObjectAllocationSample,jdk.ActiveSetting
-    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr --compress     # whole.jfr is zstd
+    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr --compress     # writes whole.jfr.zst
     recorder dump app.jfr --format json --thread worker-1 | jq .type
     recorder dump app.jfr --format collapsed --since 30s > app.folded
     recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
+    recorder dump app.jfr --format flamegraph --by-thread -o threads.svg
+    recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
+    recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
-Output goes to -o FILE, or to stdout when -o is not given (jfr and --compress output is binary
-and is not written to a terminal). collapsed: one `outer;...;inner count` line per distinct stack
-of jdk.ExecutionSample (or of the --events types that have stack traces), frames named
-class.method. flamegraph: an interactive SVG of the same stacks (inferno).";
+Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
+binary and is not written to a terminal). collapsed: one `outer;...;inner weight` line per
+distinct stack; flamegraph: an interactive SVG of the same stacks (inferno); pprof: a gzipped
+profile.proto, each sample labelled with its thread. They fold the samples of --type: cpu
+(jdk.ExecutionSample, default), alloc (jdk.ObjectAllocationSample, weighed by its bytes), wall
+(profiler.WallClockSample), or the --events types that have stack traces. Frames are named
+class.method (JVM classes with dots); the runtime's thread-start frames (std's spawn and
+catch_unwind frames, start_thread, clone3, _start) are folded away unless
+--keep-runtime-frames.";
 
 const TOP_CMD_EXAMPLES: &str = "\
 EXAMPLES:
     recorder top /tmp/2026_11_29_16_36_53_10829/            # live, refreshed every second
     recorder top --window 30s --interval 2s -n 20 /tmp/2026_11_29_16_36_53_10829/
     recorder top --once app.jfr
+    recorder top /tmp/recorder-1000/                       # the newest recording of the base
 
 A file is a finished recording: one table of its last --window is printed. A directory is a
 repository, followed live until its recording ends (its final chunk is written), Ctrl-C, or once
