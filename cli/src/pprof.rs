@@ -4,7 +4,7 @@
 //! The message is encoded here, by hand: profile.proto is a small, stable schema and we only write
 //! it, so the encoder is about a hundred lines, against a code generator (prost-build, or checked-in
 //! generated code) and its runtime for what would be the same field writes. The gzip layer is
-//! flate2, already built for the library's debug-info reading.
+//! flate2, already built for the library (`object` decompresses debug sections with it).
 //!
 //! Each sample is one distinct (stack, thread) with its summed values; every frame is a
 //! `Location` with one `Line` (function and line number); the thread is the label `thread`
