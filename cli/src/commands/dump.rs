@@ -78,9 +78,9 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             let (builder, damage) =
                 pprof::build(&source.chunks, kind, cfg.fold.keep_runtime_frames, &selection, |n| progress.inc(n));
             chunk_damage = damage.map(|(i, e)| Damage::in_chunk(&source.chunks[i].file, e));
-            if builder.events == 0 && chunk_damage.is_none() {
+            if builder.events == 0 {
                 progress.finish_and_clear();
-                return Err(nothing(&weighing.what));
+                return nothing_to_write(source, chunk_damage, nothing(&weighing.what));
             }
             profile_output = Some(Box::new(move |sink: &mut Sink| Ok(builder.write(sink)?)));
         } else {
@@ -93,9 +93,9 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
                 progress.inc(sc.chunk.size());
             }
             if cfg.format == DumpFormat::Flamegraph {
-                if folded.counts.is_empty() && chunk_damage.is_none() {
+                if folded.counts.is_empty() {
                     progress.finish_and_clear();
-                    return Err(nothing(&weighing.what));
+                    return nothing_to_write(source, chunk_damage, nothing(&weighing.what));
                 }
                 let title = format!("recorder: {} ({})", cfg.path.display(), weighing.what);
                 let count_name = count_name(weighing.unit);
@@ -137,6 +137,22 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     }
     source.report_damage();
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
+}
+
+/// No samples to write: the damage that stopped the reading, if any (no output), else `error`.
+fn nothing_to_write(
+    mut source: source::Source,
+    damage: Option<Damage>,
+    error: anyhow::Error,
+) -> anyhow::Result<Outcome> {
+    if let Some(d) = damage {
+        source.damage.insert(0, d);
+    }
+    if source.damage.is_empty() {
+        return Err(error);
+    }
+    source.report_damage();
+    Ok(Outcome::Damaged)
 }
 
 /// Writes a profile format's output, once its samples are gathered.
