@@ -86,8 +86,10 @@ const C_START_FRAMES: &[&str] = &[
 /// `core::ops::function::FnOnce::call_once` (and its `{{vtable.shim}}`): the call of the thread's
 /// (or `main`'s) closure.
 fn is_call_once_shim(frame: &FrameInfo) -> bool {
-    let name = frame.qualified_name();
-    name.contains("FnOnce") && (frame.method.starts_with("call_once") || name.ends_with("call_once"))
+    // The class may be the module path (`core::ops::function::FnOnce` + `call_once`) or the
+    // library, with the whole symbol as the method.
+    let name = format!("{}::{}", frame.class, frame.method);
+    name.contains("FnOnce") && name.contains("::call_once")
 }
 
 #[cfg(test)]
@@ -144,6 +146,15 @@ mod tests {
             ("", "_start"),
         ]);
         assert_eq!(runtime_frames(&main), 5);
+        // Native frames named by their library and whole symbol.
+        let by_library = stack(&[
+            ("app", "app::main"),
+            ("app", "core::ops::function::FnOnce::call_once"),
+            ("app", "std::sys::backtrace::__rust_begin_short_backtrace"),
+            ("app", "std::rt::lang_start_internal"),
+            ("libc.so.6", "__libc_start_call_main"),
+        ]);
+        assert_eq!(runtime_frames(&by_library), 4);
     }
 
     #[test]
