@@ -153,7 +153,8 @@ fn chunk_files_of_jvm_recording() -> &'static [PathBuf] {
 /// `ChunkHeader.readMetadata(previous)` returns the previous descriptor when the metadata id is
 /// unchanged, as it is for a JVM's later chunks. (Read in JDK 17.0.15's bytecode, `javap -c -p
 /// --module jdk.jfr jdk.jfr.internal.consumer.ChunkParser`, and in openjdk/jdk's
-/// src/jdk.jfr/share/classes/jdk/jfr/internal/consumer/ChunkParser.java.) HotSpot samples a
+/// src/jdk.jfr/share/classes/jdk/jfr/internal/consumer/ChunkParser.java at 1e60ff35a8a0, the
+/// same code.) HotSpot samples a
 /// chunk's two header clocks some time apart (ms on a loaded machine), so the first chunk's pair
 /// is that far off for the later chunks; a chunk read alone gets its own converter.
 ///
