@@ -336,7 +336,7 @@ impl State {
         let duration = (self.now_ticks() - start.ticks).max(1);
         self.next_start = Some(start.plus(duration));
         let Some(p) = self.chunk.finish(duration, final_chunk) else { return Ok(()) };
-        match self.storage.finish(start, &p) {
+        match self.storage.finish(start, &p, final_chunk) {
             Ok(()) => {
                 self.stats.chunks_finished += 1;
                 self.segment_written();
