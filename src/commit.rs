@@ -9,10 +9,11 @@
 //! the memory budget, or count the event as lost).
 
 use crate::buffer::EventBuffer;
-use crate::event::{put_u64, Event};
+use crate::encoder::{Encoder, MAX_VARINT};
+use crate::event::Event;
 use crate::stack::{DepthPolicy, StackTable};
 use crate::sync::statics::{AtomicU64, AtomicUsize, Ordering};
-use crossbeam_queue::SegQueue;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -45,8 +46,17 @@ pub(crate) struct Shared {
     pub thread_refs: SegQueue<u32>,
     pub buffer_bytes: usize,
     pub memory_budget: usize,
-    /// Bytes of event buffers alive (adopted or not).
+    /// Bytes of event buffers alive (adopted, spare or not).
     pub allocated: AtomicUsize,
+    /// Drained buffers for the next threads that need one: their pages are already in memory
+    /// (a new allocation faults in every page on first write, about 1/5 of the commit path's
+    /// time when threads commit at full speed) and the heap does not churn. As many as the
+    /// budget allows; [`Shared::trim_spare_buffers`] gives back what recent flushes did not use.
+    pub spare_buffers: ArrayQueue<EventBuffer>,
+    /// Spare buffers taken since the last trim.
+    pub spares_taken: AtomicUsize,
+    /// When the spares were last trimmed (L holders only).
+    pub spares_trimmed: Mutex<Option<std::time::Instant>>,
     pub lost_events: AtomicU64,
     pub lost_bytes: AtomicU64,
     /// Wakes the flusher early when buffers fill up.
@@ -78,9 +88,22 @@ impl LogicalClock {
     }
 }
 
+/// Spare buffers kept however idle the recording is.
+const MIN_SPARE_BUFFERS: usize = 4;
+
 impl Shared {
     /// A new buffer of at least `min` bytes within the memory budget, or `None`.
     fn new_buffer(&self, tid: u32, min: usize) -> Option<Arc<EventBuffer>> {
+        if min <= self.buffer_bytes {
+            if let Some(mut spare) = self.spare_buffers.pop() {
+                // Relaxed: a statistic for `trim_spare_buffers`.
+                self.spares_taken.fetch_add(1, Ordering::Relaxed);
+                spare.reset(tid);
+                let buffer = Arc::new(spare);
+                self.new_buffers.push(Arc::clone(&buffer));
+                return Some(buffer);
+            }
+        }
         let size = self.buffer_bytes.max(min);
         // Relaxed: a budget counter; nothing is published through it.
         let mut current = self.allocated.load(Ordering::Relaxed);
@@ -98,6 +121,44 @@ impl Shared {
         Some(buffer)
     }
 
+    /// L holder: takes back a buffer its owner retired and a flush drained: kept as a spare if it
+    /// has the standard size and there is room, freed otherwise.
+    pub(crate) fn recycle(&self, buffer: Arc<EventBuffer>) {
+        // The owner let go at retirement and the queue of new buffers no longer holds it, so this
+        // is the last reference; if not, it is simply dropped.
+        let capacity = buffer.capacity();
+        let kept = match Arc::into_inner(buffer) {
+            Some(b) if capacity == self.buffer_bytes => self.spare_buffers.push(b).is_ok(),
+            _ => false,
+        };
+        if !kept {
+            // Relaxed: budget counter.
+            self.allocated.fetch_sub(capacity, Ordering::Relaxed);
+        }
+    }
+
+    /// L holder, at each flush: once a second, frees half of the spare buffers beyond what was
+    /// taken since the last trim (and a few), so that the spares follow the recent rate of buffer
+    /// turnover and a burst's memory goes back within seconds.
+    pub(crate) fn trim_spare_buffers(&self) {
+        let now = std::time::Instant::now();
+        {
+            let mut last = self.spares_trimmed.lock();
+            if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(now);
+        }
+        // Relaxed: a statistic.
+        let taken = self.spares_taken.swap(0, Ordering::Relaxed);
+        let surplus = self.spare_buffers.len().saturating_sub(taken.max(MIN_SPARE_BUFFERS));
+        for _ in 0..surplus.div_ceil(2) {
+            let Some(b) = self.spare_buffers.pop() else { break };
+            // Relaxed: budget counter.
+            self.allocated.fetch_sub(b.capacity(), Ordering::Relaxed);
+        }
+    }
+
     fn lose(&self, bytes: usize) {
         // Relaxed: statistics, reported by the flusher.
         self.lost_events.fetch_add(1, Ordering::Relaxed);
@@ -105,6 +166,75 @@ impl Shared {
     }
 }
 
+/// The committing thread's place in its event buffer: everything the fast path needs, in a
+/// thread-local without destructor (so reaching it costs no registration check).
+///
+/// Invariant C1: while `state` is a generation, `buffer` is the thread's current buffer of that
+/// recording (kept alive by `Local::buffer`), `[pos, end)` is its free space, and `shared` is that
+/// recording's state (kept alive by `Local::shared`). `Local` updates the cursor whenever it
+/// changes buffer or recording, and sets `state` to [`IDLE`] before it lets go of either.
+struct Cursor {
+    /// The recording the buffer belongs to, [`IDLE`] or [`BUSY`].
+    state: Cell<u64>,
+    pos: Cell<*mut u8>,
+    end: Cell<*mut u8>,
+    buffer: Cell<*const EventBuffer>,
+    shared: Cell<*const Shared>,
+    /// The thread id's varint, encoded at attach (`encoder::varint_word`).
+    tid_word: Cell<u64>,
+    tid_len: Cell<usize>,
+}
+
+/// No buffer to write into (not attached, deterministic mode, or the thread is exiting).
+const IDLE: u64 = 0;
+/// A record is being encoded: a commit from inside it (a field's encoder committing an event)
+/// must not write into the same space. Never a generation (those count up from 1).
+const BUSY: u64 = u64::MAX;
+
+thread_local! {
+    static CURSOR: Cursor = const {
+        Cursor {
+            state: Cell::new(IDLE),
+            pos: Cell::new(std::ptr::null_mut()),
+            end: Cell::new(std::ptr::null_mut()),
+            buffer: Cell::new(std::ptr::null()),
+            shared: Cell::new(std::ptr::null()),
+            tid_word: Cell::new(0),
+            tid_len: Cell::new(1),
+        }
+    };
+}
+
+/// The calling thread's cursor. (`LocalKey::with` with the whole fast path as its closure is not
+/// always inlined; a pointer out of it is.)
+#[inline(always)]
+fn cursor() -> *const Cursor {
+    CURSOR.with(|c| c as *const Cursor)
+}
+
+/// Marks the cursor busy while a record is encoded; gives it back (also if an encoder panics).
+struct Busy<'a> {
+    state: &'a Cell<u64>,
+    restore: u64,
+}
+
+impl<'a> Busy<'a> {
+    #[inline(always)]
+    fn new(state: &'a Cell<u64>) -> Busy<'a> {
+        let restore = state.replace(BUSY);
+        Busy { state, restore }
+    }
+}
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.state.set(self.restore);
+    }
+}
+
+/// The slow path's per-thread state: the recording and buffer the cursor points into (owned here),
+/// the stack capture scratch, and the scratch for records that do not fit in place.
 struct Local {
     generation: u64,
     shared: Option<Arc<Shared>>,
@@ -147,6 +277,7 @@ impl Local {
     }
 
     fn detach(&mut self) {
+        let _ = CURSOR.try_with(|c| c.state.set(IDLE));
         if let Some(b) = self.buffer.take() {
             b.retire();
         }
@@ -156,6 +287,25 @@ impl Local {
             shared.wakeup.notify();
         }
         self.generation = 0;
+    }
+
+    /// Points the cursor at the current buffer's free space (C1), or leaves it idle when there is
+    /// none or deterministic mode needs the slow path for its logical clock.
+    fn point_cursor(&self, c: &Cursor) {
+        match (&self.buffer, &self.shared) {
+            (Some(b), Some(shared)) if shared.logical.is_none() => {
+                let (pos, end) = b.free_space();
+                c.pos.set(pos);
+                c.end.set(end);
+                c.buffer.set(Arc::as_ptr(b));
+                c.shared.set(Arc::as_ptr(shared));
+                let (word, len) = crate::encoder::varint_word(u64::from(self.tid));
+                c.tid_word.set(word);
+                c.tid_len.set(len);
+                c.state.set(self.generation);
+            }
+            _ => c.state.set(IDLE),
+        }
     }
 }
 
@@ -222,80 +372,235 @@ fn lose_untracked() {
     }
 }
 
-/// Records `event` with the given start and duration (ticks).
-#[inline(never)]
-pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
+/// Records `event`: an instant now (`span_start` `None`), or a duration event that started at
+/// `span_start` and ends now.
+///
+/// Fast path (inlined into the caller), for a type with the plain settings: one word for the
+/// recording and one for the type, one tick read, and the record encoded straight into the
+/// thread's event buffer and published with one Release store. Other settings go through
+/// [`commit_general`]; a stack trace, the thread's first commit in a recording, a full buffer and
+/// deterministic mode through [`commit_slow`].
+#[inline(always)]
+pub(crate) fn commit_event<E: Event>(event: &E, span_start: Option<i64>) {
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
     if generation == 0 {
         return;
     }
+    // Acquire: pairs with the Release store in `metadata_registry::apply`.
+    let type_id = E::event_type().fast_id.load(Ordering::Acquire);
+    if type_id == 0 {
+        return commit_general(event, generation, span_start);
+    }
+    let now = crate::clock::ticks();
+    let (start, duration) = match span_start {
+        Some(start) => (start, now - start),
+        None => (now, 0),
+    };
+    if !commit_in_place(event, generation, type_id, start, duration) {
+        commit_slow(event, generation, type_id, start, duration, None);
+    }
+}
+
+/// A type not registered yet, disabled, with a threshold or a stack trace.
+#[inline(never)]
+fn commit_general<E: Event>(event: &E, generation: u64, span_start: Option<i64>) {
     // The frame record of this function: the stack walk keeps frames from its caller outwards.
     let anchor = crate::unwind::frame_pointer();
     let ty = E::event_type();
     let type_id = ty.id();
     // Relaxed: settings.
-    if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed) {
+    if !ty.enabled.load(Ordering::Relaxed) {
         return;
     }
-    let with_stack = ty.stack_trace.load(Ordering::Relaxed);
+    let now = crate::clock::ticks();
+    let (start, duration) = match span_start {
+        Some(start) => (start, now - start),
+        None => (now, 0),
+    };
+    // Relaxed: settings.
+    if duration < ty.threshold_ticks.load(Ordering::Relaxed) {
+        return;
+    }
+    // Relaxed: a setting.
+    if ty.stack_trace.load(Ordering::Relaxed) {
+        commit_slow(event, generation, type_id, start, duration, Some(anchor));
+    } else if !commit_in_place(event, generation, type_id, start, duration) {
+        commit_slow(event, generation, type_id, start, duration, None);
+    }
+}
+
+/// The fast path: encodes the record at the cursor and publishes it. `false`: nothing was
+/// published (no cursor for this recording, or the record does not fit); take the slow path.
+#[inline(always)]
+fn commit_in_place<E: Event>(event: &E, generation: u64, type_id: u64, start: i64, duration: i64) -> bool {
+    // SAFETY: a const-initialized thread-local without destructor lives as long as its thread.
+    let c = unsafe { &*cursor() };
+    {
+        if c.state.get() != generation {
+            return false;
+        }
+        let _busy = Busy::new(&c.state);
+        // SAFETY: the cursor holds this recording's generation, so `[pos, end)` is the free space
+        // of the live buffer `buffer` (C1), written by this thread only (E2).
+        let mut enc = unsafe { Encoder::new(c.pos.get(), c.end.get()) };
+        let tid = (c.tid_word.get(), c.tid_len.get());
+        let Some(end) = encode_record(&mut enc, event, type_id, start, duration, tid, 0, false) else {
+            return false;
+        };
+        if THREAD_REFS_PENDING.get() {
+            // SAFETY: `shared` is alive while the cursor holds its generation (C1).
+            publish_pending_thread_refs(unsafe { &*c.shared.get() });
+        }
+        // SAFETY: `end` is where the complete record just encoded at the cursor ends, inside
+        // the free space of `buffer`, which is alive (C1).
+        unsafe { (*c.buffer.get()).publish_to(end) };
+        c.pos.set(end);
+        true
+    }
+}
+
+/// The most bytes the implicit fields take: the size slot, four varints and the thread id's
+/// (written as one 8-byte word).
+const HEADER_MAX: usize = 1 + 4 * MAX_VARINT + 8;
+
+/// Encodes one record: a one-byte size slot, the implicit fields (jfr-format.md §3: type id,
+/// start, duration, thread, stack trace), the event's own fields, then the size. Its end, or
+/// `None` if it did not fit. `tid`: the thread id's varint as a word and its length. `start` is
+/// padded to 8 bytes (see `Encoder::put_varint_padded_unchecked`: this is what lets the tick read
+/// overlap with the rest of the commit) unless `logical` (deterministic mode writes the shortest
+/// encoding, so its files stay byte for byte the same).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn encode_record<E: Event>(
+    enc: &mut Encoder<'_>,
+    event: &E,
+    type_id: u64,
+    start: i64,
+    duration: i64,
+    tid: (u64, usize),
+    stack_key: u64,
+    logical: bool,
+) -> Option<*mut u8> {
+    if !enc.has_room(HEADER_MAX) {
+        return None;
+    }
+    let record = enc.position();
+    // SAFETY: `HEADER_MAX` bytes of room (checked above) hold all of these.
+    unsafe {
+        enc.put_word_unchecked(0, 1);
+        enc.put_varint_unchecked(type_id);
+        if logical {
+            enc.put_varint_unchecked(start as u64);
+        } else {
+            enc.put_varint_padded_unchecked(start as u64);
+        }
+        enc.put_varint_unchecked(duration as u64);
+        enc.put_word_unchecked(tid.0, tid.1);
+        enc.put_varint_unchecked(stack_key);
+    }
+    event.write_fields(enc);
+    enc.finish_record(record)
+}
+
+/// Everything the fast path does not do: attach the thread to the recording, capture the stack
+/// (from the frame record `stack_anchor`: the walk keeps frames from its caller outwards), take
+/// the logical clock, or move to a new buffer when the record does not fit.
+#[cold]
+#[inline(never)]
+fn commit_slow<E: Event>(
+    event: &E,
+    generation: u64,
+    type_id: u64,
+    start: i64,
+    duration: i64,
+    stack_anchor: Option<usize>,
+) {
     let done = LOCAL.try_with(|cell| {
         let Ok(mut local) = cell.try_borrow_mut() else {
             // Re-entered from inside a commit (e.g. a field's encoder committed an event).
             return false;
         };
-        if local.generation != generation && !local.attach(generation) {
-            return true; // the recording stopped meanwhile: nothing to record
-        }
-        let local = &mut *local;
-        let Some(shared) = local.shared.as_ref() else {
-            return false;
-        };
-        let stack_key = if with_stack {
-            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
-            if local.last_key != 0 && truncated == local.last_truncated && local.frames == local.last_frames {
-                // The table is insert-only: the key interned last time still names this stack.
-                local.last_key
+        CURSOR.with(|c| {
+            if c.state.get() == BUSY {
+                // Re-entered from inside a fast-path commit.
+                return false;
+            }
+            if local.generation != generation && !local.attach(generation) {
+                return true; // the recording stopped meanwhile: nothing to record
+            }
+            let local = &mut *local;
+            let _busy = Busy::new(&c.state);
+            let Some(shared) = local.shared.as_ref() else {
+                return false;
+            };
+            let stack_key = if let Some(anchor) = stack_anchor {
+                let truncated =
+                    crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
+                if local.last_key != 0 && truncated == local.last_truncated && local.frames == local.last_frames {
+                    // The table is insert-only: the key interned last time still names this stack.
+                    local.last_key
+                } else {
+                    let key = shared.stacks.intern(&local.frames, truncated).0;
+                    local.last_frames.clone_from(&local.frames);
+                    local.last_truncated = truncated;
+                    local.last_key = key;
+                    key
+                }
             } else {
-                let key = shared.stacks.intern(&local.frames, truncated).0;
-                local.last_frames.clone_from(&local.frames);
-                local.last_truncated = truncated;
-                local.last_key = key;
-                key
+                0
+            };
+            let (start, duration) = match &shared.logical {
+                Some(l) => (l.tick(), 0),
+                None => (start, duration),
+            };
+            let tid = local.tid;
+            let tid_word = crate::encoder::varint_word(u64::from(tid));
+            // In place, as the fast path does.
+            let placed = local.buffer.as_ref().and_then(|b| {
+                let (pos, end) = b.free_space();
+                // SAFETY: the free space of this thread's own buffer, written by it only (E2).
+                let mut enc = unsafe { Encoder::new(pos, end) };
+                let logical = shared.logical.is_some();
+                encode_record(&mut enc, event, type_id, start, duration, tid_word, stack_key, logical)
+                    .map(|end| (b, end))
+            });
+            if let Some((b, end)) = placed {
+                publish_thread_refs(shared);
+                // SAFETY: `end` ends the complete record just encoded in `b`'s free space.
+                unsafe { b.publish_to(end) };
+            } else {
+                // It does not fit: encode it aside, then into a new buffer that holds it.
+                local.scratch.clear();
+                crate::encoder::encode_into_vec(&mut local.scratch, |enc| {
+                    enc.put_bytes(&RESERVED_SIZE);
+                    enc.put_varint(type_id);
+                    enc.put_varint(start as u64);
+                    enc.put_varint(duration as u64);
+                    enc.put_varint(u64::from(tid));
+                    enc.put_varint(stack_key);
+                    event.write_fields(enc);
+                });
+                jfr_format::write::end_record(&mut local.scratch, 0);
+                let record = &local.scratch[..];
+                publish_thread_refs(shared);
+                let appended = local.buffer.as_ref().is_some_and(|b| b.append(record));
+                if !appended {
+                    if let Some(old) = local.buffer.take() {
+                        old.retire();
+                    }
+                    local.buffer = shared.new_buffer(tid, record.len());
+                    shared.wakeup.notify();
+                    match local.buffer.as_ref() {
+                        Some(b) if b.append(record) => {}
+                        _ => shared.lose(record.len()),
+                    }
+                }
             }
-        } else {
-            0
-        };
-        local.scratch.clear();
-        let out = &mut local.scratch;
-        // The bytes of `write::begin_record` .. `write::end_record`, without moving the record.
-        out.extend_from_slice(&RESERVED_SIZE);
-        put_u64(out, type_id);
-        let (start, duration) = match &shared.logical {
-            Some(l) => (l.tick(), 0),
-            None => (start, duration),
-        };
-        put_u64(out, start as u64);
-        put_u64(out, duration as u64);
-        put_u64(out, u64::from(local.tid));
-        put_u64(out, stack_key);
-        event.write_fields(out);
-        let at = finish_record(out);
-        let record = &local.scratch[at..];
-        publish_thread_refs(shared);
-        let appended = local.buffer.as_ref().is_some_and(|b| b.append(record));
-        if !appended {
-            if let Some(old) = local.buffer.take() {
-                old.retire();
-            }
-            local.buffer = shared.new_buffer(local.tid, record.len());
-            shared.wakeup.notify();
-            match local.buffer.as_ref() {
-                Some(b) if b.append(record) => {}
-                _ => shared.lose(record.len()),
-            }
-        }
-        true
+            drop(_busy);
+            local.point_cursor(c);
+            true
+        })
     });
     if done != Ok(true) {
         lose_untracked();
@@ -304,26 +609,6 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
 
 /// The size slot `write::begin_record` reserves: a 4-byte padded varint.
 const RESERVED_SIZE: [u8; 4] = [0x80, 0x80, 0x80, 0x00];
-
-/// Ends the record that fills `out` (begun with [`RESERVED_SIZE`]) and returns where it starts.
-/// The record is byte for byte what `write::end_record` makes: a record of at most 127 bytes
-/// gets a one-byte size, written just before its type id (so the record starts at 3 and nothing is
-/// moved); a larger one keeps the padded 4-byte size.
-///
-/// # Panics
-/// If the record exceeds 2^28 − 1 bytes, as `write::end_record` does.
-#[inline(always)]
-fn finish_record(out: &mut [u8]) -> usize {
-    let total = out.len();
-    let compact = total - (RESERVED_SIZE.len() - 1);
-    if compact < 0x80 {
-        out[RESERVED_SIZE.len() - 1] = compact as u8;
-        RESERVED_SIZE.len() - 1
-    } else {
-        jfr_format::varint::patch_padded(&mut out[..RESERVED_SIZE.len()], total as u64);
-        0
-    }
-}
 
 thread_local! {
     /// Threads referenced by the fields of the event being encoded on this thread.
@@ -362,38 +647,4 @@ fn publish_pending_thread_refs(shared: &Shared) {
             THREAD_REFS_PENDING.set(false);
         }
     });
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use jfr_format::write;
-
-    /// The commit path's framing and varints write exactly what the format crate's writer does.
-    #[test]
-    fn framing_and_varints_match_the_format_writer() {
-        let mut values = vec![0u64, 1, 0x7f, 0x80, 0x3fff, 0x4000, u64::MAX, i64::MAX as u64, i64::MIN as u64];
-        for shift in 0..64 {
-            let p = 1u64 << shift;
-            values.extend([p - 1, p, p + 1, p.wrapping_neg(), !p]);
-        }
-        for &v in &values {
-            let (mut ours, mut theirs) = (vec![9u8], vec![9u8]);
-            put_u64(&mut ours, v);
-            write::put_varint(&mut theirs, v);
-            assert_eq!(ours, theirs, "varint of {v:#x}");
-        }
-        for payload_len in [0usize, 1, 100, 122, 123, 124, 125, 126, 127, 128, 200, 20_000] {
-            let payload: Vec<u8> = (0..payload_len).map(|i| i as u8).collect();
-            let mut theirs = Vec::new();
-            let token = write::begin_record(&mut theirs, 300);
-            theirs.extend_from_slice(&payload);
-            write::end_record(&mut theirs, token);
-            let mut ours = RESERVED_SIZE.to_vec();
-            put_u64(&mut ours, 300);
-            ours.extend_from_slice(&payload);
-            let at = finish_record(&mut ours);
-            assert_eq!(&ours[at..], &theirs[..], "record with {payload_len} payload bytes");
-        }
-    }
 }

@@ -25,8 +25,9 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync` and
-//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`).
+//! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
+//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
+//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -36,6 +37,7 @@ mod builtin;
 #[allow(unsafe_code)]
 pub mod clock;
 #[cfg(not(loom))]
+#[allow(unsafe_code)]
 mod commit;
 #[cfg(not(loom))]
 pub mod consumer;
@@ -44,6 +46,9 @@ pub mod consumer;
 pub mod control;
 #[cfg(not(loom))]
 pub mod demo;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod encoder;
 #[cfg(not(loom))]
 mod event;
 #[cfg(not(loom))]
@@ -68,6 +73,8 @@ mod thread;
 #[cfg(not(loom))]
 mod unwind;
 
+#[cfg(not(loom))]
+pub use encoder::Encoder;
 #[cfg(not(loom))]
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
 #[cfg(not(loom))]

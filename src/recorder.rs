@@ -420,7 +420,7 @@ impl Recorder {
             return Err(Error::AlreadyRunning);
         }
         let wall = ClockPair::now();
-        let start = if settings.deterministic { ClockPair { epoch_nanos: 0, ticks: 0 } } else { wall };
+        let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
         let dir_name = format!("{}_{}", repository::timestamp_name(wall.epoch_nanos), std::process::id());
         let mut dir = settings.repository.join(&dir_name);
         let mut n = 1;
@@ -452,6 +452,9 @@ impl Recorder {
             buffer_bytes: settings.buffer_size,
             memory_budget: settings.memory_budget,
             allocated: Default::default(),
+            spare_buffers: crossbeam_queue::ArrayQueue::new((settings.memory_budget / settings.buffer_size).max(1)),
+            spares_taken: Default::default(),
+            spares_trimmed: Default::default(),
             lost_events: Default::default(),
             lost_bytes: Default::default(),
             wakeup: Wakeup::default(),
@@ -991,7 +994,7 @@ impl State {
     fn now_ticks(&self) -> i64 {
         match &self.shared.logical {
             Some(l) => l.now(),
-            None => clock::ticks(),
+            None => clock::ticks_ordered(),
         }
     }
 
@@ -1002,13 +1005,13 @@ impl State {
         let now = self.now_ticks();
         let start = self.next_start.take().unwrap_or_else(|| {
             if self.shared.logical.is_some() {
-                ClockPair { epoch_nanos: now, ticks: now }
+                ClockPair::logical(now)
             } else {
                 ClockPair::now()
             }
         });
         self.chunk = Some(LiveChunk {
-            writer: ChunkWriter::new(start.epoch_nanos, start.ticks),
+            writer: ChunkWriter::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
             file: None,
             start,
             written: Written::default(),
@@ -1040,15 +1043,10 @@ impl State {
                 });
             }
         }
-        let shared = &self.shared;
-        self.buffers.retain(|b| {
-            let done = b.is_retired() && b.is_drained();
-            if done {
-                // Relaxed: budget counter.
-                shared.allocated.fetch_sub(b.capacity(), Ordering::Relaxed);
-            }
-            !done
-        });
+        for done in self.buffers.extract_if(.., |b| b.is_retired() && b.is_drained()) {
+            self.shared.recycle(done);
+        }
+        self.shared.trim_spare_buffers();
         // Threads referenced from fields, noted before their records were committed.
         while let Some(tid) = self.shared.thread_refs.pop() {
             refs_threads.insert(tid);
@@ -1107,7 +1105,7 @@ impl State {
         chunk.writer.write_checkpoint(&checkpoint, now_ticks, true);
 
         // 6. Write and publish.
-        let duration = now_ticks - chunk.start.ticks;
+        let duration = chunk.start.nanos_until(now_ticks);
         match publish(chunk, &self.dir, &mut self.chunk_names, duration) {
             Ok(()) => {
                 // Retention against the live chunk's real size, at every flush: the repository stays
@@ -1317,7 +1315,7 @@ impl State {
         let tid = if deterministic { 0 } else { crate::thread::current_tid() };
         let settings = self.settings.clone();
         let start_ms = self.recording_start.epoch_nanos / 1_000_000;
-        let elapsed_ms = (now_ticks - self.recording_start.ticks) / 1_000_000;
+        let elapsed_ms = self.recording_start.nanos_until(now_ticks) / 1_000_000;
         let dir = if deterministic { String::new() } else { self.dir.display().to_string() };
         let mut rows: Vec<(u64, String, String)> = vec![
             (0, "flushInterval".into(), format!("{} ms", settings.flush_interval.as_millis())),
@@ -1486,7 +1484,7 @@ impl State {
     /// Periodic built-in events: CPU load and resident set size.
     fn periodic(&mut self) {
         self.ensure_chunk();
-        let now_ticks = clock::ticks();
+        let now_ticks = clock::ticks_ordered();
         let times = read_cpu_times();
         let prev = self.cpu;
         self.cpu = times;
@@ -1543,7 +1541,7 @@ impl State {
             for (thread, samples) in self.segment_samples.drain() {
                 self.pending_loss.push((format!("write failed: {e}"), Loss { samples, thread, ..Loss::default() }));
             }
-            let duration = (now - chunk.start.ticks).max(1);
+            let duration = chunk.start.nanos_until(now).max(1);
             if let Some(mut header) = chunk.published {
                 // Overwriting the header needs no new disk space: close the chunk at its last
                 // published size so readers (and the streaming API) can move on.
@@ -1572,7 +1570,7 @@ impl State {
         let Some(chunk) = self.chunk.as_ref() else {
             return;
         };
-        let age = Duration::from_nanos((self.now_ticks() - chunk.start.ticks).max(0) as u64);
+        let age = Duration::from_nanos(chunk.start.nanos_until(self.now_ticks()).max(0) as u64);
         if chunk.writer.position() >= self.settings.max_chunk_size || age >= self.settings.max_chunk_age {
             if let Err(e) = self.finish_chunk(false) {
                 self.write_failed(e, 0, 0);
@@ -1587,7 +1585,7 @@ impl State {
             return Ok(());
         };
         let now = self.now_ticks();
-        let duration = (now - chunk.start.ticks).max(1);
+        let duration = chunk.start.nanos_until(now).max(1);
         let Some(header) = chunk.writer.finish(duration, final_chunk) else {
             return Ok(());
         };

@@ -461,6 +461,8 @@ mod imp {
         /// truncated. Each end is clamped to 2048; both 0 keeps the innermost frame only.
         /// `config.max_depth` is ignored.
         pub fn start_with_depth(config: SamplerConfig, depth: DepthPolicy) -> io::Result<(Sampler, SamplerLocked)> {
+            // The handler reads ticks and must not be the one to choose the clock.
+            crate::clock::init();
             let mut life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE.
             if !signal::SHARED.load(Ordering::Relaxed).is_null() {
