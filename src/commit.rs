@@ -249,6 +249,8 @@ struct Local {
     last_truncated: bool,
     last_key: u64,
     tid: u32,
+    /// `tid`'s varint (`encoder::varint_word`).
+    tid_word: (u64, usize),
 }
 
 impl Local {
@@ -267,6 +269,7 @@ impl Local {
             None => (crate::thread::current_tid(), crate::clock::ticks()),
         };
         self.tid = tid;
+        self.tid_word = crate::encoder::varint_word(u64::from(tid));
         shared.thread_notes.push(ThreadNote { tid, name: crate::thread::current_thread_name(), ticks, started: true });
         self.buffer = shared.new_buffer(self.tid, 0);
         // Keys name nodes of this recording's stack table only.
@@ -299,9 +302,8 @@ impl Local {
                 c.end.set(end);
                 c.buffer.set(Arc::as_ptr(b));
                 c.shared.set(Arc::as_ptr(shared));
-                let (word, len) = crate::encoder::varint_word(u64::from(self.tid));
-                c.tid_word.set(word);
-                c.tid_len.set(len);
+                c.tid_word.set(self.tid_word.0);
+                c.tid_len.set(self.tid_word.1);
                 c.state.set(self.generation);
             }
             _ => c.state.set(IDLE),
@@ -329,6 +331,7 @@ thread_local! {
             last_truncated: false,
             last_key: 0,
             tid: 0,
+            tid_word: (0, 1),
         })
     };
 }
@@ -506,7 +509,6 @@ fn encode_record<E: Event>(
 /// Everything the fast path does not do: attach the thread to the recording, capture the stack
 /// (from the frame record `stack_anchor`: the walk keeps frames from its caller outwards), take
 /// the logical clock, or move to a new buffer when the record does not fit.
-#[cold]
 #[inline(never)]
 fn commit_slow<E: Event>(
     event: &E,
@@ -554,8 +556,7 @@ fn commit_slow<E: Event>(
                 Some(l) => (l.tick(), 0),
                 None => (start, duration),
             };
-            let tid = local.tid;
-            let tid_word = crate::encoder::varint_word(u64::from(tid));
+            let (tid, tid_word) = (local.tid, local.tid_word);
             // In place, as the fast path does.
             let placed = local.buffer.as_ref().and_then(|b| {
                 let (pos, end) = b.free_space();
