@@ -40,12 +40,12 @@ pub mod clock;
 #[allow(unsafe_code)]
 mod commit;
 #[cfg(not(loom))]
+mod compress;
+#[cfg(not(loom))]
 pub mod consumer;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 pub mod control;
-#[cfg(not(loom))]
-pub mod demo;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod encoder;

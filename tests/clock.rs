@@ -87,7 +87,7 @@ fn check_marks(dir: &Path, walls: &[(i64, i64)], error: f64) -> i64 {
         let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
         for e in doc["recording"]["events"].as_array().unwrap() {
             let seq = e["values"]["seq"].as_i64().unwrap() as usize;
-            let jdk_at = parse_iso_nanos(e["values"]["startTime"].as_str().unwrap());
+            let jdk_at = epoch_nanos_of_iso(e["values"]["startTime"].as_str().unwrap());
             let ours = seen[seq].unwrap();
             // The JDK converts with a double; one ns either way.
             assert!((jdk_at - ours).abs() <= 1, "mark {seq}: jfr print {jdk_at} ns, ours {ours} ns");
