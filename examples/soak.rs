@@ -32,6 +32,20 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// The allocator's view (glibc): bytes in live allocations, and bytes it holds free (RSS the
+/// heap keeps without live data in it).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_kib() -> (u64, u64) {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) as u64 >> 10, m.fordblks as u64 >> 10)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_kib() -> (u64, u64) {
+    (0, 0)
+}
+
 fn dir_size(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
@@ -99,9 +113,10 @@ fn record(base: &Path, seconds: u64, rate: u64, max_size: u64) {
                 let st = rec.stats();
                 let sampler = rec.sampler_stats().unwrap_or_default();
                 let rss = rss_kib();
+                let (heap, heap_free) = heap_kib();
                 rss_series.push((start.elapsed().as_secs(), rss));
                 println!(
-                    "t={:>4}s rss={rss} KiB repo={} KiB (max {} KiB, limit {} KiB) committed={} written={} lost={} \
+                    "t={:>4}s rss={rss} KiB heap={heap} KiB (free {heap_free} KiB) repo={} KiB (max {} KiB, limit {} KiB) committed={} written={} lost={} \
                      samples written={} lost={} (sampler taken={} lost={}) chunks={} write_failures={}",
                     start.elapsed().as_secs(),
                     dir_size(&dir) >> 10,

@@ -27,9 +27,35 @@ pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadNote {
     pub tid: u32,
-    pub name: String,
+    pub kind: NoteKind,
+    /// When (`ThreadStart` / `ThreadEnd`).
     pub ticks: i64,
-    pub started: bool,
+    /// The name the thread prefers and the kernel's name (`comm`) when it made the note (empty
+    /// for `End`): see `thread::ThreadNames::observe`.
+    pub name: String,
+    pub comm: String,
+}
+
+/// What a [`ThreadNote`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoteKind {
+    /// The thread joined the recording (first commit, or registration for sampling).
+    Start,
+    /// The thread left it (exit, or the recording it was attached to ended).
+    End,
+    /// The thread's name changed (no event).
+    Name,
+}
+
+/// Bumped by every flush: a thread's first commit after it takes the slow path once and checks
+/// whether the thread was renamed (one `prctl`), so a rename shows up within a flush or two
+/// even for a thread that is never sampled.
+static NAME_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Called by each flush (see [`NAME_EPOCH`]).
+pub(crate) fn next_name_epoch() {
+    // Relaxed: a hint; a thread that sees the new value late checks its name one commit later.
+    NAME_EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
 /// State shared between committing threads and L holders of one recording.
@@ -183,6 +209,8 @@ struct Cursor {
     /// The thread id's varint, encoded at attach (`encoder::varint_word`).
     tid_word: Cell<u64>,
     tid_len: Cell<usize>,
+    /// The [`NAME_EPOCH`] at which the thread last checked its name.
+    name_epoch: Cell<u64>,
 }
 
 /// No buffer to write into (not attached, deterministic mode, or the thread is exiting).
@@ -201,6 +229,7 @@ thread_local! {
             shared: Cell::new(std::ptr::null()),
             tid_word: Cell::new(0),
             tid_len: Cell::new(1),
+            name_epoch: Cell::new(0),
         }
     };
 }
@@ -251,6 +280,9 @@ struct Local {
     tid: u32,
     /// `tid`'s varint (`encoder::varint_word`).
     tid_word: (u64, usize),
+    /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
+    comm: String,
+    name_epoch: u64,
 }
 
 impl Local {
@@ -270,8 +302,13 @@ impl Local {
         };
         self.tid = tid;
         self.tid_word = crate::encoder::varint_word(u64::from(tid));
-        shared.thread_notes.push(ThreadNote { tid, name: crate::thread::current_thread_name(), ticks, started: true });
-        self.buffer = shared.new_buffer(self.tid, 0);
+        let (name, comm) = crate::thread::current_thread_name();
+        self.comm.clone_from(&comm);
+        // Relaxed: see `NAME_EPOCH`.
+        self.name_epoch = NAME_EPOCH.load(Ordering::Relaxed);
+        shared.thread_notes.push(ThreadNote { tid, kind: NoteKind::Start, ticks, name, comm });
+        // The buffer comes with the first commit (a thread may attach by registering for
+        // sampling and never commit).
         // Keys name nodes of this recording's stack table only.
         self.last_key = 0;
         self.generation = generation;
@@ -286,10 +323,31 @@ impl Local {
         }
         if let Some(shared) = self.shared.take() {
             let ticks = shared.logical.as_ref().map_or_else(crate::clock::ticks, LogicalClock::tick);
-            shared.thread_notes.push(ThreadNote { tid: self.tid, name: String::new(), ticks, started: false });
+            let end =
+                ThreadNote { tid: self.tid, kind: NoteKind::End, ticks, name: String::new(), comm: String::new() };
+            shared.thread_notes.push(end);
             shared.wakeup.notify();
         }
         self.generation = 0;
+    }
+
+    /// Once per [`NAME_EPOCH`]: if the kernel's name for the thread changed (it renamed itself),
+    /// tells the L holders its new name.
+    fn check_name(&mut self) {
+        // Relaxed: see `NAME_EPOCH`.
+        let epoch = NAME_EPOCH.load(Ordering::Relaxed);
+        if self.name_epoch == epoch {
+            return;
+        }
+        self.name_epoch = epoch;
+        let comm = crate::thread::current_comm();
+        if comm == self.comm {
+            return;
+        }
+        let Some(shared) = self.shared.as_ref() else { return };
+        let name = crate::thread::preferred_name(&comm);
+        self.comm.clone_from(&comm);
+        shared.thread_notes.push(ThreadNote { tid: self.tid, kind: NoteKind::Name, ticks: 0, name, comm });
     }
 
     /// Points the cursor at the current buffer's free space (C1), or leaves it idle when there is
@@ -304,6 +362,7 @@ impl Local {
                 c.shared.set(Arc::as_ptr(shared));
                 c.tid_word.set(self.tid_word.0);
                 c.tid_len.set(self.tid_word.1);
+                c.name_epoch.set(self.name_epoch);
                 c.state.set(self.generation);
             }
             _ => c.state.set(IDLE),
@@ -332,8 +391,29 @@ thread_local! {
             last_key: 0,
             tid: 0,
             tid_word: (0, 1),
+            comm: String::new(),
+            name_epoch: 0,
         })
     };
+}
+
+/// Joins the calling thread to the running recording if it has not yet (as its first commit
+/// would): its name is noted now, with a `ThreadStart`, and a `ThreadEnd` follows at its exit.
+/// For threads that register for sampling and may never commit.
+pub(crate) fn attach_current_thread() {
+    // Acquire: as in `commit_event`.
+    let generation = GENERATION.load(Ordering::Acquire);
+    if generation == 0 {
+        return;
+    }
+    let _ = LOCAL.try_with(|cell| {
+        let Ok(mut local) = cell.try_borrow_mut() else { return };
+        CURSOR.with(|c| {
+            if c.state.get() != BUSY && local.generation != generation && local.attach(generation) {
+                local.point_cursor(c);
+            }
+        });
+    });
 }
 
 /// Before fork: hold `CURRENT` so no other thread holds it while the process is copied.
@@ -440,7 +520,8 @@ fn commit_in_place<E: Event>(event: &E, generation: u64, type_id: u64, start: i6
     // SAFETY: a const-initialized thread-local without destructor lives as long as its thread.
     let c = unsafe { &*cursor() };
     {
-        if c.state.get() != generation {
+        // Relaxed: see `NAME_EPOCH`.
+        if c.state.get() != generation || c.name_epoch.get() != NAME_EPOCH.load(Ordering::Relaxed) {
             return false;
         }
         let _busy = Busy::new(&c.state);
@@ -533,9 +614,13 @@ fn commit_slow<E: Event>(
             }
             let local = &mut *local;
             let _busy = Busy::new(&c.state);
+            local.check_name();
             let Some(shared) = local.shared.as_ref() else {
                 return false;
             };
+            if local.buffer.is_none() {
+                local.buffer = shared.new_buffer(local.tid, 0);
+            }
             let stack_key = if let Some(anchor) = stack_anchor {
                 let truncated =
                     crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);

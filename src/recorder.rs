@@ -15,7 +15,7 @@
 use crate::buffer::EventBuffer;
 use crate::builtin;
 use crate::clock::{self, ClockPair};
-use crate::commit::{Shared, ThreadNote, CURRENT, GENERATION};
+use crate::commit::{NoteKind, Shared, ThreadNote, CURRENT, GENERATION};
 use crate::compress;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository::{self, ChunkFile, FinishedChunk};
@@ -539,6 +539,8 @@ impl Recorder {
     /// Starts sampling the calling thread at once, with exact stack bounds (threads are also
     /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
     pub fn register_current_thread(&self) -> io::Result<()> {
+        // The thread's name now, while it runs (and a ThreadStart, and a ThreadEnd at its exit).
+        crate::commit::attach_current_thread();
         let sampler = self.inner.state.lock().sampler.as_ref().map(|(s, _)| Arc::clone(s));
         match sampler {
             Some(s) => s.register_current_thread(),
@@ -801,7 +803,8 @@ struct State {
     next_start: Option<ClockPair>,
     finished: Vec<FinishedChunk>,
     buffers: Vec<Arc<EventBuffer>>,
-    thread_names: HashMap<u32, String>,
+    /// Names of the threads seen, captured while they ran.
+    thread_names: crate::thread::ThreadNames,
     known_threads: HashSet<u32>,
     pending_notes: Vec<ThreadNote>,
     frame_cache: HashMap<(u64, bool), Vec<FrameRef>>,
@@ -867,7 +870,7 @@ impl State {
             next_start: Some(start),
             finished: Vec::new(),
             buffers: Vec::new(),
-            thread_names: HashMap::new(),
+            thread_names: Default::default(),
             known_threads: HashSet::new(),
             pending_notes: Vec::new(),
             frame_cache: HashMap::new(),
@@ -979,9 +982,9 @@ impl State {
             vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }]
         } else {
             let frames =
-                SYMBOLIZER.lock().get_or_insert_with(Symbolizer::new).symbolize(ip, is_return_address).to_vec();
+                SYMBOLIZER.lock().get_or_insert_with(Symbolizer::new).symbolize_uncached(ip, is_return_address);
             let mut refs = Vec::with_capacity(frames.len());
-            for f in frames {
+            for f in frames.iter() {
                 let class = self.class(&f.class, &f.package);
                 let method = self.method(class, &f.method);
                 refs.push(FrameRef {
@@ -992,6 +995,10 @@ impl State {
             }
             refs
         };
+        if self.frame_cache.len() >= MAX_CACHED_ADDRESSES {
+            // Bounded: a process that keeps reaching new addresses re-symbolizes old ones.
+            self.frame_cache.clear();
+        }
         self.frame_cache.insert((ip, is_return_address), refs.clone());
         refs
     }
@@ -1028,6 +1035,7 @@ impl State {
 
     /// One flush: events, the flusher's own events, metadata, one checkpoint, publish.
     fn flush(&mut self) {
+        crate::commit::next_name_epoch();
         self.ensure_chunk();
         let now_ticks = self.now_ticks();
         let mut refs_threads: HashSet<u32> = HashSet::new();
@@ -1069,8 +1077,15 @@ impl State {
         let notes = std::mem::take(&mut self.pending_notes);
         let chunk = self.chunk.as_mut().expect("ensured above");
         for note in &notes {
-            if note.started {
-                self.thread_names.insert(note.tid, note.name.clone());
+            if note.kind == NoteKind::Start {
+                // A new thread, possibly with the id of one that ended.
+                self.thread_names.forget(note.tid);
+            }
+            if note.kind != NoteKind::End {
+                self.thread_names.observe(note.tid, &note.comm, Some(&note.name));
+                self.known_threads.insert(note.tid);
+            }
+            if note.kind == NoteKind::Start {
                 chunk.writer.write_event(builtin::THREAD_START, |o| {
                     put_long(o, note.ticks);
                     put_varint(o, u64::from(note.tid));
@@ -1078,7 +1093,7 @@ impl State {
                     put_varint(o, u64::from(note.tid));
                     put_varint(o, 0);
                 });
-            } else {
+            } else if note.kind == NoteKind::End {
                 chunk.writer.write_event(builtin::THREAD_END, |o| {
                     put_long(o, note.ticks);
                     put_varint(o, u64::from(note.tid));
@@ -1229,13 +1244,17 @@ impl State {
                 continue;
             }
             self.known_threads.insert(tid);
-            let name = match self.thread_names.get(&tid) {
-                Some(n) => n.clone(),
-                None => {
-                    let n = crate::thread::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"));
-                    self.thread_names.insert(tid, n.clone());
-                    n
-                }
+            let name = match self.thread_names.get(tid) {
+                Some(n) => n.to_owned(),
+                // Not seen while it ran (a thread that was not attached, registered or
+                // discovered): the kernel's name if it still runs.
+                None => match crate::thread::os_thread_name(tid) {
+                    Some(comm) => {
+                        self.thread_names.observe(tid, &comm, None);
+                        comm
+                    }
+                    None => format!("thread-{tid}"),
+                },
             };
             cp.add(ids::THREAD, u64::from(tid), |o| {
                 put_string(o, Some(&name));
@@ -1366,7 +1385,10 @@ impl State {
         }
         if tid != 0 {
             self.known_threads.insert(tid);
-            self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
+            if self.thread_names.get(tid).is_none() {
+                let (name, comm) = crate::thread::current_thread_name();
+                self.thread_names.observe(tid, &comm, Some(&name));
+            }
         }
     }
 
@@ -1412,7 +1434,10 @@ impl State {
     /// Recorder thread: arm sampling for new threads, collect lost-sample counts.
     fn discover_and_collect_losses(&mut self) {
         let Some((sampler, locked)) = self.sampler.as_mut() else { return };
-        sampler.discover_threads(locked);
+        // The kernel's names of every live thread: first names of new ones, renames of others.
+        for (tid, comm) in sampler.discover_threads(locked) {
+            self.thread_names.observe(tid, &comm, None);
+        }
         let lost = sampler.take_lost(locked);
         let unattributed = sampler.stats().unattributed;
         self.note_sample_losses(lost, unattributed);
@@ -1667,6 +1692,9 @@ impl State {
         Ok(out)
     }
 }
+
+/// Addresses whose serialized frames the recorder keeps (about 100 bytes each).
+const MAX_CACHED_ADDRESSES: usize = 1 << 16;
 
 /// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE.
 fn write_sample(
