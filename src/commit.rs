@@ -281,7 +281,7 @@ struct Local {
     /// `tid`'s varint (`encoder::varint_word`).
     tid_word: (u64, usize),
     /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
-    comm: String,
+    comm: crate::thread::RawComm,
     name_epoch: u64,
 }
 
@@ -302,8 +302,8 @@ impl Local {
         };
         self.tid = tid;
         self.tid_word = crate::encoder::varint_word(u64::from(tid));
+        self.comm = crate::thread::RawComm::current().unwrap_or_default();
         let (name, comm) = crate::thread::current_thread_name();
-        self.comm.clone_from(&comm);
         // Relaxed: see `NAME_EPOCH`.
         self.name_epoch = NAME_EPOCH.load(Ordering::Relaxed);
         shared.thread_notes.push(ThreadNote { tid, kind: NoteKind::Start, ticks, name, comm });
@@ -340,13 +340,15 @@ impl Local {
             return;
         }
         self.name_epoch = epoch;
-        let comm = crate::thread::current_comm();
-        if comm == self.comm {
+        // Compared without allocating: this runs once per flush on every committing thread.
+        let Some(raw) = crate::thread::RawComm::current() else { return };
+        if raw == self.comm {
             return;
         }
+        self.comm = raw;
         let Some(shared) = self.shared.as_ref() else { return };
+        let comm = raw.to_string_lossy();
         let name = crate::thread::preferred_name(&comm);
-        self.comm.clone_from(&comm);
         shared.thread_notes.push(ThreadNote { tid: self.tid, kind: NoteKind::Name, ticks: 0, name, comm });
     }
 
@@ -391,7 +393,7 @@ thread_local! {
             last_key: 0,
             tid: 0,
             tid_word: (0, 1),
-            comm: String::new(),
+            comm: crate::thread::RawComm::EMPTY,
             name_epoch: 0,
         })
     };

@@ -41,16 +41,36 @@ pub fn os_thread_name(tid: u32) -> Option<String> {
 }
 
 /// The calling thread's `comm` (one `prctl`, no file).
-#[allow(unsafe_code)]
 pub fn current_comm() -> String {
-    let mut buf = [0u8; COMM_LEN + 1];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
-    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
-    if rc != 0 {
-        return os_thread_name(current_tid()).unwrap_or_default();
+    match RawComm::current() {
+        Some(raw) => raw.to_string_lossy(),
+        None => os_thread_name(current_tid()).unwrap_or_default(),
     }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// A thread's `comm` as the kernel keeps it (NUL-terminated, 16 bytes): compared without
+/// allocating.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawComm([u8; COMM_LEN + 1]);
+
+impl RawComm {
+    /// No name (before the first look).
+    pub const EMPTY: RawComm = RawComm([0; COMM_LEN + 1]);
+
+    /// The calling thread's (one `prctl`); `None` if the kernel refuses.
+    #[allow(unsafe_code)]
+    pub fn current() -> Option<RawComm> {
+        let mut buf = [0u8; COMM_LEN + 1];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
+        let rc = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+        (rc == 0).then_some(RawComm(buf))
+    }
+
+    /// As text (invalid UTF-8 replaced).
+    pub fn to_string_lossy(self) -> String {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        String::from_utf8_lossy(&self.0[..len]).into_owned()
+    }
 }
 
 /// The `comm` field of a `/proc/.../stat` line (between the first `(` and the last `)`: a name
