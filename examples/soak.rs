@@ -2,8 +2,9 @@
 //!
 //! `soak record BASE SECONDS [EVENTS_PER_SEC] [MAX_SIZE_MB]`: records with 1 kHz sampling while
 //! four threads commit numbered `soak.Tick` events at the given total rate (default 100 000/s) and
-//! burn some CPU (so they are sampled). Every 5 s it prints RSS, repository size against its
-//! limit, and the counters; the repository size is also checked every 100 ms. At the end it
+//! burn some CPU (so they are sampled). Every 5 s it prints RSS, the allocator's bytes in use and
+//! held free (glibc's `mallinfo2`: growth of the first is live data, of the second fragmentation),
+//! repository size against its limit, and the counters; the repository size is also checked every 100 ms. At the end it
 //! writes `BASE/committed.txt` (per-thread counts, recorder loss) for the consumer.
 //!
 //! `soak consume BASE`: follows the recording in BASE with our own reader, polling: every chunk
