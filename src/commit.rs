@@ -1,27 +1,31 @@
 //! The commit path: what runs on an application thread when it records an event.
 //!
-//! Fast path: one atomic load to see whether a recording runs, the type's settings, an optional
-//! stack walk and interning (no allocation for a known stack; none at all if it is the thread's
-//! previous stack), encoding into a reused per-thread
-//! scratch vector, one copy into the thread's event buffer and a Release store. No lock, no wait
-//! for the flusher. Slow paths: the thread's first commit in a recording (attach: one short lock to
-//! find the recording, a buffer allocation) and a full buffer (retire it, allocate the next within
-//! the memory budget, or count the event as lost).
+//! Fast path (no stack trace, the plain settings): one load to see whether a recording runs, one
+//! word of the type's settings, the thread's in-flight mark (review finding 11), one tick read,
+//! the record encoded straight into the thread's event buffer (no scratch copy, no lock, no wait
+//! for the flusher) and a Release store. Slow paths: a stack trace (walk and interning; no
+//! allocation for a known stack, none at all if it is the thread's previous stack), the thread's
+//! first commit in a recording (attach: one short lock to find the recording), a full buffer
+//! (retire it, take a spare or allocate the next within the memory budget, or count the event as
+//! lost), deterministic mode (the logical clock), and once per flush a check of the thread's name.
 
 use crate::buffer::EventBuffer;
 use crate::encoder::{Encoder, MAX_VARINT};
-use crate::event::Event;
+use crate::metadata_registry::EventType;
 use crate::stack::{DepthPolicy, StackTable};
-use crate::sync::statics::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::compiler_fence;
+use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The running recording's shared state (for threads attaching to it).
 pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+/// A recording is starting (between its check of `CURRENT` and its publication there).
+pub(crate) static STARTING: AtomicBool = AtomicBool::new(false);
 
 /// What a thread reports about itself to the L holders.
 #[derive(Debug, Clone)]
@@ -86,10 +90,42 @@ pub(crate) struct Shared {
     pub lost_events: AtomicU64,
     pub lost_bytes: AtomicU64,
     /// Wakes the flusher early when buffers fill up.
-    pub wakeup: crate::recorder::Wakeup,
+    pub wakeup: Wakeup,
     /// Deterministic mode: the logical clock (every event start and thread change takes the next
     /// value) and the logical thread numbers, instead of real ticks and OS thread ids.
     pub logical: Option<LogicalClock>,
+    /// The in-flight marks of the threads attached to this recording (see `Local::enter`).
+    pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
+}
+
+/// Wakes the flusher from another thread without a lock.
+#[derive(Debug, Default)]
+pub(crate) struct Wakeup {
+    pending: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl Wakeup {
+    /// The thread to wake (the flusher), set once when it starts.
+    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
+        let _ = self.thread.set(thread);
+    }
+
+    /// Asks the flusher to run soon.
+    pub(crate) fn notify(&self) {
+        // Release: pairs with the Acquire swap in `take`; nothing else is published.
+        if !self.pending.swap(true, Ordering::Release) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// A wakeup was asked for since the last call.
+    pub(crate) fn take(&self) -> bool {
+        // Acquire: pairs with `notify`.
+        self.pending.swap(false, Ordering::Acquire)
+    }
 }
 
 /// The counters of deterministic mode.
@@ -185,6 +221,30 @@ impl Shared {
         }
     }
 
+    /// `stop`, after clearing `GENERATION` and `CURRENT`: waits until no commit that found this
+    /// recording running is still writing its record (review finding 11). Returns how many were
+    /// still in flight after `timeout` (a field encoder that blocks); the caller counts them lost.
+    pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
+        // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
+        // it before has its in-flight mark visible now, and one that reads it later sees 0.
+        crate::thread::process_barrier();
+        let marks = self.in_flight.lock().clone();
+        let deadline = std::time::Instant::now() + timeout;
+        let mut stuck = 0;
+        for mark in marks {
+            // Acquire: pairs with the Release store in `Local::leave`; the record is then in its
+            // buffer for the final flush.
+            while mark.load(Ordering::Acquire) {
+                if std::time::Instant::now() >= deadline {
+                    stuck += 1;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        stuck
+    }
+
     fn lose(&self, bytes: usize) {
         // Relaxed: statistics, reported by the flusher.
         self.lost_events.fetch_add(1, Ordering::Relaxed);
@@ -211,6 +271,9 @@ struct Cursor {
     tid_len: Cell<usize>,
     /// The [`NAME_EPOCH`] at which the thread last checked its name.
     name_epoch: Cell<u64>,
+    /// The thread's in-flight mark (`Local::in_flight`, which keeps it alive; null before the
+    /// thread first attached).
+    in_flight: Cell<*const AtomicBool>,
 }
 
 /// No buffer to write into (not attached, deterministic mode, or the thread is exiting).
@@ -230,6 +293,7 @@ thread_local! {
             tid_word: Cell::new(0),
             tid_len: Cell::new(1),
             name_epoch: Cell::new(0),
+            in_flight: Cell::new(std::ptr::null()),
         }
     };
 }
@@ -283,18 +347,36 @@ struct Local {
     /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
     comm: crate::thread::RawComm,
     name_epoch: u64,
+    /// Set while a commit of this thread is between its generation check and its append; shared
+    /// with every recording this thread attached to (see `Local::enter`).
+    in_flight: Option<Arc<AtomicBool>>,
 }
 
 impl Local {
     #[cold]
     fn attach(&mut self, generation: u64) -> bool {
         self.detach();
-        let Some(shared) = CURRENT.lock().clone() else {
-            return false;
+        // The first commit of this thread: its in-flight mark starts set (we are in a commit).
+        let mark = self.in_flight.get_or_insert_with(|| Arc::new(AtomicBool::new(true)));
+        let shared = {
+            let current = CURRENT.lock();
+            let Some(shared) = current.clone() else {
+                return false;
+            };
+            if shared.generation != generation {
+                return false;
+            }
+            // Under CURRENT: `stop` clears CURRENT before it reads the marks, so it sees this one.
+            let mut marks = shared.in_flight.lock();
+            if marks.len() == marks.capacity() {
+                // Before the list grows: drop the marks of exited threads (only the list holds
+                // them), so a recording that sees many short threads keeps a bounded list.
+                marks.retain(|m| Arc::strong_count(m) > 1);
+            }
+            marks.push(Arc::clone(mark));
+            drop(marks);
+            shared
         };
-        if shared.generation != generation {
-            return false;
-        }
         let (tid, ticks) = match &shared.logical {
             // Relaxed: a counter (see `LogicalClock`).
             Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
@@ -355,6 +437,7 @@ impl Local {
     /// Points the cursor at the current buffer's free space (C1), or leaves it idle when there is
     /// none or deterministic mode needs the slow path for its logical clock.
     fn point_cursor(&self, c: &Cursor) {
+        c.in_flight.set(self.in_flight.as_ref().map_or(std::ptr::null(), Arc::as_ptr));
         match (&self.buffer, &self.shared) {
             (Some(b), Some(shared)) if shared.logical.is_none() => {
                 let (pos, end) = b.free_space();
@@ -395,6 +478,7 @@ thread_local! {
             tid_word: (0, 1),
             comm: crate::thread::RawComm::EMPTY,
             name_epoch: 0,
+            in_flight: None,
         })
     };
 }
@@ -433,6 +517,8 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
     if child {
         // Release: later commits in the child see no recording.
         GENERATION.store(0, Ordering::Release);
+        // A start the parent had in progress does not exist in the child. Release: as above.
+        STARTING.store(false, Ordering::Release);
     }
     // SAFETY: the caller holds the lock (see above).
     unsafe { CURRENT.force_unlock() };
@@ -457,93 +543,144 @@ fn lose_untracked() {
     }
 }
 
-/// Records `event`: an instant now (`span_start` `None`), or a duration event that started at
-/// `span_start` and ends now.
+/// Records an event of type `ty` whose own fields `write_fields` encodes: an instant now
+/// (`span_start` `None`), or a duration event that started at `span_start` and ends now.
+/// `write_fields` may run more than once (a record that does not fit is encoded again).
 ///
 /// Fast path (inlined into the caller), for a type with the plain settings: one word for the
-/// recording and one for the type, one tick read, and the record encoded straight into the
-/// thread's event buffer and published with one Release store. Other settings go through
-/// [`commit_general`]; a stack trace, the thread's first commit in a recording, a full buffer and
-/// deterministic mode through [`commit_slow`].
+/// recording and one for the type, the in-flight mark, one tick read, and the record encoded
+/// straight into the thread's event buffer and published with one Release store. Other settings
+/// go through [`commit_general`]; a stack trace, the thread's first commit in a recording, a full
+/// buffer, deterministic mode and the name check once per flush through [`commit_slow`].
 #[inline(always)]
-pub(crate) fn commit_event<E: Event>(event: &E, span_start: Option<i64>) {
-    // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
-    let generation = GENERATION.load(Ordering::Acquire);
-    if generation == 0 {
+pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl Fn(&mut Encoder<'_>), span_start: Option<i64>) {
+    // Relaxed: a hint that skips everything when no recording runs; the check that counts is
+    // made below, once the commit is marked in flight.
+    if GENERATION.load(Ordering::Relaxed) == 0 {
         return;
     }
     // Acquire: pairs with the Release store in `metadata_registry::apply`.
-    let type_id = E::event_type().fast_id.load(Ordering::Acquire);
+    let type_id = ty.fast_id.load(Ordering::Acquire);
     if type_id == 0 {
-        return commit_general(event, generation, span_start);
+        return commit_general(ty, &write_fields, span_start);
     }
-    let now = crate::clock::ticks();
-    let (start, duration) = match span_start {
-        Some(start) => (start, now - start),
-        None => (now, 0),
-    };
-    if !commit_in_place(event, generation, type_id, start, duration) {
-        commit_slow(event, generation, type_id, start, duration, None);
+    // SAFETY: a const-initialized thread-local without destructor lives as long as its thread.
+    let c = unsafe { &*cursor() };
+    let mark = c.in_flight.get();
+    enter(mark);
+    // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
+    let generation = GENERATION.load(Ordering::Acquire);
+    if generation != 0 {
+        let (start, duration) = times(span_start);
+        if !commit_in_place(c, &write_fields, generation, type_id, start, duration) {
+            commit_slow(&write_fields, type_id, start, duration, None);
+        }
     }
+    leave(mark);
 }
 
 /// A type not registered yet, disabled, with a threshold or a stack trace.
 #[inline(never)]
-fn commit_general<E: Event>(event: &E, generation: u64, span_start: Option<i64>) {
+fn commit_general(ty: &'static EventType, write_fields: &impl Fn(&mut Encoder<'_>), span_start: Option<i64>) {
     // The frame record of this function: the stack walk keeps frames from its caller outwards.
     let anchor = crate::unwind::frame_pointer();
-    let ty = E::event_type();
     let type_id = ty.id();
     // Relaxed: settings.
     if !ty.enabled.load(Ordering::Relaxed) {
         return;
     }
-    let now = crate::clock::ticks();
-    let (start, duration) = match span_start {
-        Some(start) => (start, now - start),
-        None => (now, 0),
-    };
+    let (start, duration) = times(span_start);
     // Relaxed: settings.
     if duration < ty.threshold_ticks.load(Ordering::Relaxed) {
         return;
     }
     // Relaxed: a setting.
     if ty.stack_trace.load(Ordering::Relaxed) {
-        commit_slow(event, generation, type_id, start, duration, Some(anchor));
-    } else if !commit_in_place(event, generation, type_id, start, duration) {
-        commit_slow(event, generation, type_id, start, duration, None);
+        return commit_slow(write_fields, type_id, start, duration, Some(anchor));
+    }
+    // SAFETY: as in `commit_event`.
+    let c = unsafe { &*cursor() };
+    let mark = c.in_flight.get();
+    enter(mark);
+    // Acquire: as in `commit_event`.
+    let generation = GENERATION.load(Ordering::Acquire);
+    if generation != 0 && !commit_in_place(c, write_fields, generation, type_id, start, duration) {
+        commit_slow(write_fields, type_id, start, duration, None);
+    }
+    leave(mark);
+}
+
+/// (start, duration) of an event that ends now.
+#[inline(always)]
+fn times(span_start: Option<i64>) -> (i64, i64) {
+    let now = crate::clock::ticks();
+    match span_start {
+        Some(start) => (start, now - start),
+        None => (now, 0),
+    }
+}
+
+/// Marks the calling thread's commit in flight (its mark from the cursor; null before the
+/// thread's first attach, whose slow path marks it), before the generation check that decides
+/// whether it records (review finding 11). `stop` clears the generation, runs a process-wide
+/// barrier (`thread::process_barrier`, the heavy half of an asymmetric fence whose light half is
+/// the compiler fence here) and then waits for every in-flight mark to clear, so a commit that
+/// found the recording running is in its buffer before the final flush.
+#[inline(always)]
+fn enter(mark: *const AtomicBool) {
+    if !mark.is_null() {
+        // SAFETY: `Local::in_flight` keeps the mark alive for the thread's lifetime.
+        // Relaxed: ordered before the generation load by the compiler fence and `stop`'s
+        // process-wide barrier.
+        unsafe { (*mark).store(true, Ordering::Relaxed) };
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// The commit is done (recorded, lost or skipped).
+#[inline(always)]
+fn leave(mark: *const AtomicBool) {
+    if !mark.is_null() {
+        // SAFETY: as in `enter`.
+        // Release: publishes the append (the buffer's `committed` store) to `stop`, which waits
+        // for this with an Acquire load in `Shared::wait_for_commits`.
+        unsafe { (*mark).store(false, Ordering::Release) };
     }
 }
 
 /// The fast path: encodes the record at the cursor and publishes it. `false`: nothing was
-/// published (no cursor for this recording, or the record does not fit); take the slow path.
+/// published (no cursor for this recording, the name check is due, or the record does not fit);
+/// take the slow path.
 #[inline(always)]
-fn commit_in_place<E: Event>(event: &E, generation: u64, type_id: u64, start: i64, duration: i64) -> bool {
-    // SAFETY: a const-initialized thread-local without destructor lives as long as its thread.
-    let c = unsafe { &*cursor() };
-    {
-        // Relaxed: see `NAME_EPOCH`.
-        if c.state.get() != generation || c.name_epoch.get() != NAME_EPOCH.load(Ordering::Relaxed) {
-            return false;
-        }
-        let _busy = Busy::new(&c.state);
-        // SAFETY: the cursor holds this recording's generation, so `[pos, end)` is the free space
-        // of the live buffer `buffer` (C1), written by this thread only (E2).
-        let mut enc = unsafe { Encoder::new(c.pos.get(), c.end.get()) };
-        let tid = (c.tid_word.get(), c.tid_len.get());
-        let Some(end) = encode_record(&mut enc, event, type_id, start, duration, tid, 0, false) else {
-            return false;
-        };
-        if THREAD_REFS_PENDING.get() {
-            // SAFETY: `shared` is alive while the cursor holds its generation (C1).
-            publish_pending_thread_refs(unsafe { &*c.shared.get() });
-        }
-        // SAFETY: `end` is where the complete record just encoded at the cursor ends, inside
-        // the free space of `buffer`, which is alive (C1).
-        unsafe { (*c.buffer.get()).publish_to(end) };
-        c.pos.set(end);
-        true
+fn commit_in_place(
+    c: &Cursor,
+    write_fields: &impl Fn(&mut Encoder<'_>),
+    generation: u64,
+    type_id: u64,
+    start: i64,
+    duration: i64,
+) -> bool {
+    // Relaxed: see `NAME_EPOCH`.
+    if c.state.get() != generation || c.name_epoch.get() != NAME_EPOCH.load(Ordering::Relaxed) {
+        return false;
     }
+    let _busy = Busy::new(&c.state);
+    // SAFETY: the cursor holds this recording's generation, so `[pos, end)` is the free space
+    // of the live buffer `buffer` (C1), written by this thread only (E2).
+    let mut enc = unsafe { Encoder::new(c.pos.get(), c.end.get()) };
+    let tid = (c.tid_word.get(), c.tid_len.get());
+    let Some(end) = encode_record(&mut enc, write_fields, type_id, start, duration, tid, 0, false) else {
+        return false;
+    };
+    if THREAD_REFS_PENDING.get() {
+        // SAFETY: `shared` is alive while the cursor holds its generation (C1).
+        publish_pending_thread_refs(unsafe { &*c.shared.get() });
+    }
+    // SAFETY: `end` is where the complete record just encoded at the cursor ends, inside the
+    // free space of `buffer`, which is alive (C1).
+    unsafe { (*c.buffer.get()).publish_to(end) };
+    c.pos.set(end);
+    true
 }
 
 /// The most bytes the implicit fields take: the size slot, four varints and the thread id's
@@ -558,9 +695,9 @@ const HEADER_MAX: usize = 1 + 4 * MAX_VARINT + 8;
 /// encoding, so its files stay byte for byte the same).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn encode_record<E: Event>(
+fn encode_record(
     enc: &mut Encoder<'_>,
-    event: &E,
+    write_fields: &impl Fn(&mut Encoder<'_>),
     type_id: u64,
     start: i64,
     duration: i64,
@@ -585,17 +722,18 @@ fn encode_record<E: Event>(
         enc.put_word_unchecked(tid.0, tid.1);
         enc.put_varint_unchecked(stack_key);
     }
-    event.write_fields(enc);
+    write_fields(enc);
     enc.finish_record(record)
 }
 
 /// Everything the fast path does not do: attach the thread to the recording, capture the stack
 /// (from the frame record `stack_anchor`: the walk keeps frames from its caller outwards), take
-/// the logical clock, or move to a new buffer when the record does not fit.
+/// the logical clock, check the thread's name, or move to a new buffer when the record does not
+/// fit. Marks itself in flight and checks the recording again (the caller's mark may not exist
+/// yet: it is made at the thread's first attach).
 #[inline(never)]
-fn commit_slow<E: Event>(
-    event: &E,
-    generation: u64,
+fn commit_slow(
+    write_fields: &impl Fn(&mut Encoder<'_>),
     type_id: u64,
     start: i64,
     duration: i64,
@@ -611,87 +749,118 @@ fn commit_slow<E: Event>(
                 // Re-entered from inside a fast-path commit.
                 return false;
             }
-            if local.generation != generation && !local.attach(generation) {
-                return true; // the recording stopped meanwhile: nothing to record
-            }
-            let local = &mut *local;
-            let _busy = Busy::new(&c.state);
-            local.check_name();
-            let Some(shared) = local.shared.as_ref() else {
-                return false;
-            };
-            if local.buffer.is_none() {
-                local.buffer = shared.new_buffer(local.tid, 0);
-            }
-            let stack_key = if let Some(anchor) = stack_anchor {
-                let truncated =
-                    crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
-                if local.last_key != 0 && truncated == local.last_truncated && local.frames == local.last_frames {
-                    // The table is insert-only: the key interned last time still names this stack.
-                    local.last_key
-                } else {
-                    let key = shared.stacks.intern(&local.frames, truncated).0;
-                    local.last_frames.clone_from(&local.frames);
-                    local.last_truncated = truncated;
-                    local.last_key = key;
-                    key
-                }
-            } else {
-                0
-            };
-            let (start, duration) = match &shared.logical {
-                Some(l) => (l.tick(), 0),
-                None => (start, duration),
-            };
-            let (tid, tid_word) = (local.tid, local.tid_word);
-            // In place, as the fast path does.
-            let placed = local.buffer.as_ref().and_then(|b| {
-                let (pos, end) = b.free_space();
-                // SAFETY: the free space of this thread's own buffer, written by it only (E2).
-                let mut enc = unsafe { Encoder::new(pos, end) };
-                let logical = shared.logical.is_some();
-                encode_record(&mut enc, event, type_id, start, duration, tid_word, stack_key, logical)
-                    .map(|end| (b, end))
-            });
-            if let Some((b, end)) = placed {
-                publish_thread_refs(shared);
-                // SAFETY: `end` ends the complete record just encoded in `b`'s free space.
-                unsafe { b.publish_to(end) };
-            } else {
-                // It does not fit: encode it aside, then into a new buffer that holds it.
-                local.scratch.clear();
-                crate::encoder::encode_into_vec(&mut local.scratch, |enc| {
-                    enc.put_bytes(&RESERVED_SIZE);
-                    enc.put_varint(type_id);
-                    enc.put_varint(start as u64);
-                    enc.put_varint(duration as u64);
-                    enc.put_varint(u64::from(tid));
-                    enc.put_varint(stack_key);
-                    event.write_fields(enc);
-                });
-                jfr_format::write::end_record(&mut local.scratch, 0);
-                let record = &local.scratch[..];
-                publish_thread_refs(shared);
-                let appended = local.buffer.as_ref().is_some_and(|b| b.append(record));
-                if !appended {
-                    if let Some(old) = local.buffer.take() {
-                        old.retire();
-                    }
-                    local.buffer = shared.new_buffer(tid, record.len());
-                    shared.wakeup.notify();
-                    match local.buffer.as_ref() {
-                        Some(b) if b.append(record) => {}
-                        _ => shared.lose(record.len()),
-                    }
-                }
-            }
-            drop(_busy);
-            local.point_cursor(c);
-            true
+            local.enter();
+            let recorded = local.record(c, write_fields, type_id, start, duration, stack_anchor);
+            local.leave();
+            recorded
         })
     });
     if done != Ok(true) {
         lose_untracked();
+    }
+}
+
+impl Local {
+    /// Marks this thread's commit in flight (see [`enter`]).
+    #[inline(always)]
+    fn enter(&self) {
+        enter(self.in_flight.as_ref().map_or(std::ptr::null(), Arc::as_ptr));
+    }
+
+    /// The commit is done (recorded, lost or skipped).
+    #[inline(always)]
+    fn leave(&self) {
+        leave(self.in_flight.as_ref().map_or(std::ptr::null(), Arc::as_ptr));
+    }
+
+    /// The slow path's record. Returns false if the event could not be recorded at all (the
+    /// caller counts it lost).
+    fn record(
+        &mut self,
+        c: &Cursor,
+        write_fields: &impl Fn(&mut Encoder<'_>),
+        type_id: u64,
+        start: i64,
+        duration: i64,
+        stack_anchor: Option<usize>,
+    ) -> bool {
+        // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
+        let generation = GENERATION.load(Ordering::Acquire);
+        if generation == 0 || (self.generation != generation && !self.attach(generation)) {
+            return true; // the recording stopped meanwhile: nothing to record
+        }
+        let _busy = Busy::new(&c.state);
+        self.check_name();
+        let Some(shared) = self.shared.as_ref() else {
+            return false;
+        };
+        if self.buffer.is_none() {
+            self.buffer = shared.new_buffer(self.tid, 0);
+        }
+        let stack_key = if let Some(anchor) = stack_anchor {
+            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
+            if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
+                // The table is insert-only: the key interned last time still names this stack.
+                self.last_key
+            } else {
+                let key = shared.stacks.intern(&self.frames, truncated).0;
+                self.last_frames.clone_from(&self.frames);
+                self.last_truncated = truncated;
+                self.last_key = key;
+                key
+            }
+        } else {
+            0
+        };
+        let logical = shared.logical.is_some();
+        let (start, duration) = match &shared.logical {
+            Some(l) => (l.tick(), 0),
+            None => (start, duration),
+        };
+        let (tid, tid_word) = (self.tid, self.tid_word);
+        // In place, as the fast path does.
+        let placed = self.buffer.as_ref().and_then(|b| {
+            let (pos, end) = b.free_space();
+            // SAFETY: the free space of this thread's own buffer, written by it only (E2).
+            let mut enc = unsafe { Encoder::new(pos, end) };
+            encode_record(&mut enc, write_fields, type_id, start, duration, tid_word, stack_key, logical)
+                .map(|end| (b, end))
+        });
+        if let Some((b, end)) = placed {
+            publish_thread_refs(shared);
+            // SAFETY: `end` ends the complete record just encoded in `b`'s free space.
+            unsafe { b.publish_to(end) };
+        } else {
+            // It does not fit: encode it aside, then into a new buffer that holds it.
+            self.scratch.clear();
+            crate::encoder::encode_into_vec(&mut self.scratch, |enc| {
+                enc.put_bytes(&RESERVED_SIZE);
+                enc.put_varint(type_id);
+                enc.put_varint(start as u64);
+                enc.put_varint(duration as u64);
+                enc.put_varint(u64::from(tid));
+                enc.put_varint(stack_key);
+                write_fields(enc);
+            });
+            jfr_format::write::end_record(&mut self.scratch, 0);
+            let record = &self.scratch[..];
+            publish_thread_refs(shared);
+            let appended = self.buffer.as_ref().is_some_and(|b| b.append(record));
+            if !appended {
+                if let Some(old) = self.buffer.take() {
+                    old.retire();
+                }
+                self.buffer = shared.new_buffer(tid, record.len());
+                shared.wakeup.notify();
+                match self.buffer.as_ref() {
+                    Some(b) if b.append(record) => {}
+                    _ => shared.lose(record.len()),
+                }
+            }
+        }
+        drop(_busy);
+        self.point_cursor(c);
+        true
     }
 }
 

@@ -7,8 +7,8 @@
 //! recording, and the first commit of an event type in the process, take a one-time slow path).
 
 use crate::encoder::Encoder;
+pub use crate::metadata_registry::EventType;
 use crate::metadata_registry::TypeRegistry;
-use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use jfr_format::metadata::{ids, label_annotation, Annotation, Field};
 
 /// A value that can be a field of an event.
@@ -182,75 +182,6 @@ pub fn __field<T: FieldType>(
     f
 }
 
-/// The static description and run-time settings of one event type. Made by [`event!`](crate::event).
-pub struct EventType {
-    /// Event name, e.g. `app.Request`.
-    pub name: &'static str,
-    /// Display label.
-    pub label: &'static str,
-    /// Description.
-    pub description: Option<&'static str>,
-    /// Category path, outermost first.
-    pub category: &'static [&'static str],
-    /// The type's own fields (after the implicit ones).
-    pub fields: fn(&mut TypeRegistry) -> Vec<Field>,
-    pub(crate) id: AtomicU64,
-    pub(crate) enabled: AtomicBool,
-    pub(crate) threshold_ticks: AtomicI64,
-    pub(crate) stack_trace: AtomicBool,
-    /// The id, while the settings are the plain ones (enabled, no threshold, no stack trace): the
-    /// commit path then checks one word instead of four. 0 otherwise.
-    pub(crate) fast_id: AtomicU64,
-}
-
-impl std::fmt::Debug for EventType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventType").field("name", &self.name).finish()
-    }
-}
-
-impl EventType {
-    /// Used by [`event!`](crate::event).
-    #[doc(hidden)]
-    pub const fn new(
-        name: &'static str,
-        label: &'static str,
-        description: Option<&'static str>,
-        category: &'static [&'static str],
-        fields: fn(&mut TypeRegistry) -> Vec<Field>,
-    ) -> EventType {
-        EventType {
-            name,
-            label,
-            description,
-            category,
-            fields,
-            id: AtomicU64::new(0),
-            enabled: AtomicBool::new(true),
-            threshold_ticks: AtomicI64::new(0),
-            stack_trace: AtomicBool::new(true),
-            fast_id: AtomicU64::new(0),
-        }
-    }
-
-    /// The type id, registering the type on first use.
-    #[inline]
-    pub fn id(&'static self) -> u64 {
-        // Acquire: pairs with the Release store in `TypeRegistry::register`, so the settings
-        // applied at registration are visible.
-        match self.id.load(Ordering::Acquire) {
-            0 => crate::metadata_registry::register(self),
-            id => id,
-        }
-    }
-
-    /// The type is enabled.
-    pub fn is_enabled(&self) -> bool {
-        // Relaxed: a setting; a commit racing with a change may go either way.
-        self.enabled.load(Ordering::Relaxed)
-    }
-}
-
 /// An event type declared with [`event!`](crate::event).
 pub trait Event {
     /// The type's static description and settings.
@@ -264,7 +195,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        crate::commit::commit_event(self, None);
+        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), None);
     }
 
     /// Records the event as having lasted from `span`'s start until now.
@@ -273,7 +204,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        crate::commit::commit_event(self, Some(span.start_ticks));
+        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), Some(span.start_ticks));
     }
 
     /// Starts a duration event: the returned guard commits it (with the time elapsed) when it is

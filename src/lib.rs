@@ -32,8 +32,9 @@
 #![warn(missing_docs)]
 
 mod buffer;
-#[cfg(not(loom))]
 mod builtin;
+#[cfg_attr(loom, allow(dead_code))]
+mod chunk;
 #[allow(unsafe_code)]
 pub mod clock;
 #[cfg(not(loom))]
@@ -51,6 +52,8 @@ pub mod control;
 mod encoder;
 #[cfg(not(loom))]
 mod event;
+#[cfg_attr(loom, allow(dead_code))]
+mod flush;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
@@ -67,7 +70,7 @@ mod stack;
 pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
-#[cfg(not(loom))]
+#[cfg_attr(loom, allow(dead_code))]
 #[allow(unsafe_code)]
 mod thread;
 #[cfg(not(loom))]
@@ -81,6 +84,9 @@ pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef,
 pub use metadata_registry::{EventSettings, TypeRegistry};
 #[cfg(not(loom))]
 pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use recorder::{Holder as LockHolder, LockHold};
 #[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 
@@ -96,6 +102,12 @@ pub use jfr_format as __jfr;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::buffer::EventBuffer;
+    pub use crate::builtin::classes as builtin_classes;
+    pub use crate::chunk::{ChunkWriter, FrameName, Publish, Resolve, Resolved, Unresolved};
+    pub use crate::clock::ClockPair;
+    pub use crate::flush::own::{write_settings, RecordingInfo};
+    pub use crate::flush::samples::write_sample;
+    pub use crate::flush::{Segment, SettingRow, Tally};
     pub use crate::sampler::buffer;
     pub use crate::stack::{StackKey, StackTable};
 }
