@@ -110,11 +110,15 @@ mod cpu {
             self.samples_since_rate += written;
         }
 
-        fn maintain(&mut self) -> Vec<LossReport> {
+        fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport> {
             let Some(sampler) = self.sampler.clone() else { return Vec::new() };
             // TODO(sampler-fix): `discover_threads` without L (review finding 9); the recorder
-            // thread then calls it before taking L and this line goes.
-            sampler.discover_threads(&mut self.locked);
+            // thread then calls it before taking L and this line goes (its names then go to
+            // `chunk` under L).
+            // The kernel's names of every live thread: first names of new ones, renames of others.
+            for (tid, comm) in sampler.discover_threads(&mut self.locked) {
+                chunk.observe_thread(tid, &comm, None);
+            }
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
             self.losses(lost, unattributed)
