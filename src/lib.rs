@@ -45,6 +45,8 @@ pub mod control;
 #[cfg(not(loom))]
 pub mod demo;
 #[cfg(not(loom))]
+mod diagnostics;
+#[cfg(not(loom))]
 mod event;
 #[cfg(not(loom))]
 mod fork;

@@ -441,6 +441,7 @@ impl Recorder {
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
+        crate::diagnostics::recording_started();
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             generation,
@@ -1084,6 +1085,7 @@ impl State {
             refs_threads.insert(note.tid);
         }
         self.write_loss(now_ticks);
+        crate::diagnostics::write_pending(&mut self.chunk.as_mut().expect("ensured above").writer, now_ticks);
         if self.settings_changed {
             self.write_settings(now_ticks);
             self.settings_changed = false;
@@ -1471,6 +1473,7 @@ impl State {
             SamplingMode::Auto => "auto",
         };
         let period_ns = sampler.period().as_nanos() as i64;
+        let (written, leaf_only, truncated) = crate::diagnostics::take_stack_shapes();
         let chunk = self.chunk.as_mut().expect("a live chunk");
         chunk.writer.write_event(builtin::SAMPLER_STATISTICS, |o| {
             put_long(o, now_ticks);
@@ -1480,6 +1483,9 @@ impl State {
             put_long(o, stats.taken as i64);
             put_long(o, stats.lost as i64);
             put_long(o, stats.slots_in_use as i64);
+            put_long(o, written as i64);
+            put_long(o, leaf_only as i64);
+            put_long(o, truncated as i64);
         });
     }
 
@@ -1678,6 +1684,7 @@ fn write_sample(
 ) {
     // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
     let key = stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+    crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
     writer.write_event(builtin::EXECUTION_SAMPLE, |o| {
         put_long(o, rec.ticks);
         put_varint(o, u64::from(rec.tid));
