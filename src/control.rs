@@ -218,13 +218,9 @@ fn remove_dead_sockets_in(dir: &Path) -> Vec<PathBuf> {
         if !ours || pid_exists(pid) {
             continue;
         }
-        match UnixStream::connect(&path) {
-            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                if std::fs::remove_file(&path).is_ok() {
-                    removed.push(path);
-                }
-            }
-            _ => {}
+        let refused = matches!(UnixStream::connect(&path), Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED));
+        if refused && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
         }
     }
     removed
