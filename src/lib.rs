@@ -86,6 +86,11 @@ pub use event::__field;
 #[doc(hidden)]
 pub use jfr_format as __jfr;
 
+/// The README's Rust blocks, compiled as doc tests so that none of them goes stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
 #[cfg(loom)]
 #[doc(hidden)]
