@@ -27,6 +27,10 @@ struct Outcome {
     /// Frames of each `jdk.ExecutionSample` stack and of each `fixture.Step` stack (0: none).
     sample_depths: Vec<usize>,
     step_depths: Vec<usize>,
+    /// Of the samples taken in the workload's leaf function `spin`: how many `nested` frames
+    /// (its callers, seven of them) each one's stack holds. Frame records are the only place a
+    /// walk can find them: without frame pointers there are none.
+    spin_callers: Vec<usize>,
 }
 
 fn read(output: Output, repository: &Path) -> Outcome {
@@ -42,6 +46,7 @@ fn read(output: Output, repository: &Path) -> Outcome {
         truncated: 0,
         sample_depths: Vec::new(),
         step_depths: Vec::new(),
+        spin_callers: Vec::new(),
     };
     for event in stream.iter() {
         let e = event.unwrap_or_else(|e| panic!("reading {}: {e}", repository.display()));
@@ -56,7 +61,14 @@ fn read(output: Output, repository: &Path) -> Outcome {
                 outcome.leaf_only += e.field_i64("leafOnlyStacks").expect("leafOnlyStacks");
                 outcome.truncated += e.field_i64("truncatedStacks").expect("truncatedStacks");
             }
-            "jdk.ExecutionSample" => outcome.sample_depths.push(depth),
+            "jdk.ExecutionSample" => {
+                outcome.sample_depths.push(depth);
+                let frames = e.stack_trace().map(|s| s.frames.as_slice()).unwrap_or_default();
+                // `spin` is the leaf, or the caller of an arithmetic helper in an unoptimized build.
+                if let Some(at) = frames.iter().take(2).position(|f| f.method == "spin") {
+                    outcome.spin_callers.push(frames[at..].iter().filter(|f| f.method == "nested").count());
+                }
+            }
             "fixture.Step" => outcome.step_depths.push(depth),
             _ => {}
         }
@@ -124,18 +136,21 @@ fn missing_frame_pointers_are_said_once_on_stderr_and_in_the_recording() {
     assert!(message.contains("without frame pointers"), "{message}");
     assert!(fix.contains("force-frame-pointers=yes") && fix.contains(".cargo/config.toml"), "{fix}");
 
-    // What the user would otherwise not have noticed: event stacks are empty, samples shallow.
+    // What the user would otherwise not have noticed: the samples in the leaf function lack its
+    // callers (and event stacks are empty, or hold a few outer frames).
     assert_eq!(run.step_depths.len(), 10);
-    assert!(!run.sample_depths.is_empty(), "the fixture was sampled");
+    assert!(!run.spin_callers.is_empty(), "the workload was sampled: {run:?}");
+    assert!(run.spin_callers.iter().all(|&n| n < 7), "callers were found without frame pointers: {run:?}");
     assert!(run.written > 0 && run.written <= run.sample_depths.len() as i64, "{run:?}");
     let one_frame = run.sample_depths.iter().filter(|&&d| d <= 1).count();
     eprintln!(
         "without frame pointers: {} samples, {one_frame} of one frame; statistics: {} written, {} leaf-only, {} \
-         truncated; event stack depths {:?}",
+         truncated; most nested callers in a sample of spin: {:?}; event stack depths {:?}",
         run.sample_depths.len(),
         run.written,
         run.leaf_only,
         run.truncated,
+        run.spin_callers.iter().max(),
         run.step_depths
     );
 }
@@ -158,9 +173,9 @@ fn a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks() {
     assert!(run.diagnostics.is_empty(), "no diagnostic: {:?}", run.diagnostics);
     assert_eq!(run.step_depths.len(), 10);
     assert!(run.step_depths.iter().all(|&d| d >= 3), "events have their stacks: {:?}", run.step_depths);
-    // `nested` is six calls deep under the thread's entry: whole stacks are deeper than that.
-    let deep = run.sample_depths.iter().filter(|&&d| d >= 8).count();
-    assert!(deep * 10 >= run.sample_depths.len() * 9, "stacks are whole: {:?}", run.sample_depths);
+    // Every sample in the leaf function has its seven `nested` callers.
+    assert!(!run.spin_callers.is_empty(), "the workload was sampled: {run:?}");
+    assert!(run.spin_callers.iter().all(|&n| n == 7), "whole stacks: {:?}", run.spin_callers);
     assert!(run.written > 0, "{run:?}");
     assert!(run.leaf_only * 10 <= run.written, "few one-frame stacks: {run:?}");
     assert_eq!(run.truncated, 0, "no stack reaches the depth limit: {run:?}");
