@@ -20,7 +20,7 @@
 use crate::builtin;
 use crate::stack::DepthPolicy;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
-use jfr_format::write::{put_long, put_string, ChunkWriter};
+use crate::chunk::ChunkWriter;
 use parking_lot::Mutex;
 use std::sync::OnceLock;
 
@@ -118,11 +118,11 @@ pub(crate) fn take_stack_shapes() -> (u64, u64, u64) {
 /// Writes the diagnostics found since the last flush as `recorder.Diagnostic` events.
 pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
     for d in std::mem::take(&mut *PENDING.lock()) {
-        writer.write_event(builtin::DIAGNOSTIC, |o| {
-            put_long(o, now_ticks);
-            put_string(o, Some(d.code));
-            put_string(o, Some(&d.message));
-            put_string(o, Some(d.fix));
+        writer.event(builtin::DIAGNOSTIC, |e| {
+            e.long(now_ticks);
+            e.string(d.code);
+            e.string(&d.message);
+            e.string(d.fix);
         });
     }
 }
