@@ -18,9 +18,9 @@
 //! samples, the probe by `Recorder::start`.
 
 use crate::builtin;
+use crate::chunk::ChunkWriter;
 use crate::stack::DepthPolicy;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
-use crate::chunk::ChunkWriter;
 use parking_lot::Mutex;
 use std::sync::OnceLock;
 

@@ -27,8 +27,8 @@ struct Outcome {
     /// Frames of each `jdk.ExecutionSample` stack and of each `fixture.Step` stack (0: none).
     sample_depths: Vec<usize>,
     step_depths: Vec<usize>,
-    /// Of the samples taken in the workload's leaf function `spin`: how many `nested` frames
-    /// (its callers, seven of them) each one's stack holds. Frame records are the only place a
+    /// Of the samples taken in the workload's leaf function `spin` (whole walks, not marked
+    /// truncated): how many `nested` frames (its callers, seven of them) each one's stack holds. Frame records are the only place a
     /// walk can find them: without frame pointers there are none.
     spin_callers: Vec<usize>,
 }
@@ -64,8 +64,11 @@ fn read(output: Output, repository: &Path) -> Outcome {
             "jdk.ExecutionSample" => {
                 outcome.sample_depths.push(depth);
                 let frames = e.stack_trace().map(|s| s.frames.as_slice()).unwrap_or_default();
+                // Truncated stacks are marked: those of a thread sampled before its stack bounds
+                // were known (the leaf alone) or cut by the depth limit. The others are whole walks.
+                let whole_walk = e.stack_trace().is_some_and(|s| !s.truncated);
                 // `spin` is the leaf, or the caller of an arithmetic helper in an unoptimized build.
-                if let Some(at) = frames.iter().take(2).position(|f| f.method == "spin") {
+                if let Some(at) = frames.iter().take(2).position(|f| f.method == "spin").filter(|_| whole_walk) {
                     outcome.spin_callers.push(frames[at..].iter().filter(|f| f.method == "nested").count());
                 }
             }
