@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the workspace's unit, integration and doc tests (the JDK's
-# `jfr`, `java` and `javac` are required: they judge what we write) and the loom models of the
-# buffer protocols. The README and CI run exactly this. It needs only cargo (rustup's toolchain),
-# bash 5.1+ and coreutils.
+# `jfr`, `java` and `javac` and Go's `go tool pprof` are required: they judge what we write) and
+# the loom models of the buffer protocols. The README and CI run exactly this. Besides those judges
+# it needs only cargo (rustup's toolchain), bash 5.1+ and coreutils.
 #
 # Same tests as `cargo test --workspace --no-fail-fast` followed by the loom models, arranged to
 # finish sooner on a small machine:
@@ -14,7 +14,7 @@
 #     start, so it only takes CPU time the other work leaves idle.
 # Every binary's full output is kept in target/test-logs/; a failing binary's output is printed.
 # A failure anywhere (build, a test, the doc tests, the loom models) never stops the rest, and
-# makes the script exit 1 at the end, after a summary. Exit 2: a JDK tool is missing.
+# makes the script exit 1 at the end, after a summary. Exit 2: a judge (JDK tool, Go) is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,6 +25,11 @@ for tool in java javac jfr; do
         exit 2
     fi
 done
+# `go tool pprof` judges `recorder dump --format pprof` (cli/tests).
+if ! command -v go >/dev/null 2>&1; then
+    echo "error: 'go' is missing; install Go (e.g. apt-get install -y golang-go): go tool pprof reads our pprof output" >&2
+    exit 2
+fi
 if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
     echo "error: scripts/test.sh needs bash 5.1 or later (wait -n -p); this is $BASH_VERSION" >&2
     exit 2
