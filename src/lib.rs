@@ -48,6 +48,8 @@ pub mod consumer;
 #[allow(unsafe_code)]
 pub mod control;
 #[cfg(not(loom))]
+mod diagnostics;
+#[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod encoder;
 #[cfg(not(loom))]
@@ -96,6 +98,11 @@ pub use event::__field;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use jfr_format as __jfr;
+
+/// The README's Rust blocks, compiled as doc tests so that none of them goes stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
 #[cfg(loom)]

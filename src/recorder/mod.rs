@@ -121,6 +121,7 @@ impl Recorder {
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
+        crate::diagnostics::recording_started();
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             generation,

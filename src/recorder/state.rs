@@ -193,6 +193,7 @@ impl State {
             self.reported_bytes = bytes;
         }
         self.losses.write(&mut self.chunk, now);
+        crate::diagnostics::write_pending(&mut self.chunk, now);
         if self.settings_changed {
             self.write_settings(now);
             self.settings_changed = false;
