@@ -22,6 +22,9 @@ pub const JDK_DATA_LOSS: u64 = 107;
 pub const DATA_LOSS: u64 = 108;
 /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
 pub const SAMPLER_STATISTICS: u64 = 109;
+/// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
+#[cfg(feature = "push")]
+pub const PUSH_STATISTICS: u64 = 110;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -200,6 +203,31 @@ pub fn classes() -> Vec<Class> {
             "Sampler Statistics",
             &["Flight Recorder"],
             "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
+        )
+    }));
+
+    #[cfg(feature = "push")]
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("target", ids::STRING, "Server"),
+            f("chunksPosted", ids::LONG, "Chunks Posted"),
+            f("uploads", ids::LONG, "Uploads"),
+            bytes("bytesSent", "Bytes Sent"),
+            bytes("jfrBytes", "JFR Bytes Posted"),
+            f("retries", ids::LONG, "Retried Attempts"),
+            f("rejected", ids::LONG, "Rejected Uploads"),
+            f("chunksLost", ids::LONG, "Chunks Lost"),
+            bytes("bytesLost", "Bytes Lost"),
+            f("pending", ids::LONG, "Chunks Pending"),
+            f("lastError", ids::STRING, "Last Error"),
+        ],
+        ..spec(
+            PUSH_STATISTICS,
+            "recorder.PushStatistics",
+            "Push Statistics",
+            &["Flight Recorder"],
+            "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
+             rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
         )
     }));
 

@@ -129,6 +129,9 @@ pub struct Settings {
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
     /// files.
     pub deterministic: bool,
+    /// Push finished chunks to this Pyroscope server.
+    #[cfg(feature = "push")]
+    pub push: Option<crate::push::PushTarget>,
 }
 
 impl Default for Settings {
@@ -150,6 +153,8 @@ impl Default for Settings {
             sampling: Some(SamplerConfig::default()),
             compress_finished_chunks: false,
             deterministic: false,
+            #[cfg(feature = "push")]
+            push: None,
         }
     }
 }
@@ -281,6 +286,14 @@ impl RecorderBuilder {
         self.settings.name = name.into();
         self
     }
+    /// Posts every finished chunk to a Grafana Pyroscope server, from a thread of its own, in
+    /// order and once (see [`crate::push`]). Unposted chunks stay in the repository: retention
+    /// deletes them only when the size limit leaves no other choice, and counts them as lost.
+    #[cfg(feature = "push")]
+    pub fn push(mut self, target: crate::push::PushTarget) -> Self {
+        self.settings.push = Some(target);
+        self
+    }
     /// The settings as they stand.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -328,6 +341,10 @@ fn validate(s: &Settings) -> Result<(), Error> {
     }
     if s.periodic_interval < Duration::from_millis(10) {
         return bad(format!("periodic interval {:?} is below 10 ms", s.periodic_interval));
+    }
+    #[cfg(feature = "push")]
+    if let Some(target) = &s.push {
+        target.validate().map_err(|e| Error::InvalidSetting(format!("push: {e}")))?;
     }
     Ok(())
 }
@@ -383,6 +400,9 @@ pub struct FinalReport {
     pub stats: RecorderStats,
     /// The sampler's final counters, if it sampled.
     pub sampler: Option<SamplerStats>,
+    /// The Pyroscope uploader's final counters, if it pushed.
+    #[cfg(feature = "push")]
+    pub push: Option<crate::push::PushStats>,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -399,6 +419,8 @@ struct Inner {
     stopping: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
     sampler_thread: Mutex<Option<JoinHandle<()>>>,
+    #[cfg(feature = "push")]
+    push_thread: Mutex<Option<crate::push::Handle>>,
     dir: PathBuf,
     /// The process that started the recording: in a forked child, stop does nothing.
     pid: u32,
@@ -470,6 +492,8 @@ impl Recorder {
             stopping: AtomicBool::new(false),
             flusher: Mutex::new(None),
             sampler_thread: Mutex::new(None),
+            #[cfg(feature = "push")]
+            push_thread: Mutex::new(None),
             dir,
             pid: std::process::id(),
         });
@@ -491,6 +515,10 @@ impl Recorder {
                 .spawn(move || sampler_loop(&thread_inner, &sampler))
                 .map_err(Error::Thread)?;
             *inner.sampler_thread.lock() = Some(handle);
+        }
+        #[cfg(feature = "push")]
+        if let Some(target) = settings.push.clone() {
+            start_push(&inner, target)?;
         }
         *current = Some(shared);
         // Release: publishes `CURRENT` (and everything set up above); pairs with the Acquire load
@@ -547,7 +575,18 @@ impl Recorder {
     pub fn stop_with_report(self) -> Result<FinalReport, Error> {
         self.inner.stop()?;
         let state = self.inner.state.lock();
-        Ok(FinalReport { stats: state.stats, sampler: state.final_sampler_stats.clone() })
+        Ok(FinalReport {
+            stats: state.stats,
+            sampler: state.final_sampler_stats.clone(),
+            #[cfg(feature = "push")]
+            push: state.push.stats(),
+        })
+    }
+
+    /// The Pyroscope uploader's counters, if the recording pushes.
+    #[cfg(feature = "push")]
+    pub fn push_stats(&self) -> Option<crate::push::PushStats> {
+        self.inner.state.lock().push.stats()
     }
 
     /// Counters so far.
@@ -600,7 +639,14 @@ impl Inner {
         state.flush();
         state.stop_sampler();
         state.flush();
-        state.finish_chunk(true).map_err(|source| Error::Write { path: self.dir.clone(), source })
+        let result = state.finish_chunk(true).map_err(|source| Error::Write { path: self.dir.clone(), source });
+        drop(state);
+        // Outside L: the uploader may post the last chunks within its grace period.
+        #[cfg(feature = "push")]
+        if let Some(mut push) = self.push_thread.lock().take() {
+            push.finish();
+        }
+        result
     }
 }
 
@@ -621,6 +667,25 @@ fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = std::fs::remove_file(&temp);
     }
     result
+}
+
+/// Starts the Pyroscope uploader thread of a recording (the repository directory is its queue).
+#[cfg(feature = "push")]
+fn start_push(inner: &Inner, target: crate::push::PushTarget) -> Result<(), Error> {
+    let shared = std::sync::Arc::default();
+    let mut state = inner.state.lock();
+    state.push = crate::push::Link::new(Arc::clone(&shared), &target);
+    // The uploader is the recorder's own thread: like the flusher, it is not sampled.
+    let sampler = state.sampler.as_ref().map(|(s, _)| Arc::clone(s));
+    drop(state);
+    let on_start = Box::new(move || {
+        if let Some(s) = sampler {
+            s.exclude_current_thread();
+        }
+    });
+    let handle = crate::push::start(target, inner.dir.clone(), shared, on_start).map_err(Error::Thread)?;
+    *inner.push_thread.lock() = Some(handle);
+    Ok(())
 }
 
 fn flusher_loop(inner: &Inner) {
@@ -835,6 +900,8 @@ struct State {
     chunk_names: repository::ChunkNames,
     samples_since_rate: u64,
     rate_since: Option<Instant>,
+    /// The Pyroscope uploader, if pushing: retention keeps its unposted chunks.
+    push: crate::push::Link,
 }
 
 /// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
@@ -895,6 +962,7 @@ impl State {
             chunk_names: repository::ChunkNames::default(),
             samples_since_rate: 0,
             rate_since: None,
+            push: crate::push::Link::default(),
         }
     }
 
@@ -1084,6 +1152,8 @@ impl State {
             refs_threads.insert(note.tid);
         }
         self.write_loss(now_ticks);
+        let new_chunk = self.settings_changed;
+        self.push.write_statistics(&mut self.chunk.as_mut().expect("ensured above").writer, now_ticks, new_chunk);
         if self.settings_changed {
             self.write_settings(now_ticks);
             self.settings_changed = false;
@@ -1616,6 +1686,7 @@ impl State {
             end_nanos: chunk.start.epoch_nanos + duration,
         });
         self.next_start = Some(chunk.start.plus(duration));
+        self.push.chunk_finished();
         // Leave room for the live chunk, so the repository stays under its limit at all times.
         self.apply_retention(self.settings.max_chunk_size);
         Ok(())
@@ -1625,7 +1696,13 @@ impl State {
     /// for the chunk being written.
     fn apply_retention(&mut self, live: u64) {
         let oldest = self.settings.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
-        repository::apply_retention(&mut self.finished, live, self.settings.max_size, oldest);
+        let push = &self.push;
+        let retained = repository::apply_retention(&mut self.finished, live, self.settings.max_size, oldest, |c| {
+            push.is_unposted(&c.path)
+        });
+        for c in retained.lost {
+            push.deleted_unposted(&c.path, c.size);
+        }
     }
 
     /// Every finished chunk (decompressed) and the published part of the live chunk, as one valid file.
