@@ -140,11 +140,11 @@ pub(crate) struct Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Keys of chunks that need no upload any more (posted, rejected, nothing to post, lost).
+    /// Keys of chunks that need no upload any more (posted, rejected, nothing to post).
     done: HashSet<String>,
-    lost: HashSet<String>,
-    /// The chunk whose bytes the uploader holds: deleting its file loses nothing.
-    in_flight: Option<String>,
+    /// Chunks deleted before they were posted, with their size. A chunk whose bytes the uploader
+    /// already held and then posted in full leaves this set again.
+    lost: HashMap<String, u64>,
     wake: bool,
     draining: bool,
     abort: bool,
@@ -186,25 +186,44 @@ impl Shared {
         }
     }
 
-    /// Retention (under L): may the finished chunk `path` go without losing data for the server?
+    /// Retention (under L): is the finished chunk `path` still to be posted (or being posted)?
     pub(crate) fn is_unposted(&self, path: &Path) -> bool {
-        let Some(key) = chunk_key(path) else { return false };
-        let state = self.state();
-        !state.done.contains(key) && state.in_flight.as_deref() != Some(key)
+        chunk_key(path).is_some_and(|key| !self.state().done.contains(key))
     }
 
-    /// Retention deleted the unposted chunk `path` (`size` bytes): it is lost for the server.
+    /// Retention deleted the unposted chunk `path` (`size` bytes): it is lost for the server,
+    /// unless the uploader already holds its bytes and posts them all.
     pub(crate) fn note_deleted_unposted(&self, path: &Path, size: u64) {
-        let Some(key) = chunk_key(path) else { return };
-        let mut state = self.state();
-        if state.done.contains(key) || !state.lost.insert(key.to_owned()) {
-            return;
+        if let Some(key) = chunk_key(path) {
+            self.lose(key, size);
         }
-        state.done.insert(key.to_owned());
+    }
+
+    /// Counts `key` as lost once.
+    fn lose(&self, key: &str, size: u64) -> bool {
+        let mut state = self.state();
+        if state.done.contains(key) || state.lost.contains_key(key) {
+            return false;
+        }
+        state.lost.insert(key.to_owned(), size);
         drop(state);
         // Relaxed: statistics.
         self.chunks_lost.fetch_add(1, Ordering::Relaxed);
         self.bytes_lost.fetch_add(size, Ordering::Relaxed);
+        true
+    }
+
+    /// Every upload of `key` was posted: if retention had deleted its file meanwhile, it is not
+    /// lost after all.
+    fn posted_in_full(&self, key: &str) {
+        let mut state = self.state();
+        state.done.insert(key.to_owned());
+        if let Some(size) = state.lost.remove(key) {
+            drop(state);
+            // Relaxed: statistics (they go back only in this rare race).
+            self.chunks_lost.fetch_sub(1, Ordering::Relaxed);
+            self.bytes_lost.fetch_sub(size, Ordering::Relaxed);
+        }
     }
 
     /// A chunk finished: look soon.
@@ -237,25 +256,8 @@ impl Shared {
         self.state().abort
     }
 
-    fn set_in_flight(&self, key: Option<&str>) {
-        self.state().in_flight = key.map(str::to_owned);
-    }
-
     fn mark_done(&self, key: &str) {
         self.state().done.insert(key.to_owned());
-    }
-
-    /// The uploader found `key` gone: lost, unless retention counted it already.
-    fn mark_vanished(&self, key: &str) -> bool {
-        let mut state = self.state();
-        state.done.insert(key.to_owned());
-        if state.lost.insert(key.to_owned()) {
-            drop(state);
-            // Relaxed: statistics.
-            self.chunks_lost.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        false
     }
 
     fn set_error(&self, error: Option<String>) {
@@ -356,9 +358,7 @@ impl Uploader {
             if self.marker(&f.dir).is_ok_and(|m| m.is_done(&f.key)) {
                 continue;
             }
-            let flow = self.push_chunk(f);
-            self.shared.set_in_flight(None);
-            if let Flow::Stop = flow {
+            if let Flow::Stop = self.push_chunk(f) {
                 return false;
             }
             pending = pending.saturating_sub(1);
@@ -368,11 +368,11 @@ impl Uploader {
     }
 
     fn push_chunk(&mut self, f: &Found) -> Flow {
-        self.shared.set_in_flight(Some(&f.key));
         let bytes = match load(f) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if self.shared.mark_vanished(&f.key) {
+                // Retention took it (and counted it) before we got to it.
+                if self.shared.lose(&f.key, f.size) {
                     (self.on_event)(&PushEvent::Lost { chunk: &f.key });
                 }
                 return Flow::Next;
@@ -413,6 +413,7 @@ impl Uploader {
         }
         if all_posted {
             self.shared.chunks_posted.fetch_add(1, Ordering::Relaxed);
+            self.shared.posted_in_full(&f.key);
         }
         self.shared.mark_done(&f.key);
         Flow::Next
@@ -833,14 +834,6 @@ pub(crate) fn start(
             };
             if !keep_going || draining || !thread_shared.wait(poll, true) {
                 break;
-            }
-        }
-        // Bytes held for an upload that never completed are not on disk any more if retention
-        // took the file meanwhile: the chunk is lost.
-        let in_flight = thread_shared.state().in_flight.take();
-        if let Some(key) = in_flight {
-            if !dir.join(format!("{key}.jfr")).exists() && !dir.join(format!("{key}.jfr.zst")).exists() {
-                thread_shared.mark_vanished(&key);
             }
         }
         let mut state = thread_shared.state();
