@@ -297,11 +297,11 @@ fn recording_copy() -> PathBuf {
     static MADE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let source = MADE.get_or_init(|| {
         let _serial = common::serial();
-        let base = common::scratch_dir().join("push-source");
+        let base = scratch_dir().join("push-source");
         let (dir, _) = record(&base, |b| b, 3);
         dir
     });
-    let copy = common::scratch_dir().join(format!("push-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
+    let copy = scratch_dir().join(format!("push-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
     let _ = std::fs::remove_dir_all(&copy);
     std::fs::create_dir_all(&copy).unwrap();
     for f in std::fs::read_dir(source).unwrap() {
@@ -314,6 +314,12 @@ fn recording_copy() -> PathBuf {
 }
 
 static COPIES: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("push");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 /// Chunk files (in order) that hold CPU samples: the ones posted.
 fn chunks_with_samples(dir: &Path) -> Vec<PathBuf> {
@@ -542,7 +548,7 @@ fn a_recording_posts_its_chunks_from_its_own_thread() {
     let _serial = common::serial();
     let server = Server::start(|_| Reply::Status(200));
     let target = fast(PushTarget::pyroscope(server.url()).app_name("embedded")).stop_grace(Duration::from_secs(5));
-    let base = common::scratch_dir().join("push-embedded");
+    let base = scratch_dir().join("push-embedded");
     let (dir, report) = record(&base, |b| b.push(target.clone()), 3);
     let stats = report.push.expect("push statistics");
     let expected: Vec<Vec<u8>> = chunks_with_samples(&dir).iter().map(|p| std::fs::read(p).unwrap()).collect();
@@ -574,7 +580,7 @@ fn a_slow_server_never_holds_up_the_application() {
     let server = Server::start(|_| Reply::Hang);
     let target =
         fast(PushTarget::pyroscope(server.url())).request_timeout(Duration::from_secs(600)).stop_grace(Duration::ZERO);
-    let base = common::scratch_dir().join("push-slow");
+    let base = scratch_dir().join("push-slow");
     // The application commits, rotates and stops while the uploader waits on the server.
     let (dir, report) = record(&base, |b| b.push(target), 4);
     let stats = report.push.unwrap();
@@ -590,7 +596,7 @@ fn a_slow_server_never_holds_up_the_application() {
 fn retention_keeps_unposted_chunks_past_their_age() {
     let _serial = common::serial();
     let target = fast(PushTarget::pyroscope(closed_port_url())).stop_grace(Duration::ZERO);
-    let base = common::scratch_dir().join("push-age");
+    let base = scratch_dir().join("push-age");
     // Every finished chunk is older than max_age at once.
     let (dir, report) = record(&base, |b| b.max_age(Duration::from_nanos(1)).push(target), 3);
     let stats = report.push.unwrap();
@@ -606,7 +612,7 @@ fn retention_keeps_unposted_chunks_past_their_age() {
 fn the_disk_budget_deletes_unposted_chunks_and_counts_them_lost() {
     let _serial = common::serial();
     let target = fast(PushTarget::pyroscope(closed_port_url())).stop_grace(Duration::ZERO);
-    let base = common::scratch_dir().join("push-budget");
+    let base = scratch_dir().join("push-budget");
     let (dir, report) = record(&base, |b| b.max_size(3 * 64 * 1024).push(target), 6);
     let stats = report.push.unwrap();
     let on_disk = common::chunk_files(&dir).len() as u64;
@@ -799,7 +805,7 @@ fn synthetic_chunk(s: &Synth) -> Vec<u8> {
 
 /// Writes `chunk` as the only chunk file of a fresh recording directory.
 fn chunk_dir(chunk: &[u8]) -> PathBuf {
-    let dir = common::scratch_dir().join(format!("push-synth-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
+    let dir = scratch_dir().join(format!("push-synth-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("2023_11_14_22_13_20.jfr"), chunk).unwrap();
@@ -808,7 +814,7 @@ fn chunk_dir(chunk: &[u8]) -> PathBuf {
 
 /// A fresh directory for cut files handed to the JDK's `jfr` (which wants a `.jfr` name).
 fn cuts_dir() -> PathBuf {
-    let dir = common::scratch_dir().join(format!("push-cuts-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
+    let dir = scratch_dir().join(format!("push-cuts-{}", COPIES.fetch_add(1, Ordering::SeqCst)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

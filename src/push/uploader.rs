@@ -601,7 +601,7 @@ fn read_header(path: &Path) -> io::Result<ChunkHeader> {
     let file = std::fs::File::open(path)?;
     let mut bytes = [0u8; HEADER_SIZE];
     if path.extension().is_some_and(|e| e == "zst") {
-        zstd::stream::read::Decoder::new(file)?.read_exact(&mut bytes)?;
+        zstd_decoder(file)?.read_exact(&mut bytes)?;
     } else {
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0)?;
     }
@@ -611,10 +611,27 @@ fn read_header(path: &Path) -> io::Result<ChunkHeader> {
 fn read_maybe_zstd(path: &Path) -> io::Result<Vec<u8>> {
     let bytes = std::fs::read(path)?;
     if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        zstd::decode_all(&bytes[..])
+        let mut out = Vec::new();
+        zstd_decoder(&bytes[..])?.read_to_end(&mut out)?;
+        Ok(out)
     } else {
         Ok(bytes)
     }
+}
+
+#[cfg(feature = "zstd")]
+fn zstd_decoder<R: Read>(input: R) -> io::Result<impl Read> {
+    zstd::stream::read::Decoder::new(input)
+}
+
+/// Compressed chunks exist only where the library was built with `zstd`
+/// (`RecorderBuilder::compress_finished_chunks`); the CLI has it.
+#[cfg(not(feature = "zstd"))]
+fn zstd_decoder<R: Read>(_input: R) -> io::Result<std::io::Empty> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "a zstd-compressed chunk: reading it needs recorder's `zstd` feature",
+    ))
 }
 
 /// The chunk's bytes (exactly one chunk).
