@@ -563,9 +563,7 @@ fn synthetic_chunk(s: &Synth) -> Vec<u8> {
         put_long(o, 1);
         put_varint(o, 0);
     });
-    for (k, name) in [(3u64, "Native")] {
-        cp.add(ids::FRAME_TYPE, k, |o| put_string(o, Some(name)));
-    }
+    cp.add(ids::FRAME_TYPE, 3, |o| put_string(o, Some("Native")));
     for (k, name) in [(5u64, "STATE_RUNNABLE"), (225, "STATE_SLEEPING")] {
         cp.add(ids::THREAD_STATE, k, |o| put_string(o, Some(name)));
     }
@@ -591,11 +589,14 @@ fn cuts_dir() -> PathBuf {
     dir
 }
 
+/// A record's bytes and its resolved stack.
+type Record = (Vec<u8>, Vec<String>);
+
 /// Per event type: the records (bytes) with their resolved stacks, in order.
-fn records_with_stacks(data: &[u8]) -> BTreeMap<String, Vec<(Vec<u8>, Vec<String>)>> {
+fn records_with_stacks(data: &[u8]) -> BTreeMap<String, Vec<Record>> {
     let chunk = jfr_format::Chunk::parse(Bytes::copy_from_slice(data), 0).unwrap();
     assert_eq!(chunk.size() as usize, data.len(), "one chunk");
-    let mut out: BTreeMap<String, Vec<(Vec<u8>, Vec<String>)>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<Record>> = BTreeMap::new();
     for e in chunk.events() {
         let e = e.unwrap();
         let name = chunk.types().class(e.type_id).unwrap().name.clone();
@@ -627,7 +628,7 @@ fn distinct_cpu_samples(data: &[u8]) -> usize {
 /// stack, within `max_bytes` and `max_samples`; settings events are in each; other events in none.
 fn check_cuts(original: &[u8], cuts: &[Vec<u8>], max_bytes: usize, max_samples: usize) {
     let want = records_with_stacks(original);
-    let mut got: HashMap<String, Vec<(Vec<u8>, Vec<String>)>> = HashMap::new();
+    let mut got: HashMap<String, Vec<Record>> = HashMap::new();
     for cut in cuts {
         assert!(cut.len() <= max_bytes, "a cut of {} bytes is above {max_bytes}", cut.len());
         assert!(distinct_cpu_samples(cut) <= max_samples);
@@ -791,4 +792,26 @@ fn without_a_period_the_rate_is_left_to_the_server() {
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].query("sampleRate"), None);
     assert_eq!(requests[0].jfr(), original, "it fits: posted as it is");
+}
+
+#[test]
+fn samples_only_leaves_the_other_events_out() {
+    let original = synthetic_chunk(&Synth {
+        stacks: 20,
+        frames: 3,
+        samples: 200,
+        wall_samples: 0,
+        cpu_period: Some("10 ms"),
+        wall_period: None,
+        noise: 500,
+        span_ids: false,
+    });
+    let dir = chunk_dir(&original);
+    let server = Server::start(|_| Reply::Status(200));
+    push(&fast(PushTarget::pyroscope(server.url())).samples_only(true), &dir).unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    let cut = requests[0].jfr();
+    assert!(cut.len() < original.len() / 2, "{} of {}", cut.len(), original.len());
+    check_cuts(&original, &[cut], 4 * 1024 * 1024, 16_000);
 }

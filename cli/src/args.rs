@@ -80,6 +80,10 @@ pub struct PushArgs {
     /// HTTP basic authentication user; the password comes from RECORDER_PUSH_PASSWORD.
     #[arg(long, value_name = "USER")]
     pub basic_auth_user: Option<String>,
+    /// Post only samples (and the settings and constants they need), not the application's other
+    /// events, which Pyroscope ignores; chunks are then cut even when they fit the server's limits.
+    #[arg(long)]
+    pub samples_only: bool,
     /// Attempts per upload before giving up (default 5; with --follow, unlimited).
     #[arg(long, value_name = "N")]
     pub max_attempts: Option<u64>,

@@ -35,11 +35,13 @@ pub struct Limits {
     pub max_bytes: usize,
     /// Distinct samples (stack and span context) of one profile kind in one upload at most.
     pub max_samples: usize,
+    /// Cut every chunk (samples and settings only), even one within the limits.
+    pub samples_only: bool,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_bytes: DEFAULT_MAX_UPLOAD_BYTES, max_samples: DEFAULT_MAX_SAMPLES }
+        Limits { max_bytes: DEFAULT_MAX_UPLOAD_BYTES, max_samples: DEFAULT_MAX_SAMPLES, samples_only: false }
     }
 }
 
@@ -246,7 +248,7 @@ pub fn plan(bytes: Bytes, limits: &Limits) -> jfr_format::Result<Plan> {
     }
 
     let fits = bytes.len() <= limits.max_bytes && counts.values().all(|keys| keys.len() <= limits.max_samples);
-    if fits && !separate_wall {
+    if fits && !separate_wall && !limits.samples_only {
         out.uploads.push(Upload {
             jfr: bytes,
             from_nanos: header.start_nanos,
@@ -335,7 +337,7 @@ pub(crate) fn parse_period(text: &str) -> Option<i64> {
         _ => return None,
     };
     let ns = (value * ns_per).round();
-    (ns >= 1.0 && ns < 9e18).then_some(ns as i64)
+    (1.0..9e18).contains(&ns).then_some(ns as i64)
 }
 
 /// A constant's encoded value and the constants it references, decoded once per chunk.
@@ -515,7 +517,7 @@ impl Cut {
 }
 
 fn varint_len(v: u64) -> usize {
-    ((64 - v.max(1).leading_zeros() as usize) + 6) / 7
+    (64 - v.max(1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[cfg(test)]

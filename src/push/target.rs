@@ -128,6 +128,15 @@ impl PushTarget {
         self
     }
 
+    /// Post only what Pyroscope reads (default false: a chunk within the limits is posted as it
+    /// is). When true, every chunk is cut like an oversized one: its samples, the constants they
+    /// reference and its settings, without the application's other events, which Pyroscope ignores
+    /// but which can be most of a chunk's bytes.
+    pub fn samples_only(mut self, on: bool) -> Self {
+        self.limits.samples_only = on;
+        self
+    }
+
     /// How often a followed directory is looked at when nothing announces a new chunk (default 1 s).
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = d;

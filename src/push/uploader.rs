@@ -715,7 +715,7 @@ pub enum PushError {
         /// Why.
         reason: String,
         /// What was done before.
-        stats: PushStats,
+        stats: Box<PushStats>,
     },
 }
 
@@ -751,7 +751,7 @@ pub fn push_path(
     let mut uploader = Uploader::new(target.clone(), Arc::clone(&shared), options.max_attempts, Box::new(on_event));
     let stopped = |uploader: &Uploader| -> Result<PushStats, PushError> {
         match uploader.stopped() {
-            Some(reason) => Err(PushError::Stopped { reason, stats: shared.stats() }),
+            Some(reason) => Err(PushError::Stopped { reason, stats: Box::new(shared.stats()) }),
             None => Ok(shared.stats()),
         }
     };

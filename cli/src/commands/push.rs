@@ -7,7 +7,7 @@ use recorder::push::{push_path, PushError, PushEvent, PushOptions, PushTarget};
 use std::io::Write;
 
 pub fn run(args: PushArgs) -> anyhow::Result<Outcome> {
-    let mut target = PushTarget::pyroscope(args.pyroscope).app_name(args.app);
+    let mut target = PushTarget::pyroscope(args.pyroscope).app_name(args.app).samples_only(args.samples_only);
     for (k, v) in args.labels {
         target = target.label(k, v);
     }
