@@ -799,6 +799,8 @@ pub(crate) struct Handle {
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
     grace: Duration,
+    /// The process that started the thread: a forked child has no uploader thread to wait for.
+    pid: u32,
 }
 
 impl std::fmt::Debug for Handle {
@@ -858,7 +860,7 @@ pub(crate) fn start(
         drop(state);
         thread_shared.cond.notify_all();
     })?;
-    Ok(Handle { shared, thread: Some(thread), grace })
+    Ok(Handle { shared, thread: Some(thread), grace, pid: std::process::id() })
 }
 
 impl Handle {
@@ -866,6 +868,11 @@ impl Handle {
     /// stop. Returns without waiting longer than that; an upload still running then is abandoned
     /// (its thread ends at its request timeout) and its chunk stays on disk.
     pub(crate) fn finish(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child's copy: the thread lives in the parent only.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         {
             let mut state = self.shared.state();
             state.draining = true;
