@@ -206,8 +206,15 @@ pub fn classes() -> Vec<Class> {
         )
     }));
 
-    #[cfg(feature = "push")]
-    out.push(event_class(EventTypeSpec {
+    debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
+    out
+}
+
+/// `recorder.PushStatistics`, declared only by recordings that push (so that the metadata of
+/// others does not depend on the `push` feature).
+#[cfg(feature = "push")]
+pub fn push_statistics_class() -> Class {
+    event_class(EventTypeSpec {
         fields: vec![
             f("target", ids::STRING, "Server"),
             f("chunksPosted", ids::LONG, "Chunks Posted"),
@@ -229,8 +236,5 @@ pub fn classes() -> Vec<Class> {
             "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
              rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
         )
-    }));
-
-    debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
-    out
+    })
 }

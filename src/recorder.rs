@@ -469,6 +469,10 @@ impl Recorder {
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
+        #[cfg(feature = "push")]
+        if settings.push.is_some() {
+            metadata_registry::declare_builtin(builtin::push_statistics_class());
+        }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             generation,

@@ -815,3 +815,34 @@ fn samples_only_leaves_the_other_events_out() {
     assert!(cut.len() < original.len() / 2, "{} of {}", cut.len(), original.len());
     check_cuts(&original, &[cut], 4 * 1024 * 1024, 16_000);
 }
+
+#[test]
+fn compressed_chunks_are_posted_as_the_chunks_they_hold() {
+    let _serial = common::serial();
+    let server = Server::start(|_| Reply::Status(200));
+    let target = fast(PushTarget::pyroscope(server.url())).stop_grace(Duration::from_secs(5));
+    let base = scratch_dir().join("push-zst");
+    let (dir, _) = record(&base, |b| b.compress_finished_chunks(true).push(target.clone()), 3);
+    push(&target, &dir).unwrap();
+    let mut expected: Vec<(i64, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_str().unwrap().ends_with(".jfr.zst") || p.extension().is_some_and(|e| e == "jfr"))
+        .map(|p| {
+            let raw = std::fs::read(&p).unwrap();
+            let bytes =
+                if raw.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) { zstd::decode_all(&raw[..]).unwrap() } else { raw };
+            (jfr_format::ChunkHeader::parse(&bytes, 0).unwrap().start_nanos, bytes)
+        })
+        .filter(|(_, bytes)| {
+            let chunk = jfr_format::Chunk::parse(Bytes::copy_from_slice(bytes), 0).unwrap();
+            let id = chunk.metadata().class_by_name("jdk.ExecutionSample").map(|c| c.id);
+            let found = chunk.events().any(|e| Some(e.unwrap().type_id) == id);
+            found
+        })
+        .collect();
+    expected.sort();
+    assert!(expected.len() >= 2);
+    let posted: Vec<Vec<u8>> = server.requests().iter().map(Received::jfr).collect();
+    assert_eq!(posted, expected.into_iter().map(|(_, b)| b).collect::<Vec<_>>());
+}

@@ -636,7 +636,15 @@ fn zstd_decoder<R: Read>(_input: R) -> io::Result<std::io::Empty> {
 
 /// The chunk's bytes (exactly one chunk).
 fn load(f: &Found) -> io::Result<Bytes> {
-    let bytes = read_maybe_zstd(&f.path)?;
+    let bytes = match read_maybe_zstd(&f.path) {
+        // Compressed since the directory was read (`compress_finished_chunks`): same chunk.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && f.path.extension().is_some_and(|x| x == "jfr") => {
+            let mut zst = f.path.clone().into_os_string();
+            zst.push(".zst");
+            read_maybe_zstd(Path::new(&zst)).map_err(|_| e)?
+        }
+        other => other?,
+    };
     let start = f.offset.unwrap_or(0) as usize;
     let end = start.saturating_add(f.size as usize);
     if end > bytes.len() {
