@@ -43,35 +43,33 @@ pub use target::{PushTarget, SPY_NAME};
 pub use uploader::{push_path, PushError, PushEvent, PushOptions, PushStats};
 
 #[cfg(feature = "push")]
-pub(crate) use uploader::{start, Handle};
+pub(crate) use uploader::{start, Handle, Shared};
 
-use jfr_format::write::ChunkWriter;
 use std::path::Path;
 
-/// The recorder's side of an uploader: retention asks it which chunks are unposted, a finished
-/// chunk wakes it, and the flusher writes its counters. Without the `push` feature (or without a
-/// target) it does nothing.
+/// The recorder's side of an uploader: retention asks it which chunks are unposted and reports
+/// the ones it had to delete, a finished chunk wakes it, and the recorder's own events report its
+/// counters (`crate::flush::own`). Without the `push` feature (or without a target) it does
+/// nothing.
 #[derive(Debug, Default)]
 pub(crate) struct Link {
     #[cfg(feature = "push")]
     shared: Option<std::sync::Arc<uploader::Shared>>,
     #[cfg(feature = "push")]
     target: String,
-    #[cfg(feature = "push")]
-    written: Option<PushStats>,
 }
 
 impl Link {
     /// A link to the uploader sharing `shared`.
     #[cfg(feature = "push")]
     pub(crate) fn new(shared: std::sync::Arc<uploader::Shared>, target: &PushTarget) -> Link {
-        Link { shared: Some(shared), target: target.url().to_owned(), written: None }
+        Link { shared: Some(shared), target: target.url().to_owned() }
     }
 
-    /// The uploader's counters.
+    /// The server's URL and the uploader's counters, if the recording pushes.
     #[cfg(feature = "push")]
-    pub(crate) fn stats(&self) -> Option<PushStats> {
-        self.shared.as_ref().map(|s| s.stats())
+    pub(crate) fn report(&self) -> Option<(&str, PushStats)> {
+        self.shared.as_ref().map(|s| (self.target.as_str(), s.stats()))
     }
 
     /// Retention: the finished chunk `path` is not posted yet.
@@ -99,38 +97,5 @@ impl Link {
         if let Some(s) = &self.shared {
             s.notify();
         }
-    }
-
-    /// Writes a `recorder.PushStatistics` event when the counters changed since the last one (or the
-    /// chunk is new).
-    pub(crate) fn write_statistics(&mut self, writer: &mut ChunkWriter, now_ticks: i64, new_chunk: bool) {
-        #[cfg(feature = "push")]
-        if let Some(s) = &self.shared {
-            use jfr_format::write::{put_long, put_string};
-            let stats = s.stats();
-            if !new_chunk && self.written.as_ref() == Some(&stats) {
-                return;
-            }
-            writer.write_event(crate::builtin::PUSH_STATISTICS, |o| {
-                put_long(o, now_ticks);
-                put_string(o, Some(&self.target));
-                for v in [
-                    stats.chunks_posted,
-                    stats.uploads,
-                    stats.bytes_sent,
-                    stats.jfr_bytes,
-                    stats.retries,
-                    stats.rejected,
-                    stats.chunks_lost,
-                    stats.bytes_lost,
-                    stats.pending,
-                ] {
-                    put_long(o, v as i64);
-                }
-                put_string(o, stats.stopped.as_deref().or(stats.last_error.as_deref()));
-            });
-            self.written = Some(stats);
-        }
-        let _ = (writer, now_ticks, new_chunk);
     }
 }

@@ -872,6 +872,11 @@ pub(crate) fn start(
 }
 
 impl Handle {
+    /// The uploader's counters.
+    pub(crate) fn stats(&self) -> PushStats {
+        self.shared.stats()
+    }
+
     /// The recording finished its last chunk: post what is left within the grace period, then
     /// stop. Returns without waiting longer than that; an upload still running then is abandoned
     /// (its thread ends at its request timeout) and its chunk stays on disk.
