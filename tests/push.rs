@@ -397,6 +397,26 @@ fn the_disk_budget_deletes_unposted_chunks_and_counts_them_lost() {
     assert!(reported >= 1 && reported as u64 <= stats.chunks_lost);
 }
 
+#[test]
+fn stopping_with_every_chunk_unposted_keeps_the_final_chunk() {
+    let _serial = common::serial();
+    let target = fast(PushTarget::pyroscope(closed_port_url())).stop_grace(Duration::ZERO);
+    let base = scratch_dir().join("push-final");
+    // The budget is one chunk: room for a live chunk (reserved at every rotation) leaves none
+    // for finished ones, and nothing is ever posted. The last chunk has no live chunk after it.
+    let (dir, report) = record(&base, |b| b.max_size(64 * 1024).push(target), 3);
+    let stats = report.push.unwrap();
+    let files = common::chunk_files(&dir);
+    let last = files.last().expect("the final chunk is on disk");
+    let bytes = std::fs::read(last).unwrap();
+    let header = jfr_format::ChunkHeader::parse(&bytes, 0).unwrap();
+    assert!(header.is_final(), "{} is the final chunk", last.display());
+    // Every other finished chunk was deleted unposted, and counted.
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(stats.chunks_lost, report.stats.chunks_finished - 1, "{stats:?}");
+    common::jdk_accepts(&files);
+}
+
 // ---- Limits: chunks cut into several valid JFR files ----
 
 const EXEC: u64 = 100;

@@ -129,6 +129,7 @@ impl EventOut<'_> {
         write::put_string(self.out, Some(s));
     }
     /// A string, or null.
+    #[cfg(feature = "push")]
     pub fn optional_string(&mut self, s: Option<&str>) {
         write::put_string(self.out, s);
     }
