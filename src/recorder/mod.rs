@@ -13,7 +13,9 @@
 //! flush interval (earlier when buffers fill up), writes the periodic events and rotates chunks;
 //! the recorder thread drains full sampler buffers and discovers threads; [`Recorder::stop`]
 //! waits for commits in flight, joins both threads, stops the sources, flushes once more and
-//! finishes the last chunk with the final flag.
+//! finishes the last chunk with the final flag. With feature `push`, a third thread posts
+//! finished chunks to Pyroscope (`crate::push`); it never takes L, retention asks it which
+//! chunks are unposted (`storage`), and stop gives it a grace period after the last chunk.
 //!
 //! L is [`lock::L`]: every flusher, dump and stop step runs under it; application threads never
 //! take it. Slow work happens with L released: names of new addresses and threads (`resolve`),
