@@ -201,6 +201,12 @@ pub(crate) struct Retained {
 /// none ended before `oldest_end_nanos`, oldest first. Chunks for which `unposted` is true (an
 /// uploader still has to post them) are kept past their age, and the size limit deletes them only
 /// after every other finished chunk; those are reported in [`Retained::lost`].
+///
+/// The size limit never deletes the newest finished chunk (nor the live one, which is not in
+/// `chunks`): when it alone, or with the live chunk, passes the limit, the repository keeps it
+/// rather than the newest data being lost (late flushes make chunks grow past their rotation size;
+/// the JDK's `trimToSize` keeps its last chunk too). The age limit deletes whatever ended before
+/// it (the final chunk ends at the stop, so it never empties a stopped recording).
 pub(crate) fn apply_retention(
     chunks: &mut Vec<FinishedChunk>,
     live_size: u64,
@@ -214,7 +220,8 @@ pub(crate) fn apply_retention(
     // Age, then size, among the chunks that may go.
     while i < chunks.len() {
         let c = &chunks[i];
-        let too_big = total > max_size;
+        let newest = i + 1 == chunks.len();
+        let too_big = total > max_size && !newest;
         let too_old = oldest_end_nanos.is_some_and(|limit| c.end_nanos < limit);
         if !too_big && !too_old {
             break;
@@ -230,7 +237,7 @@ pub(crate) fn apply_retention(
         }
     }
     // The disk budget wins over uploads: the oldest unposted chunks go, counted as lost.
-    while total > max_size && !chunks.is_empty() {
+    while total > max_size && chunks.len() > 1 {
         let c = chunks.remove(0);
         total -= c.size;
         if std::fs::remove_file(&c.path).is_ok() || !c.path.exists() {
