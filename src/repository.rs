@@ -202,10 +202,11 @@ pub(crate) struct Retained {
 /// uploader still has to post them) are kept past their age, and the size limit deletes them only
 /// after every other finished chunk; those are reported in [`Retained::lost`].
 ///
-/// The size limit never deletes the newest finished chunk (nor the live one, which is not in
+/// The size limit never deletes the last finished chunk left (nor the live one, which is not in
 /// `chunks`): when it alone, or with the live chunk, passes the limit, the repository keeps it
 /// rather than the newest data being lost (late flushes make chunks grow past their rotation size;
-/// the JDK's `trimToSize` keeps its last chunk too). The age limit deletes whatever ended before
+/// the JDK's `trimToSize` keeps its last chunk too). Without uploads the last one left is the
+/// newest; with them, a posted newer chunk may go before an unposted older one. The age limit deletes whatever ended before
 /// it (the final chunk ends at the stop, so it never empties a stopped recording).
 pub(crate) fn apply_retention(
     chunks: &mut Vec<FinishedChunk>,
@@ -220,8 +221,8 @@ pub(crate) fn apply_retention(
     // Age, then size, among the chunks that may go.
     while i < chunks.len() {
         let c = &chunks[i];
-        let newest = i + 1 == chunks.len();
-        let too_big = total > max_size && !newest;
+        // Never the last chunk left (see above).
+        let too_big = total > max_size && chunks.len() > 1;
         let too_old = oldest_end_nanos.is_some_and(|limit| c.end_nanos < limit);
         if !too_big && !too_old {
             break;
