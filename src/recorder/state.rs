@@ -164,8 +164,13 @@ impl State {
         }
     }
 
-    /// The recorder thread's housekeeping: each source's (thread discovery, lost samples).
-    pub fn maintain_sources(&mut self) {
+    /// The recorder thread's housekeeping: the kernel's names of the threads a discovery (run
+    /// before, without L) listed — first names of new threads, renames of others — then each
+    /// source's lost samples.
+    pub fn maintain_sources(&mut self, thread_names: Vec<(u32, String)>) {
+        for (tid, comm) in thread_names {
+            self.chunk.observe_thread(tid, &comm, None);
+        }
         for source in &mut self.samplers {
             for loss in source.maintain(&mut self.chunk) {
                 self.losses.note(loss);
