@@ -22,6 +22,11 @@ pub const JDK_DATA_LOSS: u64 = 107;
 pub const DATA_LOSS: u64 = 108;
 /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
 pub const SAMPLER_STATISTICS: u64 = 109;
+/// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
+/// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
+/// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
+/// other, such as 0).
+pub const RECORDING: u64 = 110;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -202,6 +207,15 @@ pub fn classes() -> Vec<Class> {
             "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
         )
     }));
+
+    out.push(event_class(spec(
+        RECORDING,
+        "recorder.Recording",
+        "Recording Settings",
+        &["Flight Recorder"],
+        "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
+         repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
+    )));
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out

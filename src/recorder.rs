@@ -19,7 +19,7 @@ use crate::commit::{Shared, ThreadNote, CURRENT, GENERATION};
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository::{self, ChunkFile, FinishedChunk};
 use crate::sampler::{SampleRecord, Sampler, SamplerConfig, SamplerLocked, SamplerStats, SamplingMode};
-use crate::stack::{as_elided, DepthPolicy, StackKey, StackTable, MAX_DEPTH_PER_END};
+use crate::stack::{as_elided, DepthPolicy, Shown, StackKey, StackTable, MAX_DEPTH_PER_END};
 use crate::symbolize::Symbolizer;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, STATE_FINISHED};
@@ -27,7 +27,7 @@ use jfr_format::metadata::{
     ids, FRAME_TYPES, FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE, THREAD_STATES, THREAD_STATE_RUNNABLE,
 };
 use jfr_format::varint;
-use jfr_format::write::{self, put_bool, put_int, put_long, put_string, put_varint, Checkpoint, ChunkWriter};
+use jfr_format::write::{self, put_bool, put_int, put_long, put_string, put_utf8, put_varint, Checkpoint, ChunkWriter};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -726,10 +726,11 @@ struct Written {
     stacks: HashSet<u64>,
     methods: HashSet<u64>,
     classes: HashSet<u64>,
-    packages: HashSet<u64>,
     symbols: HashSet<u64>,
     fixed_pools: bool,
     metadata_version: u64,
+    /// Event types whose `jdk.ActiveSetting` rows the chunk has.
+    settings_of: HashSet<u64>,
 }
 
 #[derive(Debug)]
@@ -759,7 +760,6 @@ struct MethodDef {
 #[derive(Debug, Clone)]
 struct ClassDef {
     name: u64,
-    package: u64,
 }
 
 #[derive(Debug, Default)]
@@ -800,8 +800,6 @@ struct State {
     symbol_text: BTreeMap<u64, String>,
     class_keys: HashMap<String, u64>,
     class_defs: HashMap<u64, ClassDef>,
-    package_keys: HashMap<String, u64>,
-    package_defs: HashMap<u64, u64>,
     method_keys: HashMap<(u64, u64), u64>,
     method_defs: HashMap<u64, MethodDef>,
     next_key: u64,
@@ -820,8 +818,7 @@ struct State {
     stats: RecorderStats,
     scratch_frames: Vec<u64>,
     pending_symbols: Vec<u64>,
-    /// Classes and methods of the recorder's own commit path (see `OWN_CLASS_PREFIXES`).
-    own_classes: HashSet<u64>,
+    /// Methods of the recorder's own commit path (see `OWN_FUNCTION_PREFIXES`).
     own_frames: HashSet<u64>,
     /// The sampler and the part of its state only L holders touch.
     sampler: Option<(Arc<Sampler>, SamplerLocked)>,
@@ -837,8 +834,37 @@ struct State {
     rate_since: Option<Instant>,
 }
 
-/// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
-const OWN_CLASS_PREFIXES: [&str; 6] = [
+/// How frames of native code are named, for every reader (async-profiler's convention, issue 10
+/// §3): the method is the whole demangled function name, its class is the module the code lives
+/// in (`libc.so.6`, `myapp`), in no package, and its descriptor has no arguments and the empty
+/// class as return type. So:
+/// - JMC renders `libc.so.6.epoll_wait()`: a class with a package must start with the package
+///   name and a dot (`getFullName` throws otherwise), a class name starting with `[` is taken for
+///   an array type, and a descriptor without a return type (`()`) makes
+///   `FormatToolkit.getHumanReadable` return null;
+/// - async-profiler's converter shows the function name alone for native frames (the FrameType
+///   pool has `Kernel`); `jfr print` and Pyroscope show `libc.so.6.epoll_wait`;
+/// - our own tools show the function alone (`FrameInfo::qualified_name` knows this descriptor).
+const NATIVE_DESCRIPTOR: &str = "()L;";
+
+/// The class of the `<elided:K>` marker frame: says in every reader why frames are missing
+/// (`jfr print` shows `stack-depth-limit.<elided:3>()`).
+const ELIDED_CLASS: &str = "stack-depth-limit";
+
+/// A module's name as a frame's class (see [`NATIVE_DESCRIPTOR`]): never empty (JMC and
+/// `jfr print` would show `.function`) and never starting with `[` (JMC parses that as an array
+/// descriptor): `[anon:x]` becomes `anon:x`, an address outside every mapping `unknown`.
+fn frame_class_name(module: &str) -> &str {
+    let name = module.strip_prefix('[').map_or(module, |m| m.strip_suffix(']').unwrap_or(m));
+    if name.is_empty() || name.starts_with('[') {
+        "unknown"
+    } else {
+        name
+    }
+}
+
+/// Functions whose frames are the recorder's own and are dropped from the inner end of stacks.
+const OWN_FUNCTION_PREFIXES: [&str; 6] = [
     "recorder::event",
     "<recorder::event",
     "recorder::commit",
@@ -866,8 +892,6 @@ impl State {
             symbol_text: BTreeMap::new(),
             class_keys: HashMap::new(),
             class_defs: HashMap::new(),
-            package_keys: HashMap::new(),
-            package_defs: HashMap::new(),
             method_keys: HashMap::new(),
             method_defs: HashMap::new(),
             next_key: 1,
@@ -884,7 +908,6 @@ impl State {
             stats: RecorderStats::default(),
             scratch_frames: Vec::new(),
             pending_symbols: Vec::new(),
-            own_classes: HashSet::new(),
             own_frames: HashSet::new(),
             sampler: None,
             final_sampler_stats: None,
@@ -914,35 +937,23 @@ impl State {
         k
     }
 
-    fn package(&mut self, name: &str) -> u64 {
-        if let Some(&k) = self.package_keys.get(name) {
-            return k;
-        }
-        let sym = self.symbol(name);
-        let k = self.key();
-        self.package_keys.insert(name.to_owned(), k);
-        self.package_defs.insert(k, sym);
-        k
-    }
-
-    fn class(&mut self, name: &str, package: &str) -> u64 {
+    /// The class of native code: its module (see [`frame_class_name`]), in no package.
+    fn class(&mut self, module: &str) -> u64 {
+        let name = frame_class_name(module);
         if let Some(&k) = self.class_keys.get(name) {
             return k;
         }
         let name_sym = self.symbol(name);
-        let package = if package.is_empty() { 0 } else { self.package(package) };
         let k = self.key();
-        if OWN_CLASS_PREFIXES.iter().any(|p| name.starts_with(p)) {
-            self.own_classes.insert(k);
-        }
         self.class_keys.insert(name.to_owned(), k);
-        self.class_defs.insert(k, ClassDef { name: name_sym, package });
+        self.class_defs.insert(k, ClassDef { name: name_sym });
         k
     }
 
+    /// A native function: `name` is the whole demangled name (`myapp::parser::Parser::parse`).
     fn method(&mut self, class: u64, name: &str) -> u64 {
         let key = self.method_inner(class, name);
-        if self.own_classes.contains(&class) {
+        if OWN_FUNCTION_PREFIXES.iter().any(|p| name.starts_with(p)) {
             self.own_frames.insert(key);
         }
         key
@@ -959,22 +970,27 @@ impl State {
         k
     }
 
+    /// The `<elided:K>` marker frame.
+    fn elided_frame(&mut self, k: u64) -> FrameRef {
+        let class = self.class(ELIDED_CLASS);
+        let method = self.method(class, &format!("<elided:{k}>"));
+        FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }
+    }
+
     /// The serialized frames of one address (inlined frames first).
     fn frames_for(&mut self, ip: u64, is_return_address: bool) -> Vec<FrameRef> {
         if let Some(f) = self.frame_cache.get(&(ip, is_return_address)) {
             return f.clone();
         }
         let refs = if let Some(k) = as_elided(ip) {
-            let class = self.class("", "");
-            let method = self.method(class, &format!("<elided:{k}>"));
-            vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }]
+            vec![self.elided_frame(k)]
         } else {
             let frames =
                 SYMBOLIZER.lock().get_or_insert_with(Symbolizer::new).symbolize(ip, is_return_address).to_vec();
             let mut refs = Vec::with_capacity(frames.len());
             for f in frames {
-                let class = self.class(&f.class, &f.package);
-                let method = self.method(class, &f.method);
+                let class = self.class(&f.module);
+                let method = self.method(class, &f.function);
                 refs.push(FrameRef {
                     method,
                     line: f.line.map_or(-1, |l| l as i32),
@@ -1085,8 +1101,11 @@ impl State {
         }
         self.write_loss(now_ticks);
         if self.settings_changed {
-            self.write_settings(now_ticks);
+            refs_threads.extend(self.write_settings(now_ticks, false));
             self.settings_changed = false;
+        } else if chunk_metadata_version(&self.chunk) != metadata_registry::version() {
+            // Types registered since: their settings, declared by the metadata written below.
+            refs_threads.extend(self.write_settings(now_ticks, true));
         }
 
         // 4. Metadata, when the registry changed since this chunk last wrote it. Written after the
@@ -1144,18 +1163,34 @@ impl State {
                 self.scratch_frames = ips;
                 continue;
             }
-            let mut frames = Vec::with_capacity(ips.len());
+            let mut shown = Vec::with_capacity(ips.len());
             for (i, &ip) in ips.iter().enumerate() {
-                frames.extend(self.frames_for(ip, i > 0));
+                match as_elided(ip) {
+                    Some(k) => shown.push(Shown::Elided(k)),
+                    None => shown.extend(self.frames_for(ip, i > 0).into_iter().map(Shown::Frame)),
+                }
             }
             // The recorder's own frames never show: the commit API is inlined into its caller, so
             // the innermost address of an event's stack also names `Event::commit` and friends.
-            let own = frames.iter().take_while(|f| self.own_frames.contains(&f.method)).count();
-            if own < frames.len() {
-                frames.drain(..own);
+            let own = shown
+                .iter()
+                .take_while(|f| matches!(f, Shown::Frame(f) if self.own_frames.contains(&f.method)))
+                .count();
+            if own < shown.len() {
+                shown.drain(..own);
             }
             self.scratch_frames = ips;
-            let truncated = StackKey(key).truncated();
+            // The walk kept addresses; the depth limits count the frames readers show (inlined
+            // ones included), so they are applied again here, to the expanded frames.
+            let cut = self.settings.depth.limit_shown(&mut shown);
+            let truncated = StackKey(key).truncated() || cut;
+            let frames: Vec<FrameRef> = shown
+                .into_iter()
+                .map(|f| match f {
+                    Shown::Frame(f) => f,
+                    Shown::Elided(k) => self.elided_frame(k),
+                })
+                .collect();
             cp.add(ids::STACK_TRACE, key, |o| {
                 put_bool(o, truncated);
                 put_varint(o, frames.len() as u64);
@@ -1174,7 +1209,7 @@ impl State {
                 continue;
             }
             let def = self.method_defs[&m].clone();
-            let descriptor = self.symbol("()");
+            let descriptor = self.symbol(NATIVE_DESCRIPTOR);
             cp.add(ids::METHOD, m, |o| {
                 put_varint(o, def.class);
                 put_varint(o, def.name);
@@ -1194,26 +1229,17 @@ impl State {
             cp.add(ids::CLASS, c, |o| {
                 put_varint(o, 0);
                 put_varint(o, def.name);
-                put_varint(o, def.package);
+                put_varint(o, 0);
                 put_int(o, 0);
                 put_bool(o, false);
             });
             self.mark_symbol(&mut chunk, def.name);
-            if def.package != 0 && chunk.written.packages.insert(def.package) {
-                let name = self.package_defs[&def.package];
-                cp.add(ids::PACKAGE, def.package, |o| {
-                    put_varint(o, name);
-                    put_varint(o, 0);
-                    put_bool(o, true);
-                });
-                self.mark_symbol(&mut chunk, name);
-            }
         }
         // Symbols collected by mark_symbol.
         let symbols: Vec<u64> = std::mem::take(&mut self.pending_symbols);
         for s in symbols {
             let text = self.symbol_text.get(&s).cloned().unwrap_or_default();
-            cp.add(ids::SYMBOL, s, |o| put_string(o, Some(&text)));
+            cp.add(ids::SYMBOL, s, |o| put_utf8(o, &text));
         }
         // Threads: every thread this segment references, and on a new chunk every known thread.
         let mut wanted: Vec<u32> = threads.iter().copied().collect();
@@ -1310,45 +1336,70 @@ impl State {
     }
 
     /// `jdk.ActiveRecording` and one `jdk.ActiveSetting` per setting, at each chunk start and
-    /// whenever settings change.
-    fn write_settings(&mut self, now_ticks: i64) {
+    /// whenever settings change; with `only_new_types`, just the settings of the event types
+    /// registered since the chunk last got settings.
+    ///
+    /// Every `jdk.ActiveSetting.id` is the id of an event type the chunk declares (JMC looks it up
+    /// and fails on any other): the recording's own settings belong to `recorder.Recording`, and
+    /// a type configured in the builder but not registered yet gets its rows when it registers
+    /// (the metadata written in the same flush declares it). Returns the thread the events name.
+    fn write_settings(&mut self, now_ticks: i64, only_new_types: bool) -> Option<u32> {
         let deterministic = self.shared.logical.is_some();
         // The flusher's own events name the thread that flushed, except in deterministic mode.
         let tid = if deterministic { 0 } else { crate::thread::current_tid() };
         let settings = self.settings.clone();
-        let start_ms = self.recording_start.epoch_nanos / 1_000_000;
-        let elapsed_ms = (now_ticks - self.recording_start.ticks) / 1_000_000;
-        let dir = if deterministic { String::new() } else { self.dir.display().to_string() };
-        let mut rows: Vec<(u64, String, String)> = vec![
-            (0, "flushInterval".into(), format!("{} ms", settings.flush_interval.as_millis())),
-            (0, "maxChunkSize".into(), settings.max_chunk_size.to_string()),
-            (0, "maxChunkAge".into(), format!("{} s", settings.max_chunk_age.as_secs())),
-            (0, "maxSize".into(), settings.max_size.to_string()),
-            (0, "memoryBudget".into(), settings.memory_budget.to_string()),
-            (0, "stackDepth".into(), settings.depth.inner.to_string()),
-            (0, "stackDepthOuter".into(), settings.depth.outer.to_string()),
-        ];
-        for (name, id, s) in metadata_registry::all_settings() {
-            rows.push((id, format!("{name}#enabled"), s.enabled.to_string()));
-            rows.push((id, format!("{name}#threshold"), format!("{} ns", s.threshold.as_nanos())));
-            rows.push((id, format!("{name}#stackTrace"), s.stack_trace.to_string()));
+        let mut rows: Vec<(u64, String, String)> = Vec::new();
+        if !only_new_types {
+            let recording = |name: &str, value: String| (builtin::RECORDING, name.to_owned(), value);
+            rows.extend([
+                recording("flushInterval", format!("{} ms", settings.flush_interval.as_millis())),
+                recording("maxChunkSize", settings.max_chunk_size.to_string()),
+                recording("maxChunkAge", format!("{} s", settings.max_chunk_age.as_secs())),
+                recording("maxSize", settings.max_size.to_string()),
+                recording("memoryBudget", settings.memory_budget.to_string()),
+                recording("stackDepth", settings.depth.inner.to_string()),
+                recording("stackDepthOuter", settings.depth.outer.to_string()),
+            ]);
+            if !deterministic {
+                rows.push(recording("repository", self.dir.display().to_string()));
+            }
+            rows.extend(self.extra_settings());
         }
-        rows.extend(self.extra_settings());
         let chunk = self.chunk.as_mut().expect("a live chunk");
-        chunk.writer.write_event(builtin::ACTIVE_RECORDING, |o| {
-            put_long(o, now_ticks);
-            put_long(o, 0);
-            put_varint(o, u64::from(tid));
-            put_varint(o, 0);
-            put_long(o, 1);
-            put_string(o, Some(&settings.name));
-            put_string(o, Some(&dir));
-            put_long(o, settings.max_age.map_or(0, |d| d.as_millis() as i64));
-            put_long(o, settings.flush_interval.as_millis() as i64);
-            put_long(o, settings.max_size as i64);
-            put_long(o, start_ms);
-            put_long(o, elapsed_ms);
-        });
+        if !only_new_types {
+            chunk.written.settings_of.clear();
+        }
+        // Registered types only (id 0: configured, not registered yet).
+        for (_, id, s) in metadata_registry::all_settings() {
+            if id == 0 || !chunk.written.settings_of.insert(id) {
+                continue;
+            }
+            rows.push((id, "enabled".into(), s.enabled.to_string()));
+            rows.push((id, "threshold".into(), format!("{} ns", s.threshold.as_nanos())));
+            rows.push((id, "stackTrace".into(), s.stack_trace.to_string()));
+        }
+        if !only_new_types {
+            // What the JDK means (JDK 17's PlatformRecorder): limits in ms, Long.MAX_VALUE for none;
+            // the destination is the file written when the recording stops (none here: the
+            // repository is a setting of recorder.Recording).
+            let millis = |d: Option<Duration>| d.map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let start_ms = self.recording_start.epoch_nanos / 1_000_000;
+            chunk.writer.write_event(builtin::ACTIVE_RECORDING, |o| {
+                put_long(o, now_ticks);
+                put_long(o, 0);
+                put_varint(o, u64::from(tid));
+                put_varint(o, 0);
+                put_long(o, 1);
+                put_string(o, Some(&settings.name));
+                put_string(o, None);
+                put_long(o, millis(settings.max_age));
+                put_long(o, millis(Some(settings.flush_interval)));
+                put_long(o, i64::try_from(settings.max_size).unwrap_or(i64::MAX));
+                put_long(o, start_ms);
+                // The recording runs until stopped: no configured duration.
+                put_long(o, millis(None));
+            });
+        }
         for (id, name, value) in rows {
             chunk.writer.write_event(builtin::ACTIVE_SETTING, |o| {
                 put_long(o, now_ticks);
@@ -1360,10 +1411,12 @@ impl State {
                 put_string(o, Some(&value));
             });
         }
-        if tid != 0 {
-            self.known_threads.insert(tid);
-            self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
+        if tid == 0 {
+            return None;
         }
+        self.known_threads.insert(tid);
+        self.thread_names.entry(tid).or_insert_with(crate::thread::current_thread_name);
+        Some(tid)
     }
 
     /// Settings of subsystems (the sampler states its mode and rate here).
@@ -1666,6 +1719,11 @@ impl State {
         }
         Ok(out)
     }
+}
+
+/// The registry version whose metadata the live chunk has (0 before its first).
+fn chunk_metadata_version(chunk: &Option<LiveChunk>) -> u64 {
+    chunk.as_ref().map_or(0, |c| c.written.metadata_version)
 }
 
 /// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE.
