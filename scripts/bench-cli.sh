@@ -28,7 +28,7 @@ REC="${1:-$WORK/workload.jfr}"
 MIN_BYTES=$((20 * 1024 * 1024))
 if [[ $# -eq 0 ]] && { [[ ! -f "$REC" ]] || (( $(stat -c %s "$REC") < MIN_BYTES )); }; then
     echo "making the JVM recording (profile settings, default chunk size) ..." >&2
-    javac -d "$WORK/classes" tests/java/JfrWorkload.java
+    javac -d "$WORK/classes" cli/tests/java/JfrWorkload.java
     rm -f "$REC"
     java -XX:StartFlightRecording=filename="$REC",settings=profile \
         -cp "$WORK/classes" JfrWorkload "${BENCH_EVENTS:-72000}" 3 2000 >/dev/null 2>&1

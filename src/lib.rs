@@ -38,12 +38,12 @@ pub mod clock;
 #[cfg(not(loom))]
 mod commit;
 #[cfg(not(loom))]
+mod compress;
+#[cfg(not(loom))]
 pub mod consumer;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 pub mod control;
-#[cfg(not(loom))]
-pub mod demo;
 #[cfg(not(loom))]
 mod event;
 #[cfg(not(loom))]

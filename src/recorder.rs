@@ -16,6 +16,7 @@ use crate::buffer::EventBuffer;
 use crate::builtin;
 use crate::clock::{self, ClockPair};
 use crate::commit::{Shared, ThreadNote, CURRENT, GENERATION};
+use crate::compress;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository::{self, ChunkFile, FinishedChunk};
 use crate::sampler::{SampleRecord, Sampler, SamplerConfig, SamplerLocked, SamplerStats, SamplingMode};
@@ -123,7 +124,8 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
-    /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files.
+    /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files (needs the crate's
+    /// `zstd` feature).
     pub compress_finished_chunks: bool,
     /// Deterministic mode: logical timestamps and thread numbers, no sampling, no periodic events,
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
@@ -181,7 +183,8 @@ impl RecorderBuilder {
     /// Replace each finished chunk file by a zstd-compressed `<name>.jfr.zst` (default false;
     /// the live chunk is never compressed). `recorder` reads such repositories; the JDK's tools
     /// and streaming readers (which only look at `*.jfr`) do not, and compressing costs the
-    /// flushing thread some time at each rotation.
+    /// flushing thread some time at each rotation. Needs the crate's `zstd` feature.
+    #[cfg(feature = "zstd")]
     pub fn compress_finished_chunks(mut self, on: bool) -> Self {
         self.settings.compress_finished_chunks = on;
         self
@@ -328,6 +331,9 @@ fn validate(s: &Settings) -> Result<(), Error> {
     }
     if s.periodic_interval < Duration::from_millis(10) {
         return bad(format!("periodic interval {:?} is below 10 ms", s.periodic_interval));
+    }
+    if s.compress_finished_chunks && !cfg!(feature = "zstd") {
+        return bad("compressed chunks need recorder's `zstd` feature".into());
     }
     Ok(())
 }
@@ -1658,7 +1664,7 @@ impl State {
         let plain = (file.path().to_owned(), header.chunk_size as u64);
         // A chunk that cannot be compressed stays as it is: it is complete and valid.
         let (path, size) = if self.settings.compress_finished_chunks {
-            compress_chunk_file(file.path()).unwrap_or(plain)
+            compress::compress_chunk_file(file.path()).unwrap_or(plain)
         } else {
             plain
         };
@@ -1686,11 +1692,7 @@ impl State {
         let mut out = Vec::new();
         let mut last_start = None;
         for c in &self.finished {
-            let read = std::fs::read(&c.path);
-            let read = match read {
-                Ok(bytes) if bytes.starts_with(&ZSTD_MAGIC) => zstd::decode_all(&bytes[..]),
-                other => other,
-            };
+            let read = std::fs::read(&c.path).and_then(|bytes| compress::chunk_bytes(bytes, &c.path));
             match read {
                 Ok(bytes) => {
                     last_start = Some(out.len());
@@ -1851,37 +1853,4 @@ fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
         write_file_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(bytes.len() as u64)
     })
-}
-
-/// The zstd frame magic, at the start of a compressed chunk file.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-/// Replaces the finished chunk file `path` by `<path>.zst`; returns the new path and size. The
-/// compressed file is complete (synced, renamed into place) before the original is removed, so a
-/// reader finds the chunk in one of them at all times (possibly in both for a moment).
-fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
-    let plain = std::fs::read(path)?;
-    let compressed = zstd::encode_all(&plain[..], 3)?;
-    let mut zst = path.as_os_str().to_owned();
-    zst.push(".zst");
-    let zst = PathBuf::from(zst);
-    let mut partial = zst.clone().into_os_string();
-    partial.push(".part");
-    let partial = PathBuf::from(partial);
-    let written = (|| {
-        let mut f = std::fs::File::create(&partial)?;
-        std::io::Write::write_all(&mut f, &compressed)?;
-        f.sync_all()?;
-        std::fs::rename(&partial, &zst)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e);
-    }
-    if let Err(e) = std::fs::remove_file(path) {
-        // Keep one copy only: the plain chunk stays.
-        let _ = std::fs::remove_file(&zst);
-        return Err(e);
-    }
-    Ok((zst, compressed.len() as u64))
 }

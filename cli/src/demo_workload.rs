@@ -1,12 +1,11 @@
-//! The built-in demo workload behind `recorder demo`: several threads with distinct hot functions
+//! The built-in workload behind `recorder demo`: several threads with distinct hot functions
 //! and some deep call chains, emitting typed events while the recorder records them.
 
-use crate::{Event, Recorder, RecorderBuilder};
-use std::path::PathBuf;
+use recorder::{Event, Recorder};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-crate::event! {
+recorder::event! {
     /// One unit of work of the demo.
     #[event(name = "demo.Request", label = "Request", description = "A simulated request handled by a worker", category = ["Demo"])]
     pub struct Request {
@@ -21,7 +20,7 @@ crate::event! {
     }
 }
 
-crate::event! {
+recorder::event! {
     /// A cache miss in the demo's lookup workload.
     #[event(name = "demo.CacheMiss", label = "Cache Miss", category = ["Demo"])]
     pub struct CacheMiss {
@@ -39,17 +38,9 @@ pub struct DemoOptions {
     pub threads: usize,
 }
 
-impl Default for DemoOptions {
-    fn default() -> DemoOptions {
-        DemoOptions { duration: Duration::from_secs(3), threads: 4 }
-    }
-}
-
 /// What the demo did.
 #[derive(Debug, Clone)]
 pub struct DemoReport {
-    /// The recording's chunk directory.
-    pub repository: PathBuf,
     /// Requests committed.
     pub requests: u64,
 }
@@ -129,14 +120,6 @@ fn worker(recorder: &Recorder, index: usize, stop: &AtomicBool, requests: &Atomi
     }
 }
 
-/// Runs the workload under a recording started from `builder`, then stops the recording.
-pub fn run(builder: RecorderBuilder, options: &DemoOptions) -> Result<DemoReport, crate::Error> {
-    let recorder = builder.name("recorder demo").start()?;
-    let report = run_with(&recorder, options);
-    recorder.stop()?;
-    Ok(report)
-}
-
 /// Runs the workload while `recorder` records (the caller stops or dumps it).
 pub fn run_with(recorder: &Recorder, options: &DemoOptions) -> DemoReport {
     let stop = AtomicBool::new(false);
@@ -155,5 +138,5 @@ pub fn run_with(recorder: &Recorder, options: &DemoOptions) -> DemoReport {
         }
         stop.store(true, Ordering::Relaxed);
     });
-    DemoReport { repository: recorder.repository_dir().to_owned(), requests: requests.load(Ordering::Relaxed) }
+    DemoReport { requests: requests.load(Ordering::Relaxed) }
 }

@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod demo_workload;
 mod fold;
 mod json;
 mod render;

@@ -3,10 +3,10 @@
 //! was recorded: where the files are, the summary, and the hottest functions of the CPU samples.
 
 use crate::args::{DemoArgs, SummaryConfig};
+use crate::demo_workload::{self as demo, DemoOptions};
 use crate::source;
 use anyhow::Context;
 use jfr_format::Value;
-use recorder::demo::{self, DemoOptions};
 use recorder::Recorder;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

@@ -1,0 +1,130 @@
+//! Helpers of the CLI's integration tests: the `recorder` binary, a JVM-made recording and the
+//! parsing of `jfr print --json` values; plus the library's test helpers (recordings read back,
+//! the JDK tools as judges), shared from the library's `tests/common/mod.rs`.
+#![allow(dead_code)]
+
+#[path = "../../../tests/common/mod.rs"]
+mod library;
+pub use library::*;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Runs the `recorder` binary.
+pub fn recorder(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_recorder")).args(args).output().expect("running the recorder binary")
+}
+
+/// Runs `recorder` and insists on success; returns stdout.
+pub fn recorder_ok(args: &[&str]) -> String {
+    let out = recorder(args);
+    assert!(
+        out.status.success(),
+        "recorder {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("recorder output is UTF-8")
+}
+
+/// A scratch directory for this test binary under target/.
+pub fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(env!("CARGO_CRATE_NAME"));
+    std::fs::create_dir_all(&dir).expect("creating the scratch dir");
+    dir
+}
+
+/// A recording made by a JVM running tests/java/JfrWorkload.java with profile settings and 1 MB
+/// chunks: several chunks, custom events with fields of every kind, execution samples. Made once
+/// per test binary.
+pub fn jvm_recording() -> &'static Path {
+    static RECORDING: OnceLock<PathBuf> = OnceLock::new();
+    RECORDING.get_or_init(|| {
+        let dir = scratch_dir().join("jvm");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating the JVM scratch dir");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/JfrWorkload.java");
+        let status = Command::new(jdk_tool("javac")).arg("-d").arg(&dir).arg(&source).status().expect("running javac");
+        assert!(status.success(), "javac failed on {}", source.display());
+        let recording = dir.join("workload.jfr");
+        let out = Command::new(jdk_tool("java"))
+            .arg(format!("-XX:StartFlightRecording=filename={},settings=profile", recording.display()))
+            .arg("-XX:FlightRecorderOptions=maxchunksize=1m")
+            .arg("-cp")
+            .arg(&dir)
+            .args(["JfrWorkload", "8000", "3", "30000", "4"])
+            .output()
+            .expect("running java");
+        assert!(
+            out.status.success() && recording.is_file(),
+            "the JVM workload failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        recording
+    })
+}
+
+/// Chunk boundaries of a file: (offset, size) of each chunk, from the headers.
+pub fn chunk_spans(data: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut pos = 0;
+    while pos + 68 <= data.len() {
+        assert_eq!(&data[pos..pos + 4], b"FLR\0", "chunk magic at {pos}");
+        let size = u64::from_be_bytes(data[pos + 8..pos + 16].try_into().unwrap()) as usize;
+        spans.push((pos, size));
+        pos += size;
+    }
+    assert_eq!(pos, data.len(), "chunks cover the file");
+    spans
+}
+
+/// `2026-11-29T16:59:14.957127984Z` (as `jfr print --json` writes) to ns since the epoch.
+pub fn parse_iso_nanos(s: &str) -> i64 {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> i64 { s[r].parse().expect("a timestamp number") };
+    let (y, m, d) = (num(0..4), num(5..7), num(8..10));
+    let (hh, mm, ss) = (num(11..13), num(14..16), num(17..19));
+    let mut nanos = 0i64;
+    if b.get(19) == Some(&b'.') {
+        let frac: String = s[20..].chars().take_while(char::is_ascii_digit).collect();
+        nanos = format!("{frac:0<9}")[..9].parse().unwrap();
+    }
+    // days_from_civil (Howard Hinnant)
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1_000_000_000) + nanos
+}
+
+/// An ISO-8601 duration as `jfr print --json` writes it (`PT0.000001S`, `PT1M2.5S`, `PT0S`) to ns.
+pub fn parse_iso_duration_nanos(s: &str) -> i64 {
+    let rest = s.strip_prefix("PT").unwrap_or_else(|| panic!("not a duration: {s}"));
+    let mut total: f64 = 0.0;
+    let mut number = String::new();
+    for c in rest.chars() {
+        match c {
+            'H' => total += number.parse::<f64>().unwrap() * 3600e9,
+            'M' => total += number.parse::<f64>().unwrap() * 60e9,
+            'S' => total += number.parse::<f64>().unwrap() * 1e9,
+            _ => {
+                number.push(c);
+                continue;
+            }
+        }
+        number.clear();
+    }
+    total.round() as i64
+}
+
+#[test]
+fn iso_helpers_parse_jfr_output() {
+    assert_eq!(parse_iso_nanos("1970-01-01T00:00:01.5Z"), 1_500_000_000);
+    assert_eq!(parse_iso_nanos("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
+    assert_eq!(parse_iso_duration_nanos("PT0.000001S"), 1_000);
+    assert_eq!(parse_iso_duration_nanos("PT1M2.5S"), 62_500_000_000);
+}

@@ -1,0 +1,65 @@
+//! zstd storage of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
+//! default, so an embedding application builds no C code unless it asks for compressed chunks.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The zstd frame magic, at the start of a compressed chunk file.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// The chunk bytes of a finished chunk file's contents: decompressed if they are zstd.
+pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
+    if !bytes.starts_with(&ZSTD_MAGIC) {
+        return Ok(bytes);
+    }
+    #[cfg(feature = "zstd")]
+    {
+        let _ = path;
+        zstd::decode_all(&bytes[..])
+    }
+    #[cfg(not(feature = "zstd"))]
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: a zstd-compressed chunk, and recorder was built without its `zstd` feature", path.display()),
+    ))
+}
+
+/// Replaces the finished chunk file `path` by `<path>.zst`; returns the new path and size. The
+/// compressed file is complete (synced, renamed into place) before the original is removed, so a
+/// reader finds the chunk in one of them at all times (possibly in both for a moment).
+#[cfg(feature = "zstd")]
+pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
+    let plain = std::fs::read(path)?;
+    let compressed = zstd::encode_all(&plain[..], 3)?;
+    let mut zst = path.as_os_str().to_owned();
+    zst.push(".zst");
+    let zst = PathBuf::from(zst);
+    let mut partial = zst.clone().into_os_string();
+    partial.push(".part");
+    let partial = PathBuf::from(partial);
+    let written = (|| {
+        let mut f = std::fs::File::create(&partial)?;
+        io::Write::write_all(&mut f, &compressed)?;
+        f.sync_all()?;
+        std::fs::rename(&partial, &zst)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::remove_file(path) {
+        // Keep one copy only: the plain chunk stays.
+        let _ = std::fs::remove_file(&zst);
+        return Err(e);
+    }
+    Ok((zst, compressed.len() as u64))
+}
+
+/// Without the `zstd` feature nothing is compressed (`validate` refuses the setting up front).
+#[cfg(not(feature = "zstd"))]
+pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: recorder was built without its `zstd` feature", path.display()),
+    ))
+}
