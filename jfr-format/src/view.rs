@@ -190,3 +190,31 @@ impl Chunk {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(class: &str, method: &str, descriptor: Option<&str>) -> FrameInfo {
+        FrameInfo {
+            class: class.into(),
+            method: method.into(),
+            descriptor: descriptor.map(str::to_owned),
+            ..FrameInfo::default()
+        }
+    }
+
+    #[test]
+    fn native_code_reads_as_its_function_java_as_class_and_method() {
+        let rust = frame("myapp", "myapp::parser::Parser::parse", Some("()L;"));
+        assert!(rust.is_native_code());
+        assert_eq!(rust.qualified_name(), "myapp::parser::Parser::parse");
+        // async-profiler's kernel frames.
+        assert_eq!(frame("", "do_syscall_64", Some("(Lk;)L;")).qualified_name(), "do_syscall_64");
+        let java = frame("java/lang/String", "indexOf", Some("(I)I"));
+        assert!(!java.is_native_code());
+        assert_eq!(java.qualified_name(), "java/lang/String.indexOf");
+        assert_eq!(frame("libc.so.6", "epoll_wait", None).qualified_name(), "libc.so.6.epoll_wait");
+        assert_eq!(frame("", "main", None).qualified_name(), "main");
+    }
+}

@@ -634,3 +634,21 @@ impl ChunkWriter {
         self.pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_utf8_uses_tag_3_even_for_the_empty_string() {
+        let mut out = Vec::new();
+        put_utf8(&mut out, "");
+        assert_eq!(out, [3, 0]);
+        out.clear();
+        put_utf8(&mut out, "é");
+        assert_eq!(out, [3, 2, 0xC3, 0xA9]);
+        out.clear();
+        put_string(&mut out, Some(""));
+        assert_eq!(out, [1], "plain strings keep the short empty form");
+    }
+}

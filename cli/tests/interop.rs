@@ -289,7 +289,7 @@ fn make_files() -> Files {
     let chunks = chunk_files(&repo);
     assert!(chunks.len() >= 3, "three flushes of more than 64 KiB each rotate: {chunks:?}");
 
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden.jfr");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/golden.jfr");
     let jvm = jvm_recording().to_owned();
     let files =
         Files { demo, demo_repository, demo_6_3, chunks, multi_chunk_dump, live_copy, golden, jvm, late_id, _dir: dir };
