@@ -99,7 +99,7 @@ const WIDE: char = '🦀';
 #[inline(never)]
 fn commit_all_kinds(n: u64) {
     AllKinds {
-        flag: n % 2 == 0,
+        flag: n.is_multiple_of(2),
         tiny: -7,
         ubyte: 200,
         small: -1234,
