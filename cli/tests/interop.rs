@@ -261,12 +261,13 @@ fn make_files() -> Files {
                 recurse(3000, stop)
             })
             .unwrap();
-        // Three flushes of more than a chunk's worth each: at least three chunks.
+        // Three flushes of more than a chunk's worth each (3000 ticks are about 90 KiB): at least
+        // three chunks.
         for round in 0..3u64 {
             for n in 0..40 {
                 commit_all_kinds(round * 100 + n);
             }
-            for n in 0..1500 {
+            for n in 0..3000 {
                 Tick { n, text: format!("tick {round}/{n}") }.commit();
             }
             if round == 1 {
