@@ -9,18 +9,22 @@
 //! the memory budget, or count the event as lost).
 
 use crate::buffer::EventBuffer;
-use crate::event::{put_u64, Event};
+use crate::metadata_registry::EventType;
 use crate::stack::{DepthPolicy, StackTable};
-use crate::sync::statics::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::compiler_fence;
+use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
+use jfr_format::write;
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The running recording's shared state (for threads attaching to it).
 pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+/// A recording is starting (between its check of `CURRENT` and its publication there).
+pub(crate) static STARTING: AtomicBool = AtomicBool::new(false);
 
 /// What a thread reports about itself to the L holders.
 #[derive(Debug, Clone)]
@@ -50,10 +54,42 @@ pub(crate) struct Shared {
     pub lost_events: AtomicU64,
     pub lost_bytes: AtomicU64,
     /// Wakes the flusher early when buffers fill up.
-    pub wakeup: crate::recorder::Wakeup,
+    pub wakeup: Wakeup,
     /// Deterministic mode: the logical clock (every event start and thread change takes the next
     /// value) and the logical thread numbers, instead of real ticks and OS thread ids.
     pub logical: Option<LogicalClock>,
+    /// The in-flight marks of the threads attached to this recording (see `Local::enter`).
+    pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
+}
+
+/// Wakes the flusher from another thread without a lock.
+#[derive(Debug, Default)]
+pub(crate) struct Wakeup {
+    pending: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl Wakeup {
+    /// The thread to wake (the flusher), set once when it starts.
+    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
+        let _ = self.thread.set(thread);
+    }
+
+    /// Asks the flusher to run soon.
+    pub(crate) fn notify(&self) {
+        // Release: pairs with the Acquire swap in `take`; nothing else is published.
+        if !self.pending.swap(true, Ordering::Release) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// A wakeup was asked for since the last call.
+    pub(crate) fn take(&self) -> bool {
+        // Acquire: pairs with `notify`.
+        self.pending.swap(false, Ordering::Acquire)
+    }
 }
 
 /// The counters of deterministic mode.
@@ -98,6 +134,30 @@ impl Shared {
         Some(buffer)
     }
 
+    /// `stop`, after clearing `GENERATION` and `CURRENT`: waits until no commit that found this
+    /// recording running is still writing its record (review finding 11). Returns how many were
+    /// still in flight after `timeout` (a field encoder that blocks); the caller counts them lost.
+    pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
+        // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
+        // it before has its in-flight mark visible now, and one that reads it later sees 0.
+        crate::thread::process_barrier();
+        let marks = self.in_flight.lock().clone();
+        let deadline = std::time::Instant::now() + timeout;
+        let mut stuck = 0;
+        for mark in marks {
+            // Acquire: pairs with the Release store in `Local::leave`; the record is then in its
+            // buffer for the final flush.
+            while mark.load(Ordering::Acquire) {
+                if std::time::Instant::now() >= deadline {
+                    stuck += 1;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        stuck
+    }
+
     fn lose(&self, bytes: usize) {
         // Relaxed: statistics, reported by the flusher.
         self.lost_events.fetch_add(1, Ordering::Relaxed);
@@ -119,18 +179,36 @@ struct Local {
     last_truncated: bool,
     last_key: u64,
     tid: u32,
+    /// Set while a commit of this thread is between its generation check and its append; shared
+    /// with every recording this thread attached to (see `Local::enter`).
+    in_flight: Option<Arc<AtomicBool>>,
 }
 
 impl Local {
     #[cold]
     fn attach(&mut self, generation: u64) -> bool {
         self.detach();
-        let Some(shared) = CURRENT.lock().clone() else {
-            return false;
+        // The first commit of this thread: its in-flight mark starts set (we are in a commit).
+        let mark = self.in_flight.get_or_insert_with(|| Arc::new(AtomicBool::new(true)));
+        let shared = {
+            let current = CURRENT.lock();
+            let Some(shared) = current.clone() else {
+                return false;
+            };
+            if shared.generation != generation {
+                return false;
+            }
+            // Under CURRENT: `stop` clears CURRENT before it reads the marks, so it sees this one.
+            let mut marks = shared.in_flight.lock();
+            if marks.len() == marks.capacity() {
+                // Before the list grows: drop the marks of exited threads (only the list holds
+                // them), so a recording that sees many short threads keeps a bounded list.
+                marks.retain(|m| Arc::strong_count(m) > 1);
+            }
+            marks.push(Arc::clone(mark));
+            drop(marks);
+            shared
         };
-        if shared.generation != generation {
-            return false;
-        }
         let (tid, ticks) = match &shared.logical {
             // Relaxed: a counter (see `LogicalClock`).
             Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
@@ -179,6 +257,7 @@ thread_local! {
             last_truncated: false,
             last_key: 0,
             tid: 0,
+            in_flight: None,
         })
     };
 }
@@ -198,6 +277,8 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
     if child {
         // Release: later commits in the child see no recording.
         GENERATION.store(0, Ordering::Release);
+        // A start the parent had in progress does not exist in the child. Release: as above.
+        STARTING.store(false, Ordering::Release);
     }
     // SAFETY: the caller holds the lock (see above).
     unsafe { CURRENT.force_unlock() };
@@ -222,17 +303,44 @@ fn lose_untracked() {
     }
 }
 
-/// Records `event` with the given start and duration (ticks).
+/// Appends the shortest JFR varint of `v`: exactly the bytes of [`jfr_format::varint::write_u64`],
+/// without its byte loop and variable-length copy (a `memcpy` call). The commit path writes every
+/// integer through this: the 7-bit groups are spread into one word (three shift-and-mask steps),
+/// which is appended whole and cut to length.
+#[inline(always)]
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
+    if v >> 56 != 0 {
+        // 9 bytes (the last one of 8 full bits): rare (negative longs), keep the general encoder.
+        return write::put_varint(out, v);
+    }
+    // 2..=8 bytes of 7 bits each; all but the last carry the continuation bit.
+    let len = (64 - v.leading_zeros() as usize).div_ceil(7);
+    // Spread the 56 low bits into 8 bytes of 7 bits: 28-bit halves into 32-bit lanes, 14-bit
+    // quarters into 16-bit lanes, 7-bit groups into bytes.
+    let mut word = (v & 0x0FFF_FFFF) | ((v & 0x00FF_FFFF_F000_0000) << 4);
+    word = (word & 0x0000_3FFF_0000_3FFF) | ((word & 0x0FFF_C000_0FFF_C000) << 2);
+    word = (word & 0x007F_007F_007F_007F) | ((word & 0x3F80_3F80_3F80_3F80) << 1);
+    word |= 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
+    let at = out.len();
+    out.extend_from_slice(&word.to_le_bytes());
+    out.truncate(at + len);
+}
+
+/// Records an event of type `ty` whose own fields `write_fields` encodes, with the given start and
+/// duration (ticks).
 #[inline(never)]
-pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
-    // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
-    let generation = GENERATION.load(Ordering::Acquire);
-    if generation == 0 {
+pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl FnOnce(&mut Vec<u8>), start: i64, duration: i64) {
+    // Relaxed: a hint that skips everything when no recording runs; `Local::record` checks again
+    // with Acquire once the commit is marked in flight.
+    if GENERATION.load(Ordering::Relaxed) == 0 {
         return;
     }
     // The frame record of this function: the stack walk keeps frames from its caller outwards.
     let anchor = crate::unwind::frame_pointer();
-    let ty = E::event_type();
     let type_id = ty.id();
     // Relaxed: settings.
     if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed) {
@@ -244,30 +352,79 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
             // Re-entered from inside a commit (e.g. a field's encoder committed an event).
             return false;
         };
-        if local.generation != generation && !local.attach(generation) {
+        local.enter();
+        let recorded = local.record(anchor, type_id, with_stack, write_fields, start, duration);
+        local.leave();
+        recorded
+    });
+    if done != Ok(true) {
+        lose_untracked();
+    }
+}
+
+impl Local {
+    /// Marks this thread's commit in flight, before the generation check that decides whether it
+    /// records (review finding 11). `stop` clears the generation, runs a process-wide barrier
+    /// (`thread::process_barrier`, the heavy half of an asymmetric fence whose light half is the
+    /// compiler fence here) and then waits for every in-flight mark to clear, so a commit that
+    /// found the recording running is in its buffer before the final flush.
+    #[inline(always)]
+    fn enter(&self) {
+        if let Some(flag) = &self.in_flight {
+            // Relaxed: ordered before the generation load by the compiler fence and `stop`'s
+            // process-wide barrier.
+            flag.store(true, Ordering::Relaxed);
+        }
+        compiler_fence(Ordering::SeqCst);
+    }
+
+    /// The commit is done (recorded, lost or skipped).
+    #[inline(always)]
+    fn leave(&self) {
+        if let Some(flag) = &self.in_flight {
+            // Release: publishes the append (the buffer's `committed` store) to `stop`, which
+            // waits for this with an Acquire load in `Shared::wait_for_commits`.
+            flag.store(false, Ordering::Release);
+        }
+    }
+
+    /// Encodes one event into this thread's buffer. Returns false if it could not be recorded
+    /// at all (the caller counts it lost).
+    #[inline(always)]
+    fn record(
+        &mut self,
+        anchor: usize,
+        type_id: u64,
+        with_stack: bool,
+        write_fields: impl FnOnce(&mut Vec<u8>),
+        start: i64,
+        duration: i64,
+    ) -> bool {
+        // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
+        let generation = GENERATION.load(Ordering::Acquire);
+        if generation == 0 || (self.generation != generation && !self.attach(generation)) {
             return true; // the recording stopped meanwhile: nothing to record
         }
-        let local = &mut *local;
-        let Some(shared) = local.shared.as_ref() else {
+        let Some(shared) = self.shared.as_ref() else {
             return false;
         };
         let stack_key = if with_stack {
-            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut local.ring, &mut local.frames);
-            if local.last_key != 0 && truncated == local.last_truncated && local.frames == local.last_frames {
+            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
+            if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
                 // The table is insert-only: the key interned last time still names this stack.
-                local.last_key
+                self.last_key
             } else {
-                let key = shared.stacks.intern(&local.frames, truncated).0;
-                local.last_frames.clone_from(&local.frames);
-                local.last_truncated = truncated;
-                local.last_key = key;
+                let key = shared.stacks.intern(&self.frames, truncated).0;
+                self.last_frames.clone_from(&self.frames);
+                self.last_truncated = truncated;
+                self.last_key = key;
                 key
             }
         } else {
             0
         };
-        local.scratch.clear();
-        let out = &mut local.scratch;
+        self.scratch.clear();
+        let out = &mut self.scratch;
         // The bytes of `write::begin_record` .. `write::end_record`, without moving the record.
         out.extend_from_slice(&RESERVED_SIZE);
         put_u64(out, type_id);
@@ -277,28 +434,25 @@ pub(crate) fn commit_event<E: Event>(event: &E, start: i64, duration: i64) {
         };
         put_u64(out, start as u64);
         put_u64(out, duration as u64);
-        put_u64(out, u64::from(local.tid));
+        put_u64(out, u64::from(self.tid));
         put_u64(out, stack_key);
-        event.write_fields(out);
+        write_fields(out);
         let at = finish_record(out);
-        let record = &local.scratch[at..];
+        let record = &self.scratch[at..];
         publish_thread_refs(shared);
-        let appended = local.buffer.as_ref().is_some_and(|b| b.append(record));
+        let appended = self.buffer.as_ref().is_some_and(|b| b.append(record));
         if !appended {
-            if let Some(old) = local.buffer.take() {
+            if let Some(old) = self.buffer.take() {
                 old.retire();
             }
-            local.buffer = shared.new_buffer(local.tid, record.len());
+            self.buffer = shared.new_buffer(self.tid, record.len());
             shared.wakeup.notify();
-            match local.buffer.as_ref() {
+            match self.buffer.as_ref() {
                 Some(b) if b.append(record) => {}
                 _ => shared.lose(record.len()),
             }
         }
         true
-    });
-    if done != Ok(true) {
-        lose_untracked();
     }
 }
 

@@ -24,8 +24,9 @@ pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
     ))
 }
 
-/// Replaces the finished chunk file `path` by `<path>.zst`; returns the new path and size. The
-/// compressed file is complete (synced, renamed into place) before the original is removed, so a
+/// Writes `<path>.zst`, the compressed copy of the finished chunk file `path`, and returns its
+/// path and size. The plain file stays: the caller removes it once the copy replaced it in its
+/// own records (the recorder does that under its lock, after compressing without it), so a
 /// reader finds the chunk in one of them at all times (possibly in both for a moment).
 #[cfg(feature = "zstd")]
 pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
@@ -45,11 +46,6 @@ pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
-        return Err(e);
-    }
-    if let Err(e) = std::fs::remove_file(path) {
-        // Keep one copy only: the plain chunk stays.
-        let _ = std::fs::remove_file(&zst);
         return Err(e);
     }
     Ok((zst, compressed.len() as u64))

@@ -6,8 +6,9 @@
 //! nothing on this path takes a lock or waits for the flusher (a thread's first commit in a
 //! recording, and the first commit of an event type in the process, take a one-time slow path).
 
+use crate::commit::put_u64;
+pub use crate::metadata_registry::EventType;
 use crate::metadata_registry::TypeRegistry;
-use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use jfr_format::metadata::{ids, label_annotation, Annotation, Field};
 use jfr_format::write;
 
@@ -17,33 +18,6 @@ pub trait FieldType {
     fn describe(name: &str, registry: &mut TypeRegistry) -> Field;
     /// Appends the value's encoding.
     fn encode(&self, out: &mut Vec<u8>);
-}
-
-/// Appends the shortest JFR varint of `v`: exactly the bytes of [`jfr_format::varint::write_u64`],
-/// without its byte loop and variable-length copy (a `memcpy` call). The commit path writes every
-/// integer through this: the 7-bit groups are spread into one word (three shift-and-mask steps),
-/// which is appended whole and cut to length.
-#[inline(always)]
-pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
-    if v < 0x80 {
-        out.push(v as u8);
-        return;
-    }
-    if v >> 56 != 0 {
-        // 9 bytes (the last one of 8 full bits): rare (negative longs), keep the general encoder.
-        return write::put_varint(out, v);
-    }
-    // 2..=8 bytes of 7 bits each; all but the last carry the continuation bit.
-    let len = (64 - v.leading_zeros() as usize).div_ceil(7);
-    // Spread the 56 low bits into 8 bytes of 7 bits: 28-bit halves into 32-bit lanes, 14-bit
-    // quarters into 16-bit lanes, 7-bit groups into bytes.
-    let mut word = (v & 0x0FFF_FFFF) | ((v & 0x00FF_FFFF_F000_0000) << 4);
-    word = (word & 0x0000_3FFF_0000_3FFF) | ((word & 0x0FFF_C000_0FFF_C000) << 2);
-    word = (word & 0x007F_007F_007F_007F) | ((word & 0x3F80_3F80_3F80_3F80) << 1);
-    word |= 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
-    let at = out.len();
-    out.extend_from_slice(&word.to_le_bytes());
-    out.truncate(at + len);
 }
 
 macro_rules! primitive {
@@ -210,71 +184,6 @@ pub fn __field<T: FieldType>(
     f
 }
 
-/// The static description and run-time settings of one event type. Made by [`event!`](crate::event).
-pub struct EventType {
-    /// Event name, e.g. `app.Request`.
-    pub name: &'static str,
-    /// Display label.
-    pub label: &'static str,
-    /// Description.
-    pub description: Option<&'static str>,
-    /// Category path, outermost first.
-    pub category: &'static [&'static str],
-    /// The type's own fields (after the implicit ones).
-    pub fields: fn(&mut TypeRegistry) -> Vec<Field>,
-    pub(crate) id: AtomicU64,
-    pub(crate) enabled: AtomicBool,
-    pub(crate) threshold_ticks: AtomicI64,
-    pub(crate) stack_trace: AtomicBool,
-}
-
-impl std::fmt::Debug for EventType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventType").field("name", &self.name).finish()
-    }
-}
-
-impl EventType {
-    /// Used by [`event!`](crate::event).
-    #[doc(hidden)]
-    pub const fn new(
-        name: &'static str,
-        label: &'static str,
-        description: Option<&'static str>,
-        category: &'static [&'static str],
-        fields: fn(&mut TypeRegistry) -> Vec<Field>,
-    ) -> EventType {
-        EventType {
-            name,
-            label,
-            description,
-            category,
-            fields,
-            id: AtomicU64::new(0),
-            enabled: AtomicBool::new(true),
-            threshold_ticks: AtomicI64::new(0),
-            stack_trace: AtomicBool::new(true),
-        }
-    }
-
-    /// The type id, registering the type on first use.
-    #[inline]
-    pub fn id(&'static self) -> u64 {
-        // Acquire: pairs with the Release store in `TypeRegistry::register`, so the settings
-        // applied at registration are visible.
-        match self.id.load(Ordering::Acquire) {
-            0 => crate::metadata_registry::register(self),
-            id => id,
-        }
-    }
-
-    /// The type is enabled.
-    pub fn is_enabled(&self) -> bool {
-        // Relaxed: a setting; a commit racing with a change may go either way.
-        self.enabled.load(Ordering::Relaxed)
-    }
-}
-
 /// An event type declared with [`event!`](crate::event).
 pub trait Event {
     /// The type's static description and settings.
@@ -288,7 +197,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        crate::commit::commit_event(self, crate::clock::ticks(), 0);
+        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), crate::clock::ticks(), 0);
     }
 
     /// Records the event as having lasted from `span`'s start until now.
@@ -298,7 +207,12 @@ pub trait Event {
         Self: Sized,
     {
         let now = crate::clock::ticks();
-        crate::commit::commit_event(self, span.start_ticks, now - span.start_ticks);
+        crate::commit::commit_event(
+            Self::event_type(),
+            |out| self.write_fields(out),
+            span.start_ticks,
+            now - span.start_ticks,
+        );
     }
 
     /// Starts a duration event: the returned guard commits it (with the time elapsed) when it is

@@ -4,14 +4,17 @@
 //! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
 //! the current recording and the type registry) before fork and release them on both sides afterwards, so a
 //! fork can never copy a lock held by another thread. In the child the recording is marked
-//! stopped; the parent's `Recorder` handle, if the child ever drops it, notices the pid change and
-//! does nothing.
+//! stopped; every method of the parent's `Recorder` handle checks the pid first and leaves the
+//! parent's recording alone (no-op, or `Error::ForkedChild`): in particular none takes the
+//! chunk-writer lock L, which a parent thread may have held at fork time (review finding 3). L is
+//! not taken here, so a fork never waits for a flush. The recorder registers these hooks before
+//! it takes any of these locks (review finding 5).
 #![allow(unsafe_code)]
 
 use std::sync::Once;
 
 extern "C" fn prepare() {
-    crate::recorder::lock_symbolizer_for_fork();
+    crate::symbolize::lock_for_fork();
     crate::commit::lock_for_fork();
     crate::metadata_registry::lock_for_fork();
 }
@@ -21,7 +24,7 @@ extern "C" fn parent() {
     unsafe {
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(false);
-        crate::recorder::unlock_symbolizer_after_fork();
+        crate::symbolize::unlock_after_fork();
     }
 }
 
@@ -30,7 +33,7 @@ extern "C" fn child() {
     unsafe {
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(true);
-        crate::recorder::unlock_symbolizer_after_fork();
+        crate::symbolize::unlock_after_fork();
     }
 }
 

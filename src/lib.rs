@@ -31,8 +31,9 @@
 #![warn(missing_docs)]
 
 mod buffer;
-#[cfg(not(loom))]
 mod builtin;
+#[cfg_attr(loom, allow(dead_code))]
+mod chunk;
 #[allow(unsafe_code)]
 pub mod clock;
 #[cfg(not(loom))]
@@ -46,6 +47,8 @@ pub mod consumer;
 pub mod control;
 #[cfg(not(loom))]
 mod event;
+#[cfg_attr(loom, allow(dead_code))]
+mod flush;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
@@ -75,6 +78,9 @@ pub use metadata_registry::{EventSettings, TypeRegistry};
 #[cfg(not(loom))]
 pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
 #[cfg(not(loom))]
+#[doc(hidden)]
+pub use recorder::{Holder as LockHolder, LockHold};
+#[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 
 #[cfg(not(loom))]
@@ -89,6 +95,12 @@ pub use jfr_format as __jfr;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::buffer::EventBuffer;
+    pub use crate::builtin::classes as builtin_classes;
+    pub use crate::chunk::{ChunkWriter, FrameName, Publish, Resolve, Resolved, Unresolved};
+    pub use crate::clock::ClockPair;
+    pub use crate::flush::own::{write_settings, RecordingInfo};
+    pub use crate::flush::samples::write_sample;
+    pub use crate::flush::{Segment, SettingRow, Tally};
     pub use crate::sampler::buffer;
-    pub use crate::stack::{StackKey, StackTable};
+    pub use crate::stack::{DepthPolicy, StackKey, StackTable};
 }

@@ -5,8 +5,7 @@
 //! is added (pitfall P9), and types are only ever added, so metadata grows within a chunk.
 
 use crate::builtin;
-use crate::event::EventType;
-use crate::sync::statics::Ordering;
+use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use jfr_format::metadata::{event_class, jdk_types, label_annotation, Class, EventTypeSpec, Field, Metadata, Region};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -28,6 +27,71 @@ pub struct EventSettings {
 impl Default for EventSettings {
     fn default() -> EventSettings {
         EventSettings { enabled: true, threshold: std::time::Duration::ZERO, stack_trace: true }
+    }
+}
+
+/// The static description and run-time settings of one event type. Made by [`event!`](crate::event).
+pub struct EventType {
+    /// Event name, e.g. `app.Request`.
+    pub name: &'static str,
+    /// Display label.
+    pub label: &'static str,
+    /// Description.
+    pub description: Option<&'static str>,
+    /// Category path, outermost first.
+    pub category: &'static [&'static str],
+    /// The type's own fields (after the implicit ones).
+    pub fields: fn(&mut TypeRegistry) -> Vec<Field>,
+    pub(crate) id: AtomicU64,
+    pub(crate) enabled: AtomicBool,
+    pub(crate) threshold_ticks: AtomicI64,
+    pub(crate) stack_trace: AtomicBool,
+}
+
+impl std::fmt::Debug for EventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventType").field("name", &self.name).finish()
+    }
+}
+
+impl EventType {
+    /// Used by [`event!`](crate::event).
+    #[doc(hidden)]
+    pub const fn new(
+        name: &'static str,
+        label: &'static str,
+        description: Option<&'static str>,
+        category: &'static [&'static str],
+        fields: fn(&mut TypeRegistry) -> Vec<Field>,
+    ) -> EventType {
+        EventType {
+            name,
+            label,
+            description,
+            category,
+            fields,
+            id: AtomicU64::new(0),
+            enabled: AtomicBool::new(true),
+            threshold_ticks: AtomicI64::new(0),
+            stack_trace: AtomicBool::new(true),
+        }
+    }
+
+    /// The type id, registering the type on first use.
+    #[inline]
+    pub fn id(&'static self) -> u64 {
+        // Acquire: pairs with the Release store in `TypeRegistry::register`, so the settings
+        // applied at registration are visible.
+        match self.id.load(Ordering::Acquire) {
+            0 => register(self),
+            id => id,
+        }
+    }
+
+    /// The type is enabled.
+    pub fn is_enabled(&self) -> bool {
+        // Relaxed: a setting; a commit racing with a change may go either way.
+        self.enabled.load(Ordering::Relaxed)
     }
 }
 

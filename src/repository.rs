@@ -159,11 +159,11 @@ impl ChunkFile {
         self.file.set_len(size)
     }
 
-    /// Reads back the published part of the chunk (for dumps).
-    pub fn read_published(&self, size: u64) -> io::Result<Vec<u8>> {
-        let mut out = vec![0u8; size as usize];
-        self.file.read_exact_at(&mut out, 0)?;
-        Ok(out)
+    /// A second handle on the file, to read its published part without the chunk-writer lock
+    /// (bytes below a published size never change; the handle keeps them readable even if the
+    /// file is removed meanwhile).
+    pub fn reader(&self) -> io::Result<File> {
+        self.file.try_clone()
     }
 
     /// Deletes a chunk that never became visible.

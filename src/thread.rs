@@ -37,3 +37,36 @@ pub fn current_thread_name() -> String {
         None => os_thread_name(current_tid()).unwrap_or_else(|| format!("thread-{}", current_tid())),
     }
 }
+
+/// `membarrier(2)` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 8;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 16;
+
+#[allow(unsafe_code)]
+fn membarrier(cmd: libc::c_int) -> bool {
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+}
+
+/// Makes the process-wide barrier of [`process_barrier`] cheap (the expedited kind needs this
+/// once per process). Called when a recording starts; harmless to repeat.
+pub(crate) fn prepare_process_barrier() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let _ = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+    });
+}
+
+/// The heavy half of an asymmetric fence: when it returns, every thread of the process has run
+/// a full memory barrier, so a store one of them made before it (ordered by a mere compiler
+/// fence on its side) is visible to the caller, and a load one of them makes after it sees the
+/// caller's earlier stores. Linux `membarrier` (expedited when registered, else the global
+/// kind); without it (kernels before 4.3, or a seccomp filter), a 10 ms pause, which is what a
+/// store buffer needs many times over but is not a guarantee.
+pub(crate) fn process_barrier() {
+    if membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) || membarrier(MEMBARRIER_CMD_GLOBAL) {
+        return;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(10));
+}

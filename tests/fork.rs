@@ -82,3 +82,115 @@ fn forked_child_is_clean_and_can_record_on_its_own() {
     }
     assert_eq!(found, 20, "every child recorded its event");
 }
+
+/// Runs `body` in a forked child with an alarm; returns how the child ended: `Ok(code)` for an
+/// exit, `Err(signal)` when killed (SIGALRM: it hung).
+fn in_child(seconds: u32, body: impl FnOnce() -> i32) -> Result<i32, i32> {
+    // SAFETY: the child runs `body` (recorder calls only) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: plain libc calls in the child; the default SIGALRM action ends a hung child.
+        unsafe { libc::alarm(seconds) };
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101);
+        // SAFETY: leaves without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFSIGNALED(status) {
+        Err(libc::WTERMSIG(status))
+    } else {
+        Ok(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Review finding 3: every method of a `Recorder` inherited by a forked child checks the pid
+/// before touching the recording. The parent holds L (explicit flushes in a loop) whenever the
+/// child calls, so any method that takes L hangs.
+#[test]
+fn forked_child_never_waits_for_the_parents_lock() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = std::sync::Arc::new(
+        Recorder::builder().repository(dir.path()).flush_interval(Duration::from_millis(10)).start().unwrap(),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let (rec, stop) = (rec.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rec.flush();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    type Call = fn(&Recorder) -> i32;
+    let calls: [(&str, Call); 7] = [
+        ("stats", |r| i32::from(r.stats() != recorder::RecorderStats::default())),
+        ("sampler_stats", |r| i32::from(r.sampler_stats().is_some())),
+        ("flush", |r| {
+            r.flush();
+            0
+        }),
+        ("dump", |r| i32::from(r.dump(std::env::temp_dir().join("never-written-by-a-child.jfr")).is_ok())),
+        ("set_event_settings", |r| {
+            r.set_event_settings("test.Forky", recorder::EventSettings::default());
+            0
+        }),
+        ("register_current_thread", |r| i32::from(r.register_current_thread().is_ok())),
+        ("repository_dir", |r| i32::from(!r.repository_dir().exists())),
+    ];
+    let mut failures = Vec::new();
+    for (name, call) in calls {
+        for _ in 0..3 {
+            let rec = &*rec;
+            match in_child(3, || call(rec)) {
+                Ok(0) => {}
+                Ok(code) => {
+                    failures.push(format!("{name}: child returned {code} (the call acted on the parent's recording)"))
+                }
+                Err(sig) => failures.push(format!("{name}: child killed by signal {sig} (hung on the parent's lock)")),
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.join().unwrap();
+    std::sync::Arc::into_inner(rec).unwrap().stop().unwrap();
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Review finding 3, second half: a child's `flush()` on the inherited handle while L is free
+/// must not publish anything into the parent's live chunk file.
+#[test]
+fn forked_child_flush_leaves_the_parents_chunk_alone() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .no_sampling()
+        .flush_interval(Duration::from_secs(3600))
+        .max_chunk_age(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    let files = chunk_files(rec.repository_dir());
+    assert_eq!(files.len(), 1);
+    for n in 0..100 {
+        Forky { n }.commit();
+    }
+    let before = std::fs::read(&files[0]).unwrap();
+    let child = in_child(5, || {
+        rec.flush();
+        i32::from(rec.dump(std::env::temp_dir().join("never-written-by-a-child.jfr")).is_ok())
+    });
+    let after = std::fs::read(&files[0]).unwrap();
+    rec.stop().unwrap();
+    assert_eq!(child, Ok(0), "the child's dump must fail with an error");
+    assert!(
+        before == after,
+        "the forked child wrote into the parent's live chunk ({} -> {} bytes)",
+        before.len(),
+        after.len()
+    );
+}

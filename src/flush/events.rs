@@ -1,0 +1,49 @@
+//! The first source of every flush: the application threads' event buffers.
+
+use super::Segment;
+use crate::buffer::EventBuffer;
+use crate::commit::Shared;
+use crate::sync::statics::Ordering;
+use std::sync::Arc;
+
+/// The event buffers of one recording: adopted from the commit path's queue, copied at every
+/// flush, dropped once their thread retired them and everything in them was copied.
+#[derive(Debug)]
+pub struct EventBuffers {
+    shared: Arc<Shared>,
+    buffers: Vec<Arc<EventBuffer>>,
+}
+
+impl EventBuffers {
+    /// The buffers of the recording `shared` belongs to.
+    pub fn new(shared: Arc<Shared>) -> EventBuffers {
+        EventBuffers { shared, buffers: Vec::new() }
+    }
+
+    /// Copies `[flushed, committed)` of every buffer into the chunk (E3); the chunk writer notes
+    /// the thread and stack of each record, and the threads of `ThreadRef` fields.
+    pub fn drain(&mut self, seg: &mut Segment<'_>) {
+        while let Some(b) = self.shared.new_buffers.pop() {
+            self.buffers.push(b);
+        }
+        for b in &self.buffers {
+            b.drain(|bytes| {
+                seg.tally.bytes += bytes.len() as u64;
+                seg.tally.events += seg.chunk.records(bytes);
+            });
+        }
+        let shared = &self.shared;
+        self.buffers.retain(|b| {
+            let done = b.is_retired() && b.is_drained();
+            if done {
+                // Relaxed: budget counter.
+                shared.allocated.fetch_sub(b.capacity(), Ordering::Relaxed);
+            }
+            !done
+        });
+        // Threads referenced from fields, noted before their records were committed.
+        while let Some(tid) = self.shared.thread_refs.pop() {
+            seg.chunk.reference_thread(tid);
+        }
+    }
+}

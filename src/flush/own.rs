@@ -1,0 +1,181 @@
+//! The recorder's own events: thread starts and ends, data loss, the recording's settings, CPU
+//! load and memory. Each writer takes the chunk writer, so every thread it names is defined by
+//! the segment's checkpoint (review finding 2).
+
+use super::{LossReport, SettingRow};
+use crate::builtin;
+use crate::chunk::{ChunkWriter, EventOut};
+use crate::stack::StackKey;
+
+/// `jdk.ThreadStart` of `tid` (it names itself as the event thread).
+pub fn write_thread_start(chunk: &mut ChunkWriter, ticks: i64, tid: u32) {
+    chunk.event(builtin::THREAD_START, |e| {
+        e.long(ticks);
+        e.thread(tid);
+        e.stack(StackKey::NONE);
+        e.thread(tid);
+        e.thread(0);
+    });
+}
+
+/// `jdk.ThreadEnd` of `tid`.
+pub fn write_thread_end(chunk: &mut ChunkWriter, ticks: i64, tid: u32) {
+    chunk.event(builtin::THREAD_END, |e| {
+        e.long(ticks);
+        e.thread(tid);
+        e.thread(tid);
+    });
+}
+
+/// The recording, as `jdk.ActiveRecording` describes it. The fields mean what the JDK means
+/// (JDK 17's `PlatformRecorder`): limits in ms, `i64::MAX` (Long.MAX_VALUE) for none.
+#[derive(Debug, Clone, Default)]
+pub struct RecordingInfo {
+    /// Name.
+    pub name: String,
+    /// The file written when the recording stops (`None`: the recorder writes none; the
+    /// repository is a setting of `recorder.Recording`).
+    pub destination: Option<String>,
+    /// Retention age in ms (`i64::MAX`: none).
+    pub max_age_ms: i64,
+    /// Flush interval in ms.
+    pub flush_interval_ms: i64,
+    /// Retention size in bytes.
+    pub max_size: i64,
+    /// Start, ms since the epoch.
+    pub start_ms: i64,
+    /// The configured duration in ms (`i64::MAX`: the recording runs until stopped).
+    pub duration_ms: i64,
+}
+
+/// `jdk.ActiveRecording` and one `jdk.ActiveSetting` per row, written by thread `tid` (0 in
+/// deterministic mode); at each chunk start and whenever settings change.
+pub fn write_settings(chunk: &mut ChunkWriter, now: i64, tid: u32, recording: &RecordingInfo, rows: &[SettingRow]) {
+    chunk.event(builtin::ACTIVE_RECORDING, |e| {
+        e.long(now);
+        e.long(0);
+        settings_thread(e, tid);
+        e.stack(StackKey::NONE);
+        e.long(1);
+        e.string(&recording.name);
+        e.string_or_null(recording.destination.as_deref());
+        e.long(recording.max_age_ms);
+        e.long(recording.flush_interval_ms);
+        e.long(recording.max_size);
+        e.long(recording.start_ms);
+        e.long(recording.duration_ms);
+    });
+    write_setting_rows(chunk, now, tid, rows);
+}
+
+/// One `jdk.ActiveSetting` per row, written by thread `tid` (0 in deterministic mode): the rows of
+/// event types registered since the chunk's last settings (the recording is described already).
+pub fn write_setting_rows(chunk: &mut ChunkWriter, now: i64, tid: u32, rows: &[SettingRow]) {
+    for row in rows {
+        chunk.event(builtin::ACTIVE_SETTING, |e| {
+            e.long(now);
+            e.long(0);
+            settings_thread(e, tid);
+            e.stack(StackKey::NONE);
+            e.long(row.event_type as i64);
+            e.string(&row.name);
+            e.string(&row.value);
+        });
+    }
+}
+
+/// The settings events' `eventThread`.
+fn settings_thread(e: &mut EventOut<'_>, tid: u32) {
+    #[cfg(not(recorder_mutation = "settings_thread_unreferenced"))]
+    e.thread(tid);
+    // The bug of review finding 2, for the loom models to catch.
+    #[cfg(recorder_mutation = "settings_thread_unreferenced")]
+    e.unreferenced_thread(tid);
+}
+
+/// `jdk.CPULoad`: shares of all CPUs' time.
+pub fn write_cpu_load(chunk: &mut ChunkWriter, now: i64, user: f32, system: f32, machine: f32) {
+    chunk.event(builtin::CPU_LOAD, |e| {
+        e.long(now);
+        e.float(user);
+        e.float(system);
+        e.float(machine);
+    });
+}
+
+/// `jdk.ResidentSetSize`.
+pub fn write_resident_set_size(chunk: &mut ChunkWriter, now: i64, size: u64, peak: u64) {
+    chunk.event(builtin::RESIDENT_SET_SIZE, |e| {
+        e.long(now);
+        e.long(size as i64);
+        e.long(peak as i64);
+    });
+}
+
+/// Losses on their way into the recording: noted, written into a segment, confirmed when that
+/// segment is published (or noted again when its write fails). Loss is never silent.
+#[derive(Debug, Default)]
+pub struct Losses {
+    pending: Vec<LossReport>,
+    /// Written into the open segment, not yet on disk.
+    unconfirmed: Vec<LossReport>,
+    /// Confirmed so far.
+    total_events: u64,
+    total_samples: u64,
+    total_bytes: u64,
+}
+
+impl Losses {
+    /// Reports `loss` at the next flush.
+    pub fn note(&mut self, loss: LossReport) {
+        self.pending.push(loss);
+    }
+
+    /// Writes the pending reports as `recorder.DataLoss` (and `jdk.DataLoss` for bytes).
+    pub fn write(&mut self, chunk: &mut ChunkWriter, now: i64) {
+        let (mut events, mut samples, mut bytes) = (self.total_events, self.total_samples, self.total_bytes);
+        for loss in self.pending.drain(..) {
+            events += loss.events;
+            samples += loss.samples;
+            bytes += loss.bytes;
+            chunk.event(builtin::DATA_LOSS, |e| {
+                e.long(now);
+                e.thread(loss.thread);
+                e.string(&loss.reason);
+                e.long(loss.events as i64);
+                e.long(loss.samples as i64);
+                e.long(loss.bytes as i64);
+                e.long(events as i64);
+                e.long(samples as i64);
+            });
+            if loss.bytes > 0 {
+                chunk.event(builtin::JDK_DATA_LOSS, |e| {
+                    e.long(now);
+                    e.long(loss.bytes as i64);
+                    e.long(bytes as i64);
+                });
+            }
+            self.unconfirmed.push(loss);
+        }
+    }
+
+    /// The segment with the reports is on disk: returns the (events, samples) they count.
+    pub fn confirm(&mut self) -> (u64, u64) {
+        let (mut events, mut samples) = (0, 0);
+        for loss in self.unconfirmed.drain(..) {
+            events += loss.events;
+            samples += loss.samples;
+            self.total_events += loss.events;
+            self.total_samples += loss.samples;
+            self.total_bytes += loss.bytes;
+        }
+        (events, samples)
+    }
+
+    /// The segment with the reports did not reach the disk: report them again.
+    pub fn unconfirm(&mut self) {
+        let mut again = std::mem::take(&mut self.unconfirmed);
+        again.append(&mut self.pending);
+        self.pending = again;
+    }
+}

@@ -1,0 +1,632 @@
+//! The recorder: a recording's lifecycle and its flush (design.md §7).
+//!
+//! Module map: `chunk` (the chunk writer: live chunk, constant pools, which constants a segment
+//! defines; no I/O), `flush` (the flush sources: event buffers, sampler-style sources, the
+//! recorder's own events; what they write into), and here `settings` (builder, validation,
+//! errors), `state` (what L protects and the steps L holders run on it), `storage` (files,
+//! retention, compression, dump reading), `resolve` (symbols and thread names, without L) and
+//! `lock` (L, with hold-time diagnostics). The commit path (`commit`, `event`, `buffer`) knows
+//! nothing of this module.
+//!
+//! Lifecycle: [`Recorder::start`] opens the repository, starts the sources and the two threads,
+//! publishes a first segment and makes the recording current; the flusher thread flushes every
+//! flush interval (earlier when buffers fill up), writes the periodic events and rotates chunks;
+//! the recorder thread drains full sampler buffers and discovers threads; [`Recorder::stop`]
+//! waits for commits in flight, joins both threads, stops the sources, flushes once more and
+//! finishes the last chunk with the final flag.
+//!
+//! L is [`lock::L`]: every flusher, dump and stop step runs under it; application threads never
+//! take it. Slow work happens with L released: names of new addresses and threads (`resolve`),
+//! compression of finished chunks and reading the files of a dump (`storage`), `/proc` readings
+//! of periodic events (`state`).
+
+mod lock;
+mod resolve;
+mod settings;
+mod state;
+mod storage;
+
+pub use lock::{Holder, LockHold};
+pub use settings::{Error, RecorderBuilder, Settings};
+
+use crate::clock::ClockPair;
+use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
+use crate::flush::samples::CpuSamples;
+use crate::flush::LossReport;
+use crate::metadata_registry::{self, EventSettings};
+use crate::repository;
+use crate::sampler::{Sampler, SamplerStats};
+use crate::stack::StackTable;
+use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
+use lock::{Held, L};
+use parking_lot::Mutex;
+use state::{PeriodicReading, State};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Counters for tests and reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecorderStats {
+    /// Event records copied into chunks.
+    pub events_written: u64,
+    /// Events lost (memory budget, write failures, commits in flight at stop).
+    pub events_lost: u64,
+    /// Flushes published.
+    pub flushes: u64,
+    /// Chunks finished.
+    pub chunks_finished: u64,
+    /// Write failures seen.
+    pub write_failures: u64,
+    /// Stack frames cut because the stack table was full.
+    pub stack_table_overflow: u64,
+    /// CPU samples written into chunks.
+    pub samples_written: u64,
+    /// CPU samples lost (sampler buffers full, write failures).
+    pub samples_lost: u64,
+}
+
+/// What a stopped recording did.
+#[derive(Debug, Clone, Default)]
+pub struct FinalReport {
+    /// The recorder's counters.
+    pub stats: RecorderStats,
+    /// The sampler's final counters, if it sampled.
+    pub sampler: Option<SamplerStats>,
+}
+
+/// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
+/// flag). In a forked child, every method leaves the parent's recording alone (see
+/// [`Error::ForkedChild`]).
+#[derive(Debug)]
+pub struct Recorder {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    l: L,
+    stopping: AtomicBool,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+    sampler_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The CPU sampler, for registrations and statistics without L.
+    sampler: Mutex<Option<Arc<Sampler>>>,
+    dir: PathBuf,
+    /// The process that started the recording (review finding 3: a forked child has none of its
+    /// threads, files or locks and must touch none of them).
+    pid: u32,
+    flushes: AtomicU64,
+}
+
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl Recorder {
+    /// A builder with default settings.
+    pub fn builder() -> RecorderBuilder {
+        RecorderBuilder::default()
+    }
+
+    fn start(settings: Settings) -> Result<Recorder, Error> {
+        settings::validate(&settings)?;
+        // Before anything takes a lock the fork hooks take (review finding 5).
+        crate::fork::install();
+        crate::thread::prepare_process_barrier();
+        let reservation = Reservation::take()?;
+        let wall = ClockPair::now();
+        let start = if settings.deterministic { ClockPair { epoch_nanos: 0, ticks: 0 } } else { wall };
+        let dir = create_recording_dir(&settings.repository, wall)?;
+        for (name, s) in &settings.events {
+            metadata_registry::set_settings(name, *s);
+        }
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            generation,
+            stacks: StackTable::new(settings.stack_table_capacity),
+            depth: settings.depth,
+            new_buffers: Default::default(),
+            thread_notes: Default::default(),
+            thread_refs: Default::default(),
+            buffer_bytes: settings.buffer_size,
+            memory_budget: settings.memory_budget,
+            allocated: Default::default(),
+            lost_events: Default::default(),
+            lost_bytes: Default::default(),
+            wakeup: Default::default(),
+            logical: settings.deterministic.then(crate::commit::LogicalClock::default),
+            in_flight: Default::default(),
+        });
+        let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
+        let mut sampler = None;
+        if let Some(config) = &settings.sampling {
+            // No lock of the fork hooks is held here: the sampler registers an atfork hook of its
+            // own, which waits for a fork in progress (review finding 5).
+            #[cfg(test)]
+            tests::hooks::sampler_starting();
+            // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
+            let (s, locked) = Sampler::start_with_depth(config.clone(), settings.depth).map_err(Error::Sampler)?;
+            let s = Arc::new(s);
+            state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&s), locked)));
+            sampler = Some(s);
+        }
+        let inner = Arc::new(Inner {
+            shared: Arc::clone(&shared),
+            l: L::new(state, settings.log_lock_holds),
+            stopping: AtomicBool::new(false),
+            flusher: Mutex::new(None),
+            sampler_thread: Mutex::new(None),
+            sampler: Mutex::new(sampler.clone()),
+            dir,
+            pid: std::process::id(),
+            flushes: AtomicU64::new(0),
+        });
+        // The first segment: metadata and the recording's settings, published at once so that a
+        // consumer sees the chunk immediately.
+        inner.flush();
+        if let Err(e) = inner.spawn_threads(sampler) {
+            // Review finding 14: nothing of a failed start keeps running (no flusher, no armed
+            // timer), and a later start works.
+            let _ = inner.shut_down();
+            let _ = std::fs::remove_dir_all(&inner.dir);
+            return Err(e);
+        }
+        reservation.publish(shared);
+        crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
+        Ok(Recorder { inner })
+    }
+
+    /// The directory this recording writes its chunks into.
+    pub fn repository_dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Writes and publishes everything committed so far now.
+    pub fn flush(&self) {
+        if self.inner.owner().is_ok() {
+            self.inner.flush();
+        }
+    }
+
+    /// Writes one valid `.jfr` file with everything the repository holds, the live chunk included
+    /// up to now, without stopping the recording.
+    pub fn dump(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        self.inner.owner()?;
+        let path = path.as_ref();
+        let write_error = |source| Error::Write { path: path.to_owned(), source };
+        let bytes = self.inner.dump_bytes().map_err(write_error)?;
+        storage::write_file_atomically(path, &bytes).map_err(write_error)
+    }
+
+    /// Changes an event type's settings while recording.
+    pub fn set_event_settings(&self, name: &str, settings: EventSettings) {
+        if self.inner.owner().is_ok() {
+            metadata_registry::set_settings(name, settings);
+            self.inner.l.lock(Holder::Lifecycle, 0).settings_changed = true;
+        }
+    }
+
+    /// Starts sampling the calling thread at once, with exact stack bounds (threads are also
+    /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
+    pub fn register_current_thread(&self) -> io::Result<()> {
+        self.inner.owner().map_err(io::Error::other)?;
+        let sampler = self.inner.sampler.lock().clone();
+        match sampler {
+            Some(s) => s.register_current_thread(),
+            None => Ok(()),
+        }
+    }
+
+    /// The CPU sampler's counters (taken = written + lost per thread once drained), if sampling.
+    pub fn sampler_stats(&self) -> Option<SamplerStats> {
+        self.inner.owner().ok()?;
+        let sampler = self.inner.sampler.lock().clone();
+        sampler.map(|s| s.stats())
+    }
+
+    /// Stops the recording like [`Recorder::stop`] and returns the final counters.
+    pub fn stop_with_report(self) -> Result<FinalReport, Error> {
+        self.inner.owner()?;
+        self.inner.stop()?;
+        let state = self.inner.l.lock(Holder::Lifecycle, 0);
+        Ok(FinalReport { stats: state.stats, sampler: state.final_sampler_stats.clone() })
+    }
+
+    /// Counters so far (zero in a forked child: the recording is the parent's).
+    pub fn stats(&self) -> RecorderStats {
+        if self.inner.owner().is_err() {
+            return RecorderStats::default();
+        }
+        let mut stats = self.inner.l.lock(Holder::Lifecycle, 0).stats;
+        stats.stack_table_overflow = self.inner.shared.stacks.overflow();
+        stats
+    }
+
+    /// Diagnostics: every time L was held, if the builder asked for the log
+    /// (`log_lock_holds`); `examples/lock_hold.rs` reads it.
+    #[doc(hidden)]
+    pub fn lock_holds(&self) -> Vec<LockHold> {
+        self.inner.l.holds()
+    }
+
+    /// Stops the recording: flushes, finishes the last chunk with the final flag, stops the
+    /// flusher thread. In a forked child, does nothing.
+    pub fn stop(self) -> Result<(), Error> {
+        self.inner.stop()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.inner.stop();
+    }
+}
+
+/// A start in progress: no other recording starts until it is published or dropped. (Not a
+/// lock the fork hooks could wait for: a flag, cleared in a forked child.)
+struct Reservation;
+
+impl Reservation {
+    fn take() -> Result<Reservation, Error> {
+        let current = CURRENT.lock();
+        // AcqRel: pairs with the Release store of `Drop`, ordering the previous start's work.
+        if current.is_some() || STARTING.swap(true, Ordering::AcqRel) {
+            return Err(Error::AlreadyRunning);
+        }
+        Ok(Reservation)
+    }
+
+    /// Makes `shared` the current recording: application threads attach to it from now on.
+    fn publish(self, shared: Arc<Shared>) {
+        let generation = shared.generation;
+        *CURRENT.lock() = Some(shared);
+        // Release: publishes `CURRENT` (and everything set up before); pairs with the Acquire
+        // load in `Local::record`.
+        GENERATION.store(generation, Ordering::Release);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // Release: pairs with the AcqRel swap in `take`.
+        STARTING.store(false, Ordering::Release);
+    }
+}
+
+/// Creates `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>[_N]` and closes the recordings of dead processes.
+fn create_recording_dir(base: &Path, wall: ClockPair) -> Result<PathBuf, Error> {
+    let dir_name = format!("{}_{}", repository::timestamp_name(wall.epoch_nanos), std::process::id());
+    let mut dir = base.join(&dir_name);
+    let mut n = 1;
+    while dir.exists() {
+        dir = base.join(format!("{dir_name}_{n}"));
+        n += 1;
+    }
+    repository::prepare_dir(base)
+        .and_then(|()| repository::prepare_dir(&dir))
+        .map_err(|source| Error::Repository { path: dir.clone(), source })?;
+    // Reliability: recordings of processes that died without finishing them (kill -9, crash)
+    // are closed so that every reader accepts them; see `repository::repair`.
+    for (path, result) in repository::repair_dead_recordings(base) {
+        if let Err(e) = result {
+            eprintln!("recorder: repairing the recording of a dead process in {} failed: {e}", path.display());
+        }
+    }
+    Ok(dir)
+}
+
+impl Inner {
+    /// Review finding 3: the recording belongs to the process that started it.
+    fn owner(&self) -> Result<(), Error> {
+        if std::process::id() == self.pid {
+            Ok(())
+        } else {
+            Err(Error::ForkedChild { owner: self.pid })
+        }
+    }
+
+    /// One flush: everything committed and sampled so far, published.
+    fn flush(&self) {
+        let id = self.flushes.fetch_add(1, Ordering::Relaxed) + 1;
+        let l = self.l.lock(Holder::Flush, id);
+        drop(self.flush_locked(l, id));
+    }
+
+    /// The flush (design.md §7). The order is the contract: the event buffers, then the
+    /// sampler-style sources (after the events, under L, never skipped: design.md §6 and seed
+    /// 003), then the recorder's own events; then the metadata if it changed, one checkpoint,
+    /// and the publish. Every source reports the threads and stacks it references to the chunk
+    /// writer, whose checkpoint defines them in this segment.
+    fn flush_locked<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
+        l.open_chunk_if_needed();
+        let now = l.now_ticks();
+        l.drain_event_buffers(); // 1. application events
+        l.drain_sample_sources(); // 2. CPU samples (wall-clock, allocation: more sources)
+        l.write_own_events(now); // 3. thread starts/ends, data loss, settings, statistics
+        let mut l = self.resolve_without_l(l, id); // names of new addresses and threads
+        l.open_chunk_if_needed(); // (a write failed meanwhile: the chunk was closed)
+        let now = l.now_ticks();
+        l.close_segment(now); // 4-5. metadata if changed, one checkpoint
+        l.publish(now); // 6. the segment, then the header (guard protocol); retention
+        l
+    }
+
+    /// Symbolizes the segment's new addresses and reads its new threads' names with L released
+    /// (review finding 9: the first address of a module parses its debug info). The segment
+    /// stays unpublished meanwhile and its references stay in the chunk writer, so any L holder
+    /// that closes it defines them. What arrives meanwhile (samples the recorder thread drains)
+    /// gets another round; after three, the checkpoint resolves the rest under L.
+    fn resolve_without_l<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
+        for _ in 0..3 {
+            let missing = l.unresolved();
+            if missing.is_empty() {
+                break;
+            }
+            drop(l);
+            let resolved = resolve::resolve(&missing);
+            l = self.l.lock(Holder::FlushClose, id);
+            l.resolved(resolved);
+        }
+        l
+    }
+
+    /// Compresses the chunks that finished since the last call, with L released.
+    fn compress_finished(&self, chunks: Vec<PathBuf>) {
+        for plain in chunks {
+            let result = crate::compress::compress_chunk_file(&plain);
+            self.l.lock(Holder::Lifecycle, 0).storage.compressed(&plain, result);
+        }
+    }
+
+    /// Everything recorded so far as one file: a flush, the plan under L, the reading without.
+    fn dump_bytes(&self) -> io::Result<Vec<u8>> {
+        let id = self.flushes.fetch_add(1, Ordering::Relaxed) + 1;
+        let l = self.flush_locked(self.l.lock(Holder::Dump, id), id);
+        let plan = l.storage.dump_plan();
+        drop(l);
+        plan?.read()
+    }
+
+    fn spawn_threads(self: &Arc<Self>, sampler: Option<Arc<Sampler>>) -> Result<(), Error> {
+        let me = Arc::clone(self);
+        let handle = spawn("recorder-flush", move || me.flusher_loop()).map_err(Error::Thread)?;
+        self.shared.wakeup.set_thread(handle.thread().clone());
+        *self.flusher.lock() = Some(handle);
+        if let Some(sampler) = sampler {
+            let me = Arc::clone(self);
+            let handle = spawn("recorder-sampler", move || me.sampler_loop(&sampler)).map_err(Error::Thread)?;
+            *self.sampler_thread.lock() = Some(handle);
+        }
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), Error> {
+        if self.owner().is_err() || self.stopping.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        crate::control::stop(self.shared.generation); // control hook
+        {
+            let mut current = CURRENT.lock();
+            if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.shared)) {
+                *current = None;
+                // Release: later commits see no recording and return at once.
+                GENERATION.store(0, Ordering::Release);
+            }
+        }
+        // Review finding 11: a commit that found the recording running is in its buffer before
+        // the final flush, or (a field encoder blocked for a second) counted lost.
+        let stuck = self.shared.wait_for_commits(Duration::from_secs(1));
+        if stuck > 0 {
+            self.l.lock(Holder::Lifecycle, 0).note_loss(LossReport {
+                reason: "commit still in progress when the recording stopped".into(),
+                events: stuck,
+                ..LossReport::default()
+            });
+        }
+        self.shut_down()
+    }
+
+    /// Joins the threads, stops the sources, writes the last segment and finishes the chunk.
+    fn shut_down(&self) -> Result<(), Error> {
+        self.stopping.store(true, Ordering::Release);
+        if let Some(handle) = self.flusher.lock().take() {
+            handle.thread().unpark();
+            let _ = handle.join();
+        }
+        if let Some(handle) = self.sampler_thread.lock().take() {
+            let _ = handle.join();
+        }
+        // The sampler can only stop once its last other handle is gone.
+        drop(self.sampler.lock().take());
+        self.flush();
+        self.l.lock(Holder::Lifecycle, 0).stop_sources();
+        self.flush();
+        let mut l = self.l.lock(Holder::Lifecycle, 0);
+        let finished = l.finish_chunk(true);
+        let chunks = l.storage.take_compression();
+        drop(l);
+        self.compress_finished(chunks);
+        finished.map_err(|source| Error::Write { path: self.dir.clone(), source })
+    }
+
+    fn flusher_loop(&self) {
+        if let Some(sampler) = self.sampler.lock().as_ref() {
+            sampler.exclude_current_thread();
+        }
+        let (flush_interval, periodic_interval) = {
+            let s = &self.l.lock(Holder::Lifecycle, 0).settings;
+            (s.flush_interval, s.periodic_interval)
+        };
+        if self.shared.logical.is_some() {
+            // Deterministic mode: flushes happen only when asked (flush, dump, stop), so segment
+            // boundaries do not depend on timing.
+            // Relaxed: `stop` also unparks us.
+            while !self.stopping.load(Ordering::Relaxed) {
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+            return;
+        }
+        let mut next_flush = Instant::now() + flush_interval;
+        let mut next_periodic = Instant::now();
+        // Early flushes (buffers filling up) are spaced at least this far apart.
+        let min_gap = flush_interval.min(Duration::from_millis(20));
+        let mut last_flush = Instant::now();
+        // Relaxed: `stop` also unparks us; a late observation costs one more round.
+        while !self.stopping.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let deadline = next_flush.min(next_periodic);
+            if deadline > now {
+                std::thread::park_timeout(deadline - now);
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            let now = Instant::now();
+            let woken = self.shared.wakeup.take();
+            if now >= next_periodic {
+                let reading = PeriodicReading::now();
+                self.l.lock(Holder::Periodic, 0).write_periodic(reading);
+                next_periodic = now + periodic_interval;
+            }
+            if now >= next_flush || (woken && now.duration_since(last_flush) >= min_gap) {
+                let id = self.flushes.fetch_add(1, Ordering::Relaxed) + 1;
+                let mut l = self.flush_locked(self.l.lock(Holder::Flush, id), id);
+                l.rotate_if_due();
+                let finished = l.storage.take_compression();
+                drop(l);
+                self.compress_finished(finished);
+                last_flush = now;
+                if now >= next_flush {
+                    next_flush += flush_interval;
+                    if next_flush < now {
+                        next_flush = now + flush_interval;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The recorder thread (sampler-protocol.md §4.4): woken by the handler when a buffer fills
+    /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
+    /// lost samples.
+    fn sampler_loop(&self, sampler: &Sampler) {
+        sampler.exclude_current_thread();
+        let mut last_maintenance = Instant::now() - Duration::from_secs(1);
+        // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
+        while !self.stopping.load(Ordering::Relaxed) {
+            let work = sampler.wait_pending(Duration::from_millis(50));
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            if work {
+                self.l.lock(Holder::DrainReady, 0).drain_ready();
+            }
+            if last_maintenance.elapsed() >= Duration::from_millis(100) {
+                last_maintenance = Instant::now();
+                // TODO(sampler-fix): `sampler.discover_threads()` here, without L (review
+                // finding 9); `maintain_sources` then only collects lost samples.
+                self.l.lock(Holder::Maintain, 0).maintain_sources();
+            }
+        }
+    }
+}
+
+/// Spawns one of the recorder's threads.
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    #[cfg(test)]
+    if tests::hooks::spawn_fails(name) {
+        return Err(io::Error::other(format!("injected failure to spawn {name}")));
+    }
+    std::thread::Builder::new().name(name.into()).spawn(f)
+}
+
+/// The event type names known to the recorder (built-in and registered so far).
+pub fn known_event_types() -> Vec<String> {
+    metadata_registry::event_names()
+}
+
+// ---- Control socket hook (src/control.rs) ----
+/// The dump the control socket runs: a weak reference, so the listener never keeps the recording
+/// alive; the same steps as [`Recorder::dump`].
+fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
+    Box::new(move |path| {
+        let inner = inner.upgrade().filter(|i| !i.stopping.load(Ordering::Acquire));
+        let inner = inner.ok_or_else(|| "the recording has stopped".to_owned())?;
+        let bytes = inner.dump_bytes().map_err(|e| format!("dump failed: {e}"))?;
+        storage::write_file_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(bytes.len() as u64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test-only observation and fault injection points in `start`.
+    pub(super) mod hooks {
+        use std::cell::{Cell, RefCell};
+
+        thread_local! {
+            static FAIL_SPAWN: RefCell<Option<&'static str>> = const { RefCell::new(None) };
+            pub(super) static CURRENT_HELD_AT_SAMPLER_START: Cell<Option<bool>> = const { Cell::new(None) };
+        }
+
+        /// `start` is about to start the sampler (which registers an atfork hook).
+        pub fn sampler_starting() {
+            CURRENT_HELD_AT_SAMPLER_START.with(|c| c.set(Some(crate::commit::CURRENT.is_locked())));
+        }
+
+        pub fn spawn_fails(name: &str) -> bool {
+            FAIL_SPAWN.with(|f| *f.borrow() == Some(name))
+        }
+
+        pub fn fail_spawn(name: Option<&'static str>) {
+            FAIL_SPAWN.with(|f| *f.borrow_mut() = name);
+        }
+    }
+
+    static SERIAL: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .map(|s| s.trim().to_owned())
+            .collect()
+    }
+
+    /// Review finding 5: `start` must not hold `CURRENT` (which the fork prepare hook takes)
+    /// while the sampler registers its atfork hook: on glibc < 2.36 and musl, a concurrent fork
+    /// holds the atfork lock while its prepare hook waits for `CURRENT`.
+    #[test]
+    fn the_sampler_registers_its_fork_hook_without_current_held() {
+        let _serial = SERIAL.lock();
+        let dir = tempfile::tempdir().unwrap();
+        hooks::CURRENT_HELD_AT_SAMPLER_START.with(|c| c.set(None));
+        let rec = Recorder::builder().repository(dir.path()).start().unwrap();
+        let held = hooks::CURRENT_HELD_AT_SAMPLER_START.with(|c| c.get());
+        rec.stop().unwrap();
+        assert_eq!(held, Some(false), "CURRENT was held while the sampler started");
+    }
+
+    /// Review finding 14: when the recorder thread cannot be spawned, `start` fails and leaves
+    /// nothing running (no flusher, no sampler with armed timers), and the next start works.
+    #[test]
+    fn a_failed_start_leaves_nothing_running() {
+        let _serial = SERIAL.lock();
+        let dir = tempfile::tempdir().unwrap();
+        hooks::fail_spawn(Some("recorder-sampler"));
+        let failed = Recorder::builder().repository(dir.path()).start();
+        hooks::fail_spawn(None);
+        assert!(matches!(failed, Err(Error::Thread(_))), "{failed:?}");
+        // Joined threads are gone from /proc at once.
+        // (comm holds 15 bytes: "recorder-sampler" shows as "recorder-sample")
+        let ours = |n: &String| n == "recorder-flush" || n == "recorder-sample";
+        let left: Vec<String> = thread_names().into_iter().filter(ours).collect();
+        assert!(left.is_empty(), "threads of the failed start still run: {left:?}");
+        assert_eq!(GENERATION.load(Ordering::Acquire), 0);
+        let rec = Recorder::builder().repository(dir.path()).start().expect("a start after a failed one works");
+        rec.stop().unwrap();
+    }
+}

@@ -1,0 +1,502 @@
+//! Everything L protects, and the steps L holders run on it. `recorder/mod.rs` puts the steps in
+//! order; each one here is short and does no slow work (review finding 9).
+
+use super::resolve::UnderLock;
+use super::settings::Settings;
+use super::storage::{Policy, Storage};
+use super::RecorderStats;
+use crate::builtin;
+use crate::chunk::{ChunkWriter, Resolved, Unresolved};
+use crate::clock::{self, ClockPair};
+use crate::commit::{Shared, ThreadNote};
+use crate::flush::events::EventBuffers;
+use crate::flush::own::{self, Losses, RecordingInfo};
+use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Tally};
+use crate::metadata_registry;
+use crate::sampler::SamplerStats;
+use crate::sync::statics::Ordering;
+use std::collections::HashSet;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Everything L protects.
+#[derive(Debug)]
+pub(super) struct State {
+    pub shared: Arc<Shared>,
+    pub settings: Settings,
+    recording_start: ClockPair,
+    /// The live chunk and the recording's constants.
+    pub chunk: ChunkWriter,
+    /// The recording's files.
+    pub storage: Storage,
+    /// Where the next chunk starts: where the last one ended.
+    next_start: Option<ClockPair>,
+    /// Flush source 1: the event buffers.
+    events: EventBuffers,
+    /// Flush source 2: sampler-style sources, drained in this order after the event buffers.
+    samplers: Vec<Box<dyn SampleSource>>,
+    /// Flush source 3 (with thread notes and settings): loss reports.
+    losses: Losses,
+    pending_notes: Vec<ThreadNote>,
+    reported_events: u64,
+    reported_bytes: u64,
+    /// Write the settings events at the next flush (new chunk, or a settings change).
+    pub settings_changed: bool,
+    /// Event types whose `jdk.ActiveSetting` rows the live chunk has.
+    settings_of: HashSet<u64>,
+    /// The registry version whose every event type has its rows in the live chunk.
+    settings_version: u64,
+    /// What the open segment holds.
+    tally: Tally,
+    pub stats: RecorderStats,
+    cpu: CpuTimes,
+    pub final_sampler_stats: Option<SamplerStats>,
+    write_error_reported: bool,
+}
+
+/// Readings for the periodic events, taken without L.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct CpuTimes {
+    machine_busy: u64,
+    machine_total: u64,
+    at: Option<Instant>,
+    user: u64,
+    system: u64,
+}
+
+/// What the periodic events report, read without L.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PeriodicReading {
+    now: i64,
+    cpu: CpuTimes,
+    rss: Option<(u64, u64)>,
+}
+
+impl PeriodicReading {
+    /// Reads `/proc` (call without L).
+    pub fn now() -> PeriodicReading {
+        PeriodicReading { now: clock::ticks(), cpu: read_cpu_times(), rss: read_rss() }
+    }
+}
+
+impl State {
+    pub fn new(shared: Arc<Shared>, settings: Settings, dir: PathBuf, start: ClockPair) -> State {
+        let policy = Policy {
+            max_size: settings.max_size,
+            max_age: settings.max_age,
+            max_chunk_size: settings.max_chunk_size,
+            compress: settings.compress_finished_chunks,
+        };
+        let depth = settings.depth;
+        State {
+            events: EventBuffers::new(Arc::clone(&shared)),
+            shared,
+            settings,
+            recording_start: start,
+            chunk: ChunkWriter::new(depth),
+            storage: Storage::new(dir, policy),
+            next_start: Some(start),
+            samplers: Vec::new(),
+            losses: Losses::default(),
+            pending_notes: Vec::new(),
+            reported_events: 0,
+            reported_bytes: 0,
+            settings_changed: true,
+            settings_of: HashSet::new(),
+            settings_version: 0,
+            tally: Tally::default(),
+            stats: RecorderStats::default(),
+            cpu: CpuTimes::default(),
+            final_sampler_stats: None,
+            write_error_reported: false,
+        }
+    }
+
+    /// Adds a sampler-style source; flushes drain the sources in the order they were added.
+    pub fn add_sample_source(&mut self, source: Box<dyn SampleSource>) {
+        self.samplers.push(source);
+    }
+
+    /// The tick clock: real, or the logical one in deterministic mode.
+    pub fn now_ticks(&self) -> i64 {
+        match &self.shared.logical {
+            Some(l) => l.now(),
+            None => clock::ticks(),
+        }
+    }
+
+    /// Opens a chunk if none is live: it starts where the last one ended.
+    pub fn open_chunk_if_needed(&mut self) {
+        if self.chunk.is_open() {
+            return;
+        }
+        let now = self.now_ticks();
+        let start = self.next_start.take().unwrap_or_else(|| {
+            if self.shared.logical.is_some() {
+                ClockPair { epoch_nanos: now, ticks: now }
+            } else {
+                ClockPair::now()
+            }
+        });
+        self.chunk.open(start);
+        self.settings_changed = true;
+    }
+
+    /// Flush source 1: `[flushed, committed)` of every event buffer.
+    pub fn drain_event_buffers(&mut self) {
+        let State { chunk, shared, tally, events, .. } = self;
+        events.drain(&mut Segment { chunk, stacks: &shared.stacks, tally });
+    }
+
+    /// Flush source 2: every sampler-style source, in order; never skipped.
+    pub fn drain_sample_sources(&mut self) {
+        let State { chunk, shared, tally, samplers, .. } = self;
+        for source in samplers {
+            source.drain(&mut Segment { chunk, stacks: &shared.stacks, tally });
+        }
+    }
+
+    /// The recorder thread's pass between flushes (full sampler buffers).
+    pub fn drain_ready(&mut self) {
+        self.open_chunk_if_needed();
+        let State { chunk, shared, tally, samplers, .. } = self;
+        for source in samplers {
+            source.drain_ready(&mut Segment { chunk, stacks: &shared.stacks, tally });
+        }
+    }
+
+    /// The recorder thread's housekeeping: each source's (thread discovery, lost samples).
+    pub fn maintain_sources(&mut self) {
+        for source in &mut self.samplers {
+            for loss in source.maintain() {
+                self.losses.note(loss);
+            }
+        }
+    }
+
+    /// Flush source 3: the recorder's own events — thread starts and ends, data loss, the
+    /// settings (new chunk or changed), the sources' statistics.
+    pub fn write_own_events(&mut self, now: i64) {
+        self.take_thread_notes();
+        for note in std::mem::take(&mut self.pending_notes) {
+            if note.started {
+                own::write_thread_start(&mut self.chunk, note.ticks, note.tid);
+            } else {
+                own::write_thread_end(&mut self.chunk, note.ticks, note.tid);
+            }
+        }
+        // Relaxed: statistics.
+        let events = self.shared.lost_events.load(Ordering::Relaxed);
+        let bytes = self.shared.lost_bytes.load(Ordering::Relaxed);
+        if events > self.reported_events {
+            self.losses.note(LossReport {
+                reason: "event buffers full (memory budget reached)".into(),
+                events: events - self.reported_events,
+                bytes: bytes - self.reported_bytes,
+                ..LossReport::default()
+            });
+            self.reported_events = events;
+            self.reported_bytes = bytes;
+        }
+        self.losses.write(&mut self.chunk, now);
+        // Read before the settings: a type registered after this read changes the version again.
+        let version = metadata_registry::version();
+        if self.settings_changed {
+            self.write_settings(now, false);
+            self.settings_changed = false;
+        } else if version != self.settings_version {
+            // Types registered since (a type configured in the builder may register any time):
+            // their rows, in the segment whose metadata (written after these events) declares them.
+            self.write_settings(now, true);
+        }
+        self.settings_version = version;
+        for source in &mut self.samplers {
+            source.write_statistics(&mut self.chunk, now);
+        }
+    }
+
+    /// Takes the threads' reports of themselves: their names now (a thread may be gone by the
+    /// time its samples are defined, and its name with it), their start and end events at the
+    /// next flush.
+    fn take_thread_notes(&mut self) {
+        while let Some(note) = self.shared.thread_notes.pop() {
+            if note.started {
+                self.chunk.set_thread_name(note.tid, &note.name);
+            }
+            self.pending_notes.push(note);
+        }
+    }
+
+    /// Notes a loss for the next flush.
+    pub fn note_loss(&mut self, loss: LossReport) {
+        self.losses.note(loss);
+    }
+
+    /// `jdk.ActiveRecording` and the `jdk.ActiveSetting`s, named after the flushing thread; with
+    /// `only_new_types`, just the rows of the event types registered since the chunk last got
+    /// settings.
+    ///
+    /// Every `jdk.ActiveSetting.id` is the id of an event type the chunk declares (JMC looks it
+    /// up and fails on any other): the recording's own settings belong to `recorder.Recording`,
+    /// and a type configured in the builder but not registered yet gets its rows when it
+    /// registers. The events name the thread through `EventOut`, so the segment's checkpoint
+    /// defines it.
+    fn write_settings(&mut self, now: i64, only_new_types: bool) {
+        if !only_new_types {
+            self.settings_of.clear();
+        }
+        let mut rows = if only_new_types { Vec::new() } else { self.recording_rows() };
+        // Registered types only (id 0: configured, not registered yet).
+        for (_, id, e) in metadata_registry::all_settings() {
+            if id == 0 || !self.settings_of.insert(id) {
+                continue;
+            }
+            rows.push(SettingRow::new(id, "enabled", e.enabled.to_string()));
+            rows.push(SettingRow::new(id, "threshold", format!("{} ns", e.threshold.as_nanos())));
+            rows.push(SettingRow::new(id, "stackTrace", e.stack_trace.to_string()));
+        }
+        if rows.is_empty() {
+            return;
+        }
+        let deterministic = self.shared.logical.is_some();
+        let tid = if deterministic { 0 } else { crate::thread::current_tid() };
+        if tid != 0 && self.chunk.thread_name(tid).is_none() {
+            // A named thread names itself for free; others are read from /proc without L.
+            if let Some(name) = std::thread::current().name() {
+                self.chunk.set_thread_name(tid, name);
+            }
+        }
+        if only_new_types {
+            return own::write_setting_rows(&mut self.chunk, now, tid, &rows);
+        }
+        let millis = |d: Option<Duration>| d.map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let recording = RecordingInfo {
+            name: self.settings.name.clone(),
+            // The repository is a setting of recorder.Recording; no file is written at the stop.
+            destination: None,
+            max_age_ms: millis(self.settings.max_age),
+            flush_interval_ms: millis(Some(self.settings.flush_interval)),
+            max_size: i64::try_from(self.settings.max_size).unwrap_or(i64::MAX),
+            start_ms: self.recording_start.epoch_nanos / 1_000_000,
+            // The recording runs until stopped: no configured duration.
+            duration_ms: millis(None),
+        };
+        own::write_settings(&mut self.chunk, now, tid, &recording, &rows);
+    }
+
+    /// The rows that describe the recording (`recorder.Recording`'s) and each source.
+    fn recording_rows(&self) -> Vec<SettingRow> {
+        let s = &self.settings;
+        let recording = |name: &str, value: String| SettingRow::new(builtin::RECORDING, name, value);
+        let mut rows = vec![
+            recording("flushInterval", format!("{} ms", s.flush_interval.as_millis())),
+            recording("maxChunkSize", s.max_chunk_size.to_string()),
+            recording("maxChunkAge", format!("{} s", s.max_chunk_age.as_secs())),
+            recording("maxSize", s.max_size.to_string()),
+            recording("memoryBudget", s.memory_budget.to_string()),
+            recording("stackDepth", s.depth.inner.to_string()),
+            recording("stackDepthOuter", s.depth.outer.to_string()),
+        ];
+        if self.shared.logical.is_none() {
+            rows.push(recording("repository", self.storage.dir().display().to_string()));
+        }
+        if s.sampling.is_none() {
+            rows.push(SettingRow::new(builtin::EXECUTION_SAMPLE, "enabled", "false"));
+        }
+        for source in &self.samplers {
+            rows.extend(source.settings());
+        }
+        rows
+    }
+
+    /// What the next checkpoint needs that only slow work gives (resolve it without L).
+    pub fn unresolved(&mut self) -> Unresolved {
+        // Samples drained since the own events were written may be of threads that reported
+        // their names meanwhile.
+        self.take_thread_notes();
+        self.chunk.unresolved(&self.shared.stacks)
+    }
+
+    /// Takes the answers resolved without L.
+    pub fn resolved(&mut self, resolved: Resolved) {
+        self.chunk.resolved(resolved);
+    }
+
+    /// Ends the open segment: the metadata if the registry changed (after the events, so it
+    /// covers every type they use), then one checkpoint with every constant the segment
+    /// references that the chunk lacks.
+    pub fn close_segment(&mut self, now: i64) {
+        self.take_thread_notes();
+        self.chunk.metadata(metadata_registry::version(), now, metadata_registry::metadata);
+        self.chunk.checkpoint(&self.shared.stacks, &mut UnderLock, now);
+    }
+
+    /// Writes the segment and publishes the header; applies retention.
+    pub fn publish(&mut self, now: i64) {
+        let Some(start) = self.chunk.start() else { return };
+        if let Some(p) = self.chunk.publish(now - start.ticks) {
+            if let Err(e) = self.storage.publish(start, &p) {
+                return self.write_failed(e);
+            }
+        }
+        // Retention against the live chunk's real size, at every flush: the repository stays
+        // under its limit even when flushes are late and the chunk outgrows its rotation size.
+        self.storage.apply_retention(self.chunk.position());
+        self.stats.flushes += 1;
+        self.segment_written();
+    }
+
+    /// The open segment reached the disk: count it.
+    fn segment_written(&mut self) {
+        let tally = std::mem::take(&mut self.tally);
+        self.stats.events_written += tally.events;
+        self.stats.samples_written += tally.total_samples();
+        let (events, samples) = self.losses.confirm();
+        self.stats.events_lost += events;
+        self.stats.samples_lost += samples;
+    }
+
+    /// Rotates the chunk when it reached its size or age limit.
+    pub fn rotate_if_due(&mut self) {
+        let Some(start) = self.chunk.start() else { return };
+        let age = Duration::from_nanos((self.now_ticks() - start.ticks).max(0) as u64);
+        if self.chunk.position() >= self.settings.max_chunk_size || age >= self.settings.max_chunk_age {
+            let _ = self.finish_chunk(false);
+        }
+    }
+
+    /// Finishes the live chunk (state 0; the final flag at the end of the recording); the next
+    /// chunk starts exactly where this one ends. A write failure is counted and reported.
+    pub fn finish_chunk(&mut self, final_chunk: bool) -> io::Result<()> {
+        let Some(start) = self.chunk.start() else { return Ok(()) };
+        if self.chunk.has_open_references() {
+            // Never close a chunk with a reference its checkpoints do not define.
+            let now = self.now_ticks();
+            self.close_segment(now);
+        }
+        let duration = (self.now_ticks() - start.ticks).max(1);
+        self.next_start = Some(start.plus(duration));
+        let Some(p) = self.chunk.finish(duration, final_chunk) else { return Ok(()) };
+        match self.storage.finish(start, &p) {
+            Ok(()) => {
+                self.stats.chunks_finished += 1;
+                self.segment_written();
+                Ok(())
+            }
+            Err(e) => {
+                self.storage.close_failed(start, duration);
+                self.count_write_failure(&e);
+                self.losses.unconfirm();
+                Err(e)
+            }
+        }
+    }
+
+    /// A write failed: count the segment as lost, close the chunk at its last published state
+    /// and start a new one at the next flush.
+    fn write_failed(&mut self, e: io::Error) {
+        self.count_write_failure(&e);
+        // The loss reports of the failed segment did not reach the disk either: report them again.
+        self.losses.unconfirm();
+        let tally = std::mem::take(&mut self.tally);
+        let Some(start) = self.chunk.start() else { return };
+        let reason = format!("write failed: {e}");
+        self.losses.note(LossReport {
+            reason: reason.clone(),
+            events: tally.events,
+            bytes: tally.bytes,
+            ..LossReport::default()
+        });
+        for (thread, samples) in tally.samples {
+            self.losses.note(LossReport { reason: reason.clone(), samples, thread, ..LossReport::default() });
+        }
+        let duration = (self.now_ticks() - start.ticks).max(1);
+        self.chunk.abandon();
+        self.storage.close_failed(start, duration);
+        self.next_start = Some(start.plus(duration));
+    }
+
+    fn count_write_failure(&mut self, e: &io::Error) {
+        self.stats.write_failures += 1;
+        if !self.write_error_reported {
+            self.write_error_reported = true;
+            eprintln!(
+                "recorder: writing to {} failed ({e}); the application continues, lost data is counted \
+                 and recording resumes when writing works again",
+                self.storage.dir().display()
+            );
+        }
+    }
+
+    /// Stops every sampler-style source; their last records go into the open segment.
+    pub fn stop_sources(&mut self) {
+        self.open_chunk_if_needed();
+        let State { chunk, shared, tally, samplers, losses, final_sampler_stats, .. } = self;
+        for source in samplers.iter_mut() {
+            let stopped = source.stop(&mut Segment { chunk, stacks: &shared.stacks, tally });
+            for loss in stopped.losses {
+                losses.note(loss);
+            }
+            if stopped.sampler.is_some() {
+                *final_sampler_stats = stopped.sampler;
+            }
+        }
+    }
+
+    /// Periodic built-in events: CPU load and resident set size.
+    pub fn write_periodic(&mut self, reading: PeriodicReading) {
+        self.open_chunk_if_needed();
+        let prev = std::mem::replace(&mut self.cpu, reading.cpu);
+        let times = reading.cpu;
+        if let (Some(now), Some(then)) = (times.at, prev.at) {
+            let elapsed = now.duration_since(then).as_secs_f64();
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            // Process CPU in clock ticks (USER_HZ, 100 on Linux) over the wall time of all CPUs.
+            let hz = 100.0;
+            let share = |d: u64| ((d as f64 / hz) / (elapsed * cpus)).clamp(0.0, 1.0) as f32;
+            let user = share(times.user.saturating_sub(prev.user));
+            let system = share(times.system.saturating_sub(prev.system));
+            let busy = times.machine_busy.saturating_sub(prev.machine_busy) as f64;
+            let total = times.machine_total.saturating_sub(prev.machine_total) as f64;
+            let machine = if total > 0.0 { (busy / total).clamp(0.0, 1.0) as f32 } else { 0.0 };
+            if elapsed > 0.0 {
+                own::write_cpu_load(&mut self.chunk, reading.now, user, system, machine.max(user + system).min(1.0));
+            }
+        }
+        if let Some((size, peak)) = reading.rss {
+            own::write_resident_set_size(&mut self.chunk, reading.now, size, peak);
+        }
+    }
+}
+
+fn read_cpu_times() -> CpuTimes {
+    let mut t = CpuTimes { at: Some(Instant::now()), ..CpuTimes::default() };
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            t.user = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+            t.system = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+        if let Some(line) = stat.lines().next() {
+            let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+            t.machine_total = v.iter().sum();
+            t.machine_busy = t.machine_total.saturating_sub(idle);
+        }
+    }
+    t
+}
+
+fn read_rss() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = |key: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|v| v * 1024)
+    };
+    Some((kb("VmRSS:")?, kb("VmHWM:").unwrap_or(0)))
+}
