@@ -26,6 +26,9 @@ pub struct FrameName {
     pub inlined: bool,
 }
 
+/// Addresses whose serialized frames the pools keep (about 100 bytes each).
+const MAX_CACHED_ADDRESSES: usize = 1 << 16;
+
 /// What the checkpoint needs from outside the chunk writer: names of addresses and of threads.
 /// The flusher answers it with L released (`ChunkWriter::unresolved` / `resolved`); this trait
 /// is the fallback for what is still missing when the checkpoint is written.
@@ -113,8 +116,8 @@ pub(super) struct Pools {
     frames: HashMap<Address, Vec<FrameRef>>,
     /// Methods of the recorder's own commit path (see `OWN_FUNCTION_PREFIXES`).
     own_frames: HashSet<u64>,
-    /// Thread names, captured when a thread is first seen.
-    pub thread_names: HashMap<u32, String>,
+    /// Thread names, captured while the threads run (and their renames).
+    pub thread_names: crate::thread::ThreadNames,
     scratch: Vec<u64>,
 }
 
@@ -130,7 +133,7 @@ impl Pools {
             method_defs: HashMap::new(),
             frames: HashMap::new(),
             own_frames: HashSet::new(),
-            thread_names: HashMap::new(),
+            thread_names: Default::default(),
             scratch: Vec::new(),
         }
     }
@@ -208,6 +211,15 @@ impl Pools {
                 line: f.line.map_or(-1, |l| l as i32),
                 frame_type: if f.inlined { FRAME_TYPE_INLINED } else { FRAME_TYPE_NATIVE },
             });
+        }
+        self.cache_frames(address, refs);
+    }
+
+    /// Keeps the frames of `address`, within [`MAX_CACHED_ADDRESSES`]: a process that keeps
+    /// reaching new addresses has old ones symbolized again rather than a cache that only grows.
+    fn cache_frames(&mut self, address: Address, refs: Vec<FrameRef>) {
+        if self.frames.len() >= MAX_CACHED_ADDRESSES {
+            self.frames.clear();
         }
         self.frames.insert(address, refs);
     }

@@ -57,7 +57,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
     }
     out.flush()?;
     drop(out);
-    crate::commands::summary::run(&SummaryConfig { path: repository.clone(), json: false })?;
+    crate::commands::summary::run(&SummaryConfig {
+        path: repository.clone(),
+        recordings: source::Recordings::All,
+        json: false,
+    })?;
     print_top(&repository, args.top)?;
     // The flame graph goes next to the recording: `FILE.svg` for `-o FILE`, else into the
     // repository directory (whose readers only look at `*.jfr` files).
@@ -86,10 +90,16 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         }
     )?;
     writeln!(out)?;
-    writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
+    // Commands that run as printed: `recorder` only when that is what the shell finds.
+    let (me, on_path) = invocation();
+    let repo = shell_word(&repository.display().to_string());
+    writeln!(out, "Next: {me} print --events demo.Request {repo}")?;
     match &args.output {
-        Some(file) => writeln!(out, "      jfr summary {}", file.display())?,
-        None => writeln!(out, "      recorder dump {} -o demo.jfr && jfr summary demo.jfr", repository.display())?,
+        Some(file) => writeln!(out, "      jfr summary {}", shell_word(&file.display().to_string()))?,
+        None => writeln!(out, "      {me} dump {repo} -o demo.jfr && jfr summary demo.jfr")?,
+    }
+    if !on_path {
+        writeln!(out, "(To type just `recorder`: cargo install --path cli, from the repository's root.)")?;
     }
     Ok(crate::Outcome::Clean)
 }
@@ -97,7 +107,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
 /// Writes the finished repository as one file: its chunks in start order, as they are on disk (the
 /// last one has the final flag), so the file holds exactly what the repository does.
 fn write_recording(repository: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
-    let source = source::load(repository)?;
+    let source = source::load(repository, source::Recordings::All)?;
     if let Some(damage) = source.damage.first() {
         anyhow::bail!("the repository {} is damaged: {damage}", repository.display());
     }
@@ -109,21 +119,51 @@ fn write_recording(repository: &std::path::Path, out: &std::path::Path) -> anyho
     Ok(())
 }
 
+/// How the user's shell runs this very binary: `recorder` when PATH finds this file under that
+/// name, else its path (relative to the working directory when it is below it, as with
+/// `cargo run`'s `target/release/recorder`). Also whether PATH found it.
+fn invocation() -> (String, bool) {
+    let Ok(me) = std::env::current_exe() else { return ("recorder".to_owned(), true) };
+    let me = me.canonicalize().unwrap_or(me);
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).map(|dir| dir.join("recorder")).find(|candidate| candidate.is_file())
+    });
+    if found.and_then(|p| p.canonicalize().ok()).as_ref() == Some(&me) {
+        return ("recorder".to_owned(), true);
+    }
+    let cwd = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
+    let shown = match cwd.as_ref().and_then(|cwd| me.strip_prefix(cwd).ok()) {
+        Some(relative) => std::path::Path::new(".").join(relative),
+        None => me.clone(),
+    };
+    (shell_word(&shown.display().to_string()), false)
+}
+
+/// `word` as one word of a POSIX shell command line: as is when it has no special characters,
+/// else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.
 fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyhow::Result<()> {
-    let source = source::load(repository)?;
+    let source = source::load(repository, source::Recordings::All)?;
     let selection = crate::fold::Selection::default();
     let mut folded = crate::fold::Folded::default();
-    let names = ["jdk.ExecutionSample".to_owned()];
+    let weighing = crate::profile::ProfileKind::Cpu.weighing();
     for sc in &source.chunks {
-        let ids = crate::fold::stack_type_ids(&sc.chunk, &names);
-        folded.add_chunk(&sc.chunk, &ids, &selection)?;
+        folded.add_chunk(&sc.chunk, &weighing, &selection, crate::fold::FoldOptions::default())?;
     }
     if folded.counts.is_empty() {
         anyhow::bail!("no CPU samples were recorded");
     }
     let mut out = std::io::BufWriter::new(std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?);
-    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", &mut out)?;
+    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", "samples", &mut out)?;
     out.flush().with_context(|| format!("{}", svg.display()))?;
     Ok(())
 }
@@ -131,7 +171,7 @@ fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyh
 /// The hottest functions of the recording's CPU samples: self (innermost frame) and total (anywhere
 /// in the stack) shares.
 fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
-    let source = source::load(path)?;
+    let source = source::load(path, source::Recordings::All)?;
     let mut self_counts: HashMap<String, u64> = HashMap::new();
     let mut total_counts: HashMap<String, u64> = HashMap::new();
     let mut samples = 0u64;
@@ -148,7 +188,7 @@ fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
             let Some(Value::Ref { key, .. }) = event.values.get(stack_index) else { continue };
             if !names_by_stack.contains_key(key) {
                 let frames = match chunk.stack_trace_info(&event.values[stack_index]) {
-                    Ok(Some(trace)) => trace.frames.iter().map(|f| f.qualified_name()).collect(),
+                    Ok(Some(trace)) => trace.frames.iter().map(crate::frames::display_name).collect(),
                     _ => Vec::new(),
                 };
                 names_by_stack.insert(*key, frames);
