@@ -131,7 +131,7 @@ impl EventOut<'_> {
         write::put_string(self.out, Some(s));
     }
     /// A string, or null.
-    pub fn string_or_null(&mut self, s: Option<&str>) {
+    pub fn optional_string(&mut self, s: Option<&str>) {
         write::put_string(self.out, s);
     }
     /// A reference to thread `tid` (0: none); the segment's checkpoint defines it.
