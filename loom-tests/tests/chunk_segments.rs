@@ -23,7 +23,7 @@ use jfr_format::metadata::{ids, Metadata};
 use jfr_format::varint;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord};
+use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, StackBounds};
 use recorder::__loom::{
     builtin_classes, write_sample, write_settings, ChunkWriter, ClockPair, FrameName, Publish, RecordingInfo, Resolve,
     Resolved, Segment, SettingRow, StackTable, Tally,
@@ -272,9 +272,9 @@ impl Cursor<'_> {
 }
 
 fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
-    let (core, mut locked) = Core::new(1, nbuffers, records * REC_WORDS);
-    core.claim_slot(TID_BASE, 0, 0).unwrap();
-    core.refill_spares(&mut locked);
+    let (core, locked) = Core::new(1, nbuffers, records * REC_WORDS);
+    core.claim_slot(TID_BASE, StackBounds::default()).unwrap();
+    core.refill_spares();
     (Arc::new(core), locked)
 }
 
@@ -282,7 +282,7 @@ fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
 /// the stack's definition is shared across the rotation.
 fn produce_same_stack(core: &Core, id: u64) {
     let slot = core.slot(0).unwrap();
-    if core.admit(slot, TID_BASE) {
+    if let Some(adm) = core.admit(slot, TID_BASE) {
         let hdr = RecordHeader {
             ticks: id as i64,
             tid: TID_BASE,
@@ -292,7 +292,7 @@ fn produce_same_stack(core: &Core, id: u64) {
             sample_id: id,
             sp: 0,
         };
-        core.write_record(slot, &hdr, 1, |s| s.push(10));
+        core.write_record(&adm, &hdr, 1, |s| s.push(10));
     }
 }
 
@@ -328,7 +328,7 @@ fn recorder_vs_flush_on_the_shipped_chunk_writer() {
         let l = Arc::new(Mutex::new(Recording::new(locked)));
         {
             let mut r = l.lock().unwrap();
-            core.refill_spares(&mut r.locked);
+            core.refill_spares();
         }
         let c = core.clone();
         let owner = thread::spawn(move || {
@@ -355,7 +355,7 @@ fn recorder_vs_rotation_on_the_shipped_chunk_writer() {
         let l = Arc::new(Mutex::new(Recording::new(locked)));
         {
             let mut r = l.lock().unwrap();
-            core.refill_spares(&mut r.locked);
+            core.refill_spares();
             r.flush(&core);
         }
         let c = core.clone();

@@ -112,9 +112,7 @@ mod cpu {
 
         fn maintain(&mut self) -> Vec<LossReport> {
             let Some(sampler) = self.sampler.clone() else { return Vec::new() };
-            // TODO(sampler-fix): `discover_threads` without L (review finding 9); the recorder
-            // thread then calls it before taking L and this line goes.
-            sampler.discover_threads(&mut self.locked);
+            // Thread discovery runs before, without L (`Recorder::sampler_loop`).
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
             self.losses(lost, unattributed)

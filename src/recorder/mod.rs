@@ -524,8 +524,8 @@ impl Inner {
             }
             if last_maintenance.elapsed() >= Duration::from_millis(100) {
                 last_maintenance = Instant::now();
-                // TODO(sampler-fix): `sampler.discover_threads()` here, without L (review
-                // finding 9); `maintain_sources` then only collects lost samples.
+                // Discovery reads /proc for every thread: without L (review finding 9).
+                sampler.discover_threads_unlocked();
                 self.l.lock(Holder::Maintain, 0).maintain_sources();
             }
         }

@@ -159,7 +159,8 @@ impl State {
         }
     }
 
-    /// The recorder thread's housekeeping: each source's (thread discovery, lost samples).
+    /// The recorder thread's housekeeping: each source's lost samples (thread discovery runs
+    /// before, without L).
     pub fn maintain_sources(&mut self) {
         for source in &mut self.samplers {
             for loss in source.maintain() {
