@@ -29,8 +29,16 @@ mod cpu {
     use crate::chunk::ChunkWriter;
     use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Stopped};
     use crate::sampler::{SampleRecord, Sampler, SamplerLocked, SamplingMode};
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    /// Names an exited thread's sample (a live thread's name is read from /proc later).
+    fn name_exited(seg: &mut Segment<'_>, names: &HashMap<u32, (String, u32)>, rec: &SampleRecord<'_>) {
+        if let Some((name, _)) = names.get(&rec.tid) {
+            seg.chunk.set_thread_name(rec.tid, name);
+        }
+    }
 
     /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler).
     #[derive(Debug)]
@@ -43,6 +51,21 @@ mod cpu {
         samples_since_rate: u64,
         rate_since: Option<Instant>,
         reported_unattributed: u64,
+        /// Names of registered threads that exited (`Sampler::take_exited_names`), with the
+        /// number of full drains since: their last samples are named after them, in whichever
+        /// chunk those land. Kept for a few drains (the slot is reaped by the first one after
+        /// its retirement, so no sample of that thread comes later).
+        exited_names: HashMap<u32, (String, u32)>,
+    }
+
+    /// A thread that got no sampler slot (every slot taken by live threads): its samples are not
+    /// taken until discovery finds it a slot, and the recording says so, for that thread.
+    fn refusal(thread: u32) -> LossReport {
+        LossReport {
+            reason: "thread not sampled from its start: no free sampler slot".into(),
+            thread,
+            ..LossReport::default()
+        }
     }
 
     impl CpuSamples {
@@ -54,6 +77,20 @@ mod cpu {
                 samples_since_rate: 0,
                 rate_since: None,
                 reported_unattributed: 0,
+                exited_names: HashMap::new(),
+            }
+        }
+
+        /// Takes the names of threads that exited since the last drain (before the drain takes
+        /// the buffers they retired) and ages the older ones out.
+        fn take_exit_names(&mut self) {
+            let Some(sampler) = self.sampler.as_ref() else { return };
+            self.exited_names.retain(|_, (_, age)| {
+                *age += 1;
+                *age <= 4
+            });
+            for (tid, name) in sampler.take_exited_names() {
+                self.exited_names.insert(tid, (name, 0));
             }
         }
 
@@ -91,9 +128,12 @@ mod cpu {
 
     impl SampleSource for CpuSamples {
         fn drain(&mut self, seg: &mut Segment<'_>) {
+            self.take_exit_names();
             let Some(sampler) = self.sampler.as_ref() else { return };
+            let names = &self.exited_names;
             let mut written = 0;
             sampler.drain(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
+                name_exited(seg, names, rec);
                 write_sample(seg, rec);
                 written += 1;
             });
@@ -101,9 +141,12 @@ mod cpu {
         }
 
         fn drain_ready(&mut self, seg: &mut Segment<'_>) {
+            self.take_exit_names();
             let Some(sampler) = self.sampler.as_ref() else { return };
+            let names = &self.exited_names;
             let mut written = 0;
             sampler.drain_full(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
+                name_exited(seg, names, rec);
                 write_sample(seg, rec);
                 written += 1;
             });
@@ -115,7 +158,9 @@ mod cpu {
             // Thread discovery runs before, without L (`Recorder::sampler_loop`).
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
-            self.losses(lost, unattributed)
+            let mut losses = self.losses(lost, unattributed);
+            losses.extend(sampler.take_refused().into_iter().map(refusal));
+            losses
         }
 
         fn settings(&self) -> Vec<SettingRow> {
@@ -164,8 +209,15 @@ mod cpu {
                     }
                 }
             };
-            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
-            let losses = self.losses(report.lost, report.stats.unattributed);
+            let refused = owned.take_refused();
+            let mut names = std::mem::take(&mut self.exited_names);
+            names.extend(owned.take_exited_names().into_iter().map(|(tid, name)| (tid, (name, 0))));
+            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
+                name_exited(seg, &names, rec);
+                write_sample(seg, rec)
+            });
+            let mut losses = self.losses(report.lost, report.stats.unattributed);
+            losses.extend(refused.into_iter().map(refusal));
             Stopped { losses, sampler: Some(report.stats) }
         }
     }
