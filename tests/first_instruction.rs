@@ -314,3 +314,60 @@ fn a_forked_child_samples_its_new_threads_from_their_start() {
     assert!(text.starts_with("ok "), "in the forked child: {text}");
     parent.stop().unwrap();
 }
+
+#[test]
+fn with_every_slot_taken_each_refused_thread_is_counted_and_reported() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .sampling_period(Duration::from_millis(1))
+        .max_sampled_threads(8)
+        .start()
+        .unwrap();
+    // Sixteen threads alive at once for eight slots (some already taken by this thread and the
+    // harness): at least eight start without one.
+    let barrier = std::sync::Barrier::new(16);
+    let tids: Vec<u32> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let barrier = &barrier;
+                std::thread::Builder::new()
+                    .name(format!("crowd-{i}"))
+                    .spawn_scoped(s, move || {
+                        barrier.wait();
+                        burn(5).0
+                    })
+                    .unwrap()
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let path = rec.repository_dir().to_owned();
+    let refused = rec.stop_with_report().unwrap().sampler.unwrap().refused;
+    let mut reported = Vec::new();
+    for file in chunk_files(&path) {
+        for chunk in jfr_format::chunks(bytes::Bytes::from(std::fs::read(&file).unwrap())) {
+            let chunk = chunk.unwrap();
+            let Some(class) = chunk.metadata().class_by_name("recorder.DataLoss").cloned() else { continue };
+            for event in chunk.events() {
+                let event = event.unwrap();
+                if event.type_id != class.id {
+                    continue;
+                }
+                let reason = event.values[class.field_index("reason").unwrap()].as_str().unwrap_or("").to_owned();
+                if reason.contains("no free sampler slot") {
+                    let thread = chunk.thread_info(&event.values[class.field_index("thread").unwrap()]).unwrap();
+                    reported.push(thread.map_or(0, |t| t.os_thread_id as u32));
+                }
+            }
+        }
+    }
+    assert!(refused >= 8, "16 threads for 8 slots, {refused} refused");
+    assert_eq!(reported.len() as u64, refused, "every refusal is reported: {reported:?}");
+    let mut distinct = reported.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), reported.len(), "one report per refused thread: {reported:?}");
+    assert!(reported.iter().all(|t| tids.contains(t)), "refused threads are crowd threads: {reported:?} vs {tids:?}");
+}
