@@ -25,8 +25,9 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync` and
-//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`).
+//! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
+//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
+//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,6 +38,7 @@ mod chunk;
 #[allow(unsafe_code)]
 pub mod clock;
 #[cfg(not(loom))]
+#[allow(unsafe_code)]
 mod commit;
 #[cfg(not(loom))]
 mod compress;
@@ -45,6 +47,9 @@ pub mod consumer;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 pub mod control;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod encoder;
 #[cfg(not(loom))]
 mod event;
 #[cfg_attr(loom, allow(dead_code))]
@@ -65,7 +70,7 @@ mod stack;
 pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
-#[cfg(not(loom))]
+#[cfg_attr(loom, allow(dead_code))]
 #[allow(unsafe_code)]
 mod thread;
 #[cfg(not(loom))]
@@ -73,6 +78,8 @@ pub mod thread_hooks;
 #[cfg(not(loom))]
 mod unwind;
 
+#[cfg(not(loom))]
+pub use encoder::Encoder;
 #[cfg(not(loom))]
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
 #[cfg(not(loom))]

@@ -583,3 +583,83 @@ fn stale_perf_signals_never_reach_the_applications_handler() {
     set_handler(libc::SIG_DFL);
     assert_eq!(hits, 0, "a stale perf signal reached the application's handler after stop");
 }
+
+#[inline(never)]
+fn recurse_then_burn(depth: u32, stop: &AtomicBool) -> u64 {
+    if depth == 0 {
+        return burn_until(stop);
+    }
+    black_box(recurse_then_burn(depth - 1, stop)) + 1
+}
+
+/// Why `tests/deep_stacks.rs`' 3000-deep case lost samples now and then, even on an idle machine:
+/// a sample larger than a buffer is written as fragments into fresh buffers, all or nothing, so
+/// it needs that many filled spare entries when it is taken. Before, only L holders refilled
+/// spares, and a registering thread got one buffer (the rest at the next refill: a drain, or the
+/// recorder thread's discovery, every 100 ms, under L). Until then, or whenever L was held for
+/// long (the first flushes of a deep recording intern and symbolize thousands of frames), every
+/// deep sample was lost whole (counted, so the test's `lost == 0` failed). Now registration fills
+/// every spare entry and the recorder thread refills them without L, from the pool.
+///
+/// Here L is never free: the test holds `SamplerLocked` and drains nothing while the deep thread
+/// runs; the recorder thread's stand-in only waits in `wait_pending`. Every sample (2048 frames:
+/// three 8 KiB fragments) must still be written whole, none lost.
+#[test]
+fn deep_samples_are_not_lost_while_l_is_held() {
+    let _s = serial();
+    let cfg = SamplerConfig {
+        period: Duration::from_millis(2),
+        mode: SamplingMode::Auto,
+        buffer_bytes: 8192,
+        buffers_per_thread: 8,
+        // The pool: 64 x 8 buffers, enough for about 170 samples without one recycle.
+        max_threads: 64,
+        max_depth: 2048,
+    };
+    let (sampler, mut locked) = Sampler::start(cfg).unwrap();
+    let sampler = Arc::new(sampler);
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU32::new(0));
+    let deep = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn({
+            let (sampler, stop, tid) = (sampler.clone(), stop.clone(), tid.clone());
+            move || {
+                sampler.register_current_thread().unwrap();
+                tid.store(gettid(), Ordering::Relaxed);
+                black_box(recurse_then_burn(3000, &stop));
+                sampler.unregister_current_thread();
+            }
+        })
+        .unwrap();
+    let recorder_stop = Arc::new(AtomicBool::new(false));
+    let recorder = std::thread::spawn({
+        let (sampler, recorder_stop) = (sampler.clone(), recorder_stop.clone());
+        move || {
+            while !recorder_stop.load(Ordering::Relaxed) {
+                sampler.wait_pending(Duration::from_millis(5));
+            }
+        }
+    });
+    // 40 samples (120 buffers): well within the pool, far beyond one thread's 8.
+    wait_for("40 deep samples", || sampler.stats().taken >= 40);
+    stop.store(true, Ordering::Relaxed);
+    deep.join().unwrap();
+    recorder_stop.store(true, Ordering::Relaxed);
+    recorder.join().unwrap();
+    let tid = tid.load(Ordering::Relaxed);
+    let (mut whole, mut other) = (0u64, 0u64);
+    sampler.drain(&mut locked, &mut |r: &SampleRecord<'_>| {
+        if r.tid == tid && r.ips.len() >= 2000 {
+            whole += 1;
+        } else {
+            other += 1;
+        }
+    });
+    let stats = sampler.stats();
+    assert_eq!(stats.taken, stats.written + stats.lost, "taken = written + lost");
+    assert_eq!(stats.lost, 0, "spares were refilled without L: nothing may be lost ({whole} written)");
+    assert_eq!(other, 0, "every sample is the deep thread's, in the recursion");
+    assert_eq!(whole, stats.written);
+    let _ = Arc::into_inner(sampler).unwrap().stop(&mut locked, &mut |_| {});
+}

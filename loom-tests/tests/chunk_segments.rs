@@ -99,7 +99,7 @@ impl Recording {
 
     fn open_chunk_if_needed(&mut self) {
         if !self.chunk.is_open() {
-            self.chunk.open(ClockPair { epoch_nanos: self.now, ticks: self.now });
+            self.chunk.open(ClockPair::logical(self.now));
             self.settings_changed = true;
         }
     }
@@ -326,10 +326,7 @@ fn recorder_vs_flush_on_the_shipped_chunk_writer() {
         let (core, locked) = setup(1, 3);
         assert!(produce(&core, 0, 0));
         let l = Arc::new(Mutex::new(Recording::new(locked)));
-        {
-            let mut r = l.lock().unwrap();
-            core.refill_spares();
-        }
+        core.refill_spares(); // needs no L (the pool has its own lock)
         let c = core.clone();
         let owner = thread::spawn(move || {
             produce(&c, 0, 1); // rotation: pushes the buffer holding sample 0

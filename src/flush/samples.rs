@@ -153,9 +153,10 @@ mod cpu {
             self.samples_since_rate += written;
         }
 
-        fn maintain(&mut self) -> Vec<LossReport> {
+        fn maintain(&mut self, _chunk: &mut ChunkWriter) -> Vec<LossReport> {
             let Some(sampler) = self.sampler.clone() else { return Vec::new() };
-            // Thread discovery runs before, without L (`Recorder::sampler_loop`).
+            // Thread discovery ran before, without L, and its names went to the chunk
+            // (`Inner::sampler_loop`, `State::maintain_sources`).
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
             let mut losses = self.losses(lost, unattributed);

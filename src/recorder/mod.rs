@@ -116,7 +116,7 @@ impl Recorder {
         crate::thread::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
-        let start = if settings.deterministic { ClockPair { epoch_nanos: 0, ticks: 0 } } else { wall };
+        let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
         let dir = create_recording_dir(&settings.repository, wall)?;
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
@@ -132,6 +132,9 @@ impl Recorder {
             buffer_bytes: settings.buffer_size,
             memory_budget: settings.memory_budget,
             allocated: Default::default(),
+            spare_buffers: crossbeam_queue::ArrayQueue::new((settings.memory_budget / settings.buffer_size).max(1)),
+            spares_taken: Default::default(),
+            spares_trimmed: Default::default(),
             lost_events: Default::default(),
             lost_bytes: Default::default(),
             wakeup: Default::default(),
@@ -216,6 +219,8 @@ impl Recorder {
     /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
     pub fn register_current_thread(&self) -> io::Result<()> {
         self.inner.owner().map_err(io::Error::other)?;
+        // The thread's name now, while it runs (and a ThreadStart, and a ThreadEnd at its exit).
+        crate::commit::attach_current_thread();
         let sampler = self.inner.sampler.lock().clone();
         match sampler {
             Some(s) => s.register_current_thread(),
@@ -344,6 +349,8 @@ impl Inner {
     /// and the publish. Every source reports the threads and stacks it references to the chunk
     /// writer, whose checkpoint defines them in this segment.
     fn flush_locked<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
+        // Committing threads check their names once after each flush (a rename shows up).
+        crate::commit::next_name_epoch();
         l.open_chunk_if_needed();
         let now = l.now_ticks();
         l.drain_event_buffers(); // 1. application events
@@ -531,9 +538,10 @@ impl Inner {
                 last_maintenance = Instant::now();
                 // Modules loaded since the last pass get their `pthread_create` interposed.
                 crate::thread_hooks::rescan();
-                // Discovery reads /proc for every thread: without L (review finding 9).
-                sampler.discover_threads_unlocked();
-                self.l.lock(Holder::Maintain, 0).maintain_sources();
+                // Discovery reads /proc for every thread: without L (review finding 9). Only the
+                // names it read go to the chunk, under L.
+                let names = sampler.discover_threads_unlocked().names;
+                self.l.lock(Holder::Maintain, 0).maintain_sources(names);
             }
         }
     }

@@ -235,6 +235,9 @@ mod imp {
         pub registry_held: Duration,
         /// Longest single hold of the registry lock.
         pub registry_held_max: Duration,
+        /// The kernel's name (`comm`) of every listed thread whose stat could be read, from the
+        /// read that gave its start time: for the recorder to name threads while they run.
+        pub names: Vec<(u32, String)>,
     }
 
     /// A registry entry: the thread a slot samples, identified by (tid, start time).
@@ -547,6 +550,8 @@ mod imp {
     struct TaskListing {
         /// (tid, start time if its stat could be read).
         threads: Vec<(u32, Option<u64>)>,
+        /// (tid, `comm`) of the threads whose stat was read, from that same read.
+        names: Vec<(u32, String)>,
         complete: bool,
     }
 
@@ -563,7 +568,11 @@ mod imp {
                 break;
             };
             if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                out.threads.push((tid, task_stat(tid, &mut buf).ok().map(|s| s.start_time)));
+                let stat = task_stat(tid, &mut buf).ok();
+                if stat.is_some() {
+                    out.names.extend(crate::thread::stat_comm(&buf).map(|n| (tid, n.to_owned())));
+                }
+                out.threads.push((tid, stat.map(|s| s.start_time)));
             }
         }
         out
@@ -904,6 +913,8 @@ mod imp {
         /// truncated. Each end is clamped to 2048; both 0 keeps the innermost frame only.
         /// `config.max_depth` is ignored.
         pub fn start_with_depth(config: SamplerConfig, depth: DepthPolicy) -> io::Result<(Sampler, SamplerLocked)> {
+            // The handler reads ticks and must not be the one to choose the clock.
+            crate::clock::init();
             let mut life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE.
             if !signal::SHARED.load(Ordering::Relaxed).is_null() {
@@ -1075,9 +1086,10 @@ mod imp {
                 held_max = held_max.max(d);
             };
             // 1. Outside every lock: the listing.
-            let listing = list_tasks();
+            let mut listing = list_tasks();
             report.listed = listing.threads.len();
             report.listing_complete = listing.complete;
+            report.names = std::mem::take(&mut listing.names);
             let listed_tids: HashMap<u32, Option<u64>> = listing.threads.iter().copied().collect();
             let is_listed = |tid: u32, start: u64| match listed_tids.get(&tid) {
                 Some(&Some(s)) => start == 0 || s == start,
