@@ -22,6 +22,11 @@ pub const JDK_DATA_LOSS: u64 = 107;
 pub const DATA_LOSS: u64 = 108;
 /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
 pub const SAMPLER_STATISTICS: u64 = 109;
+/// `recorder.Diagnostic`: a problem with the recording's quality and its fix (`diagnostics.rs`).
+pub const DIAGNOSTIC: u64 = 110;
+/// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
+#[cfg(feature = "push")]
+pub const PUSH_STATISTICS: u64 = 111;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -193,16 +198,67 @@ pub fn classes() -> Vec<Class> {
             f("taken", ids::LONG, "Samples Taken"),
             f("lost", ids::LONG, "Samples Lost"),
             f("threads", ids::LONG, "Sampled Threads"),
+            // Since the previous statistics event, like `rate`: sums over any span of a recording.
+            f("samplesWritten", ids::LONG, "Samples Written"),
+            f("leafOnlyStacks", ids::LONG, "Leaf-Only Stacks"),
+            f("truncatedStacks", ids::LONG, "Truncated Stacks"),
         ],
         ..spec(
             SAMPLER_STATISTICS,
             "recorder.SamplerStatistics",
             "Sampler Statistics",
             &["Flight Recorder"],
-            "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
+            "How the CPU sampler is triggered, the samples per second it delivered since the previous flush, and \
+             how many of those samples' stacks hold only their innermost frame (missing frame pointers, stack \
+             bounds not known yet) or were cut by the depth limit",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("code", ids::STRING, "Code"),
+            f("message", ids::STRING, "Message"),
+            f("fix", ids::STRING, "Fix"),
+        ],
+        ..spec(
+            DIAGNOSTIC,
+            "recorder.Diagnostic",
+            "Recorder Diagnostic",
+            &["Flight Recorder"],
+            "A problem with the recording's quality that the user can fix (also said once on stderr); code \
+             missing-frame-pointers: stacks lose their frames because the code keeps no frame pointers",
         )
     }));
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out
+}
+
+/// `recorder.PushStatistics`, declared only by recordings that push (so that the metadata of
+/// others does not depend on the `push` feature).
+#[cfg(feature = "push")]
+pub fn push_statistics_class() -> Class {
+    event_class(EventTypeSpec {
+        fields: vec![
+            f("target", ids::STRING, "Server"),
+            f("chunksPosted", ids::LONG, "Chunks Posted"),
+            f("uploads", ids::LONG, "Uploads"),
+            bytes("bytesSent", "Bytes Sent"),
+            bytes("jfrBytes", "JFR Bytes Posted"),
+            f("retries", ids::LONG, "Retried Attempts"),
+            f("rejected", ids::LONG, "Rejected Uploads"),
+            f("chunksLost", ids::LONG, "Chunks Lost"),
+            bytes("bytesLost", "Bytes Lost"),
+            f("pending", ids::LONG, "Chunks Pending"),
+            f("lastError", ids::STRING, "Last Error"),
+        ],
+        ..spec(
+            PUSH_STATISTICS,
+            "recorder.PushStatistics",
+            "Push Statistics",
+            &["Flight Recorder"],
+            "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
+             rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
+        )
+    })
 }

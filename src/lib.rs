@@ -48,6 +48,8 @@ pub mod consumer;
 #[allow(unsafe_code)]
 pub mod control;
 #[cfg(not(loom))]
+mod diagnostics;
+#[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod encoder;
 #[cfg(not(loom))]
@@ -59,6 +61,8 @@ mod fork;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod metadata_registry;
+#[cfg(not(loom))]
+pub mod push;
 #[cfg(not(loom))]
 mod recorder;
 #[cfg(not(loom))]
@@ -98,6 +102,11 @@ pub use event::__field;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use jfr_format as __jfr;
+
+/// The README's Rust blocks, compiled as doc tests so that none of them goes stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
 #[cfg(loom)]

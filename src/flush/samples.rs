@@ -10,6 +10,8 @@ use jfr_format::metadata::THREAD_STATE_RUNNABLE;
 pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
     let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+    #[cfg(not(loom))]
+    crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
     seg.chunk.event(builtin::EXECUTION_SAMPLE, |e| {
         e.long(rec.ticks);
         e.thread(rec.tid);
@@ -186,6 +188,7 @@ mod cpu {
             let stats = sampler.stats();
             let period_ns = sampler.period().as_nanos() as i64;
             let mode = self.mode_name(false);
+            let (written, leaf_only, truncated) = crate::diagnostics::take_stack_shapes();
             chunk.event(builtin::SAMPLER_STATISTICS, |e| {
                 e.long(now);
                 e.string(mode);
@@ -194,6 +197,9 @@ mod cpu {
                 e.long(stats.taken as i64);
                 e.long(stats.lost as i64);
                 e.long(stats.slots_in_use as i64);
+                e.long(written as i64);
+                e.long(leaf_only as i64);
+                e.long(truncated as i64);
             });
         }
 
