@@ -31,14 +31,15 @@ mod cpu {
     use crate::chunk::ChunkWriter;
     use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Stopped};
     use crate::sampler::{SampleRecord, Sampler, SamplerLocked, SamplingMode};
-    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    /// Names an exited thread's sample (a live thread's name is read from /proc later).
-    fn name_exited(seg: &mut Segment<'_>, names: &HashMap<u32, (String, u32)>, rec: &SampleRecord<'_>) {
-        if let Some((name, _)) = names.get(&rec.tid) {
-            seg.chunk.set_thread_name(rec.tid, name);
+    /// Names the threads that exited since the last drain after themselves (`comm`, read on the
+    /// thread as it exited): their last samples are drained after they and their /proc entries
+    /// are gone. Called before the drain takes the buffers they retired.
+    fn name_exited(seg: &mut Segment<'_>, sampler: &Sampler) {
+        for (tid, comm) in sampler.take_exited_names() {
+            seg.chunk.observe_thread(tid, &comm, None);
         }
     }
 
@@ -53,11 +54,6 @@ mod cpu {
         samples_since_rate: u64,
         rate_since: Option<Instant>,
         reported_unattributed: u64,
-        /// Names of registered threads that exited (`Sampler::take_exited_names`), with the
-        /// number of full drains since: their last samples are named after them, in whichever
-        /// chunk those land. Kept for a few drains (the slot is reaped by the first one after
-        /// its retirement, so no sample of that thread comes later).
-        exited_names: HashMap<u32, (String, u32)>,
     }
 
     /// A thread that got no sampler slot (every slot taken by live threads): its samples are not
@@ -79,20 +75,6 @@ mod cpu {
                 samples_since_rate: 0,
                 rate_since: None,
                 reported_unattributed: 0,
-                exited_names: HashMap::new(),
-            }
-        }
-
-        /// Takes the names of threads that exited since the last drain (before the drain takes
-        /// the buffers they retired) and ages the older ones out.
-        fn take_exit_names(&mut self) {
-            let Some(sampler) = self.sampler.as_ref() else { return };
-            self.exited_names.retain(|_, (_, age)| {
-                *age += 1;
-                *age <= 4
-            });
-            for (tid, name) in sampler.take_exited_names() {
-                self.exited_names.insert(tid, (name, 0));
             }
         }
 
@@ -130,12 +112,10 @@ mod cpu {
 
     impl SampleSource for CpuSamples {
         fn drain(&mut self, seg: &mut Segment<'_>) {
-            self.take_exit_names();
             let Some(sampler) = self.sampler.as_ref() else { return };
-            let names = &self.exited_names;
+            name_exited(seg, sampler);
             let mut written = 0;
             sampler.drain(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
-                name_exited(seg, names, rec);
                 write_sample(seg, rec);
                 written += 1;
             });
@@ -143,12 +123,10 @@ mod cpu {
         }
 
         fn drain_ready(&mut self, seg: &mut Segment<'_>) {
-            self.take_exit_names();
             let Some(sampler) = self.sampler.as_ref() else { return };
-            let names = &self.exited_names;
+            name_exited(seg, sampler);
             let mut written = 0;
             sampler.drain_full(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
-                name_exited(seg, names, rec);
                 write_sample(seg, rec);
                 written += 1;
             });
@@ -217,12 +195,8 @@ mod cpu {
                 }
             };
             let refused = owned.take_refused();
-            let mut names = std::mem::take(&mut self.exited_names);
-            names.extend(owned.take_exited_names().into_iter().map(|(tid, name)| (tid, (name, 0))));
-            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
-                name_exited(seg, &names, rec);
-                write_sample(seg, rec)
-            });
+            name_exited(seg, &owned);
+            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));
             Stopped { losses, sampler: Some(report.stats) }
