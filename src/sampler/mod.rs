@@ -15,6 +15,8 @@
 //!            lock L; if work { sampler.drain_full(..) }
 //!            lost = sampler.take_lost(..) -> write lost as data-loss events; unlock L }
 //! application threads (optional, zero delay, exact bounds): sampler.register_current_thread()
+//! new threads, first thing (`thread_hooks`' pthread_create wrapper), if the owner called
+//!     sampler.register_new_threads(true): register_thread_start()   // the same registration
 //! end: lock L; flush; let report = Arc::into_inner(sampler).stop(&mut locked, &mut |rec| ..);
 //!      write report.lost; final flush
 //! ```
