@@ -63,11 +63,26 @@ pub type PthreadCreate =
 /// threads, the calling thread is registered (exact stack bounds, sampling source armed) and
 /// unregistered when it exits. Returns true if the thread is now sampled. Cheap when nothing
 /// records (one uncontended lock). Idempotent; never panics into the caller.
+///
+/// A sampled thread gets SIGPROF unblocked: programs often block every signal in their workers
+/// (a mask the new thread inherits) so that process-wide signals go to the main thread, and the
+/// sampler's signal is per thread. (A process-wide SIGPROF of the program's own, from
+/// `setitimer`, may then run on a worker; the sampler passes it on to the program's handler.)
 pub fn on_thread_start() -> bool {
-    matches!(
+    let sampled = matches!(
         std::panic::catch_unwind(crate::sampler::register_thread_start),
         Ok(crate::sampler::ThreadStart::Registered)
-    )
+    );
+    if sampled {
+        // SAFETY: a signal set built here; changes only this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPROF);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+    }
+    sampled
 }
 
 /// The application's routine and argument, carried to the new thread.

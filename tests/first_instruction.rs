@@ -147,6 +147,7 @@ fn rust_threads_are_sampled_from_their_first_instruction_and_named_after_exit() 
 const FIXTURE: &str = r#"
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -178,13 +179,19 @@ static void *burner(void *p) {
 int burn_threads(int n, int ms, int parallel, int first_index, long *tids, double *cpu) {
     struct job jobs[64];
     pthread_t t[64];
+    sigset_t all, old;
     if (n > 64) return -1;
+    /* Parallel workers start with every signal blocked (a common way to keep process-wide
+       signals on the main thread): they must be sampled all the same. */
+    sigfillset(&all);
+    if (parallel) pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 0; i < n; i++) {
         jobs[i].ms = ms;
         jobs[i].index = first_index + i;
         if (pthread_create(&t[i], 0, burner, &jobs[i])) return -1;
         if (!parallel) pthread_join(t[i], 0);
     }
+    if (parallel) pthread_sigmask(SIG_SETMASK, &old, 0);
     if (parallel)
         for (int i = 0; i < n; i++) pthread_join(t[i], 0);
     for (int i = 0; i < n; i++) { tids[i] = jobs[i].tid; cpu[i] = jobs[i].cpu_ms; }
@@ -363,11 +370,15 @@ fn with_every_slot_taken_each_refused_thread_is_counted_and_reported() {
             }
         }
     }
-    assert!(refused >= 8, "16 threads for 8 slots, {refused} refused");
     assert_eq!(reported.len() as u64, refused, "every refusal is reported: {reported:?}");
     let mut distinct = reported.clone();
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), reported.len(), "one report per refused thread: {reported:?}");
-    assert!(reported.iter().all(|t| tids.contains(t)), "refused threads are crowd threads: {reported:?} vs {tids:?}");
+    // Other threads started meanwhile (the test harness's, for other tests) may be refused too.
+    let crowd_refused = reported.iter().filter(|t| tids.contains(t)).count();
+    assert!(
+        crowd_refused >= 8,
+        "16 crowd threads for 8 slots, {crowd_refused} reported refused: {reported:?} vs {tids:?}"
+    );
 }
