@@ -14,12 +14,12 @@ cd "$(dirname "$0")/.."
 
 # mutation -> the models that must fail with it (file::test).
 declare -A CATCH=(
-    [pos_relaxed]="sampler_buffers::commit_vs_active_pass sampler_buffers::rotation_vs_active_pass_and_recorder sampler_fragments::fragments_vs_flusher_and_recorder"
-    [refill_cas_relaxed]="sampler_buffers::recycle_vs_reuse"
-    [drain_without_gating]="sampler_buffers::rotation_vs_active_pass_and_recorder sampler_fragments::fragments_vs_flusher_and_recorder"
-    [retire_without_gate]="sampler_lifecycle::retire_on_behalf_vs_handler_one_record sampler_lifecycle::retire_on_behalf_vs_handler_two_records"
+    [pos_relaxed]="sampler_buffers::commit_vs_active_pass sampler_buffers::recycle_vs_reuse sampler_buffers::rotation_vs_active_pass_and_recorder sampler_buffers::thread_exit_vs_flusher sampler_fragments::fragments_vs_flusher_and_recorder chunk_segments::recorder_vs_flush_on_the_shipped_chunk_writer chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
+    [refill_cas_relaxed]="sampler_buffers::recycle_vs_reuse sampler_buffers::refill_publishes_the_recycled_buffer sampler_buffers::rotation_vs_active_pass_and_recorder sampler_fragments::fragments_vs_flusher_and_recorder chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
+    [drain_without_gating]="sampler_buffers::recycle_vs_reuse sampler_buffers::rotation_vs_active_pass_and_recorder sampler_fragments::fragments_vs_flusher_and_recorder"
+    [retire_without_gate]="sampler_lifecycle::retire_on_behalf_vs_handler_two_records sampler_lifecycle::retire_on_behalf_vs_handler_one_record"
     [claim_relaxed]="sampler_lifecycle::stale_handler_vs_reap_and_claim"
-    [push_relaxed]="sampler_buffers::rotation_vs_active_pass_and_recorder sampler_buffers::two_producers_on_full_queue"
+    [push_relaxed]="sampler_buffers::no_lost_wakeup sampler_buffers::rotation_vs_active_pass_and_recorder sampler_buffers::recycle_vs_reuse sampler_buffers::two_producers_on_full_queue sampler_buffers::thread_exit_vs_flusher sampler_fragments::fragments_vs_flusher_and_recorder chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
     [settings_thread_unreferenced]="chunk_segments::rotation_vs_commits_on_the_shipped_chunk_writer chunk_segments::recorder_vs_flush_on_the_shipped_chunk_writer chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
 )
 FILES="sampler_buffers sampler_fragments sampler_lifecycle chunk_segments sampler_chunks event_buffer"
