@@ -580,6 +580,19 @@ mod imp {
         out
     }
 
+    /// Threads of `listed` (tid, start time in clock ticks since boot) that started less than
+    /// 200 ms ago.
+    fn young_threads(listed: &[(u32, Option<u64>)]) -> HashSet<u32> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        // SAFETY: sysconf has no preconditions.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+        let now = ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000;
+        let window = (hz / 5).max(1);
+        listed.iter().filter(|(_, s)| s.is_none_or(|s| s + window > now)).map(|&(t, _)| t).collect()
+    }
+
     /// Stack bounds of the calling thread (shared with the event-stack walk, which caches them per
     /// thread). The main thread's stack may still grow: only the part above its current stack
     /// pointer counts as verified (the handler checks the rest when it gets there).
@@ -1092,6 +1105,15 @@ mod imp {
             report.listed = listing.threads.len();
             report.listing_complete = listing.complete;
             report.names = std::mem::take(&mut listing.names);
+            // Relaxed: see `register_thread_start`.
+            if shared.register_new_threads.load(Ordering::Relaxed) {
+                // A thread this young may not have its own name yet (Rust std names a thread
+                // after the thread-start hook registered it): its `comm` is still its creator's,
+                // and applied after the thread's own report it would read as a rename. Such a
+                // thread names itself (commit, exit); older ones are read at the next pass.
+                let young = young_threads(&listing.threads);
+                report.names.retain(|(tid, _)| !young.contains(tid));
+            }
             let listed_tids: HashMap<u32, Option<u64>> = listing.threads.iter().copied().collect();
             let is_listed = |tid: u32, start: u64| match listed_tids.get(&tid) {
                 Some(&Some(s)) => start == 0 || s == start,
