@@ -191,7 +191,7 @@ fn jdk_stream_receives_samples_with_stacks_before_the_chunk_is_finished() {
                 let frames = parts.get(4).copied().unwrap_or("");
                 if parts[3] == "sampled-worker" {
                     // Every sample of the workload thread names the workload's functions.
-                    if !frames.split(',').any(|f| f == "deep_sampled_chain") {
+                    if !frames.split(',').any(|f| f == "sampling::deep_sampled_chain") {
                         strays.push(line.clone());
                     }
                     in_workload += 1;

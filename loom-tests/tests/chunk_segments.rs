@@ -25,8 +25,8 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, StackBounds};
 use recorder::__loom::{
-    builtin_classes, write_sample, write_settings, ChunkWriter, ClockPair, FrameName, Publish, RecordingInfo, Resolve,
-    Resolved, Segment, SettingRow, StackTable, Tally,
+    builtin_classes, write_sample, write_settings, ChunkWriter, ClockPair, DepthPolicy, FrameName, Publish,
+    RecordingInfo, Resolve, Resolved, Segment, SettingRow, StackTable, Tally,
 };
 
 /// The flushing thread: referenced only by the settings events.
@@ -37,13 +37,7 @@ struct Names;
 
 impl Resolve for Names {
     fn frames(&mut self, ip: u64, _: bool) -> Vec<FrameName> {
-        vec![FrameName {
-            class: "model".into(),
-            package: "m".into(),
-            method: format!("f{ip}"),
-            line: None,
-            inlined: false,
-        }]
+        vec![FrameName { module: "model".into(), function: format!("f{ip}"), line: None, inlined: false }]
     }
     fn thread_name(&mut self, tid: u32) -> String {
         format!("t{tid}")
@@ -87,7 +81,7 @@ impl Recording {
     fn new(locked: LockedState) -> Recording {
         Recording {
             locked,
-            chunk: ChunkWriter::new(),
+            chunk: ChunkWriter::new(DepthPolicy::default()),
             stacks: StackTable::new(64),
             tally: Tally::default(),
             file: Vec::new(),

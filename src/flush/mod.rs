@@ -66,12 +66,14 @@ pub struct LossReport {
     pub thread: u32,
 }
 
-/// One `jdk.ActiveSetting`: the event type it applies to (0: the recording), name and value.
+/// One `jdk.ActiveSetting`: the event type it applies to, name and value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingRow {
-    /// Event type id, or 0.
+    /// The id of an event type the chunk declares (JMC looks it up and fails on any other, 0
+    /// included): the recording's own settings belong to `recorder.Recording`
+    /// ([`crate::builtin::RECORDING`]).
     pub event_type: u64,
-    /// Setting name.
+    /// Setting name, as the JDK names it (`enabled`, `threshold`, `stackTrace`, ...).
     pub name: String,
     /// Its value as text.
     pub value: String,
