@@ -78,6 +78,8 @@ pub(crate) mod sync;
 #[allow(unsafe_code)]
 mod thread;
 #[cfg(not(loom))]
+pub mod thread_hooks;
+#[cfg(not(loom))]
 mod unwind;
 
 #[cfg(not(loom))]

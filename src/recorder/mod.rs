@@ -167,6 +167,11 @@ impl Recorder {
             tests::hooks::sampler_starting();
             // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
             let (s, locked) = Sampler::start_with_depth(config.clone(), settings.depth).map_err(Error::Sampler)?;
+            if settings.sample_threads_from_start {
+                // Before the hook is installed: a thread that the hook sees registers.
+                s.register_new_threads(true);
+                crate::thread_hooks::install();
+            }
             let s = Arc::new(s);
             state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&s), locked)));
             sampler = Some(s);
@@ -591,6 +596,8 @@ impl Inner {
             }
             if last_maintenance.elapsed() >= Duration::from_millis(100) {
                 last_maintenance = Instant::now();
+                // Modules loaded since the last pass get their `pthread_create` interposed.
+                crate::thread_hooks::rescan();
                 // Discovery reads /proc for every thread: without L (review finding 9). Only the
                 // names it read go to the chunk, under L.
                 let names = sampler.discover_threads_unlocked().names;

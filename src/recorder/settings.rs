@@ -105,6 +105,9 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
+    /// With sampling: new threads are sampled from their first instruction (`pthread_create` is
+    /// interposed, see `thread_hooks`); off, they are found by discovery (within 100 ms).
+    pub sample_threads_from_start: bool,
     /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files (needs the crate's
     /// `zstd` feature).
     pub compress_finished_chunks: bool,
@@ -138,6 +141,7 @@ impl Default for Settings {
             name: "recorder".into(),
             stack_table_capacity: 1 << 18,
             sampling: Some(SamplerConfig::default()),
+            sample_threads_from_start: true,
             compress_finished_chunks: false,
             deterministic: false,
             log_lock_holds: false,
@@ -247,6 +251,13 @@ impl RecorderBuilder {
         let config = self.settings.sampling.get_or_insert_with(SamplerConfig::default);
         config.buffer_bytes = bytes;
         config.buffers_per_thread = per_thread;
+        self
+    }
+    /// Whether new threads are sampled from their first instruction (default true:
+    /// `pthread_create` is interposed in every loaded module, see [`crate::thread_hooks`]); when
+    /// false they are found by thread discovery, within about 100 ms.
+    pub fn sample_threads_from_start(mut self, on: bool) -> Self {
+        self.settings.sample_threads_from_start = on;
         self
     }
     /// Threads that can be sampled at once (default 128).
