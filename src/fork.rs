@@ -29,6 +29,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    crate::alloc::forget_in_child();
     // SAFETY: as in `parent`; the child has only this thread, which holds both locks.
     unsafe {
         crate::metadata_registry::unlock_after_fork();

@@ -25,11 +25,12 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync` and
-//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`).
+//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync`,
+//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`) and `alloc` (the allocator hook).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alloc;
 mod buffer;
 mod builtin;
 #[cfg_attr(loom, allow(dead_code))]
@@ -76,7 +77,9 @@ pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef,
 #[cfg(not(loom))]
 pub use metadata_registry::{EventSettings, TypeRegistry};
 #[cfg(not(loom))]
-pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
+pub use recorder::{
+    known_event_types, AllocationSampling, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings,
+};
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
@@ -94,6 +97,7 @@ pub use jfr_format as __jfr;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::alloc::pool as alloc_pool;
     pub use crate::buffer::EventBuffer;
     pub use crate::builtin::classes as builtin_classes;
     pub use crate::chunk::{ChunkWriter, FrameName, Publish, Resolve, Resolved, Unresolved};

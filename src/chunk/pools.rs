@@ -60,7 +60,9 @@ pub(super) struct ClassDef {
 }
 
 /// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
-const OWN_CLASS_PREFIXES: [&str; 6] = [
+const OWN_CLASS_PREFIXES: [&str; 8] = [
+    "recorder::alloc",
+    "<recorder::alloc",
     "recorder::event",
     "<recorder::event",
     "recorder::commit",
@@ -139,7 +141,7 @@ impl Pools {
         k
     }
 
-    fn class(&mut self, name: &str, package: &str) -> u64 {
+    pub fn class(&mut self, name: &str, package: &str) -> u64 {
         if let Some(&k) = self.class_keys.get(name) {
             return k;
         }

@@ -168,7 +168,7 @@ mod cpu {
             };
             let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
             let losses = self.losses(report.lost, report.stats.unattributed);
-            Stopped { losses, sampler: Some(report.stats) }
+            Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
         }
     }
 }

@@ -27,10 +27,11 @@ mod state;
 mod storage;
 
 pub use lock::{Holder, LockHold};
-pub use settings::{Error, RecorderBuilder, Settings};
+pub use settings::{AllocationSampling, Error, RecorderBuilder, Settings};
 
 use crate::clock::ClockPair;
 use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
+use crate::flush::alloc::AllocSamples;
 use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
 use crate::metadata_registry::{self, EventSettings};
@@ -75,6 +76,8 @@ pub struct FinalReport {
     pub stats: RecorderStats,
     /// The sampler's final counters, if it sampled.
     pub sampler: Option<SamplerStats>,
+    /// The allocation sampler's final counters, if it sampled allocations.
+    pub allocation: Option<crate::alloc::AllocationStats>,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -150,6 +153,19 @@ impl Recorder {
             let s = Arc::new(s);
             state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&s), locked)));
             sampler = Some(s);
+        }
+        if let Some(a) = settings.allocation {
+            let config = crate::alloc::AllocConfig {
+                interval: a.interval,
+                live_set: a.live_set,
+                inner: settings.depth.inner,
+                outer: settings.depth.outer,
+                records: crate::alloc::DEFAULT_RECORDS,
+            };
+            let wake = Arc::clone(&shared);
+            let sampling = crate::alloc::Sampling::start(config, Box::new(move || wake.wakeup.notify()))
+                .map_err(|crate::alloc::StartError::NotInstalled| Error::AllocatorNotInstalled)?;
+            state.add_sample_source(Box::new(AllocSamples::new(sampling, config)));
         }
         let inner = Arc::new(Inner {
             shared: Arc::clone(&shared),
@@ -230,7 +246,11 @@ impl Recorder {
         self.inner.owner()?;
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
-        Ok(FinalReport { stats: state.stats, sampler: state.final_sampler_stats.clone() })
+        Ok(FinalReport {
+            stats: state.stats,
+            sampler: state.final_sampler_stats.clone(),
+            allocation: state.final_allocation_stats,
+        })
     }
 
     /// Counters so far (zero in a forked child: the recording is the parent's).
@@ -451,6 +471,7 @@ impl Inner {
     }
 
     fn flusher_loop(&self) {
+        crate::alloc::exclude_current_thread();
         if let Some(sampler) = self.sampler.lock().as_ref() {
             sampler.exclude_current_thread();
         }
@@ -511,6 +532,7 @@ impl Inner {
     /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
     /// lost samples.
     fn sampler_loop(&self, sampler: &Sampler) {
+        crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
         let mut last_maintenance = Instant::now() - Duration::from_secs(1);
         // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
