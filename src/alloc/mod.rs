@@ -55,6 +55,10 @@
 mod allocator;
 #[cfg(not(loom))]
 mod hook;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod pool;
+#[cfg(not(loom))]
 pub(crate) mod pool;
 
 #[cfg(not(loom))]

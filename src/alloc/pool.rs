@@ -28,8 +28,10 @@
 //!   and the drainer frees a record only after its callback returned.
 //! - P4 (reuse): a producer's claim is an Acquire CAS that pairs with the drainer's Release store
 //!   of FREE, so the drainer's reads happen before the next producer's writes.
-//! - P5 (order): records carry a process-wide sequence number (word `SEQ_WORD`) and are handed out
-//!   in sequence order within a drain, so each thread's samples come out in the order it took them.
+//! - P5 (order): records carry a process-wide sequence number (word `SEQ_WORD`) and one drain hands
+//!   them out in sequence order. Across drains there is no order: a drain that scanned a record
+//!   while it was still FREE may find a later record of the same thread READY (loom found it);
+//!   events carry their time, and the live set never relies on order (`flush/alloc.rs`).
 //!
 //! # Live table
 //! One word per entry: 0 (empty) or `address | tag << 48`, the tag taken from the sample's
@@ -325,8 +327,12 @@ impl LiveTable {
     /// Empties every entry (a recording starts or stops: no earlier sample is followed any more).
     pub fn clear(&self) {
         for w in self.words.iter() {
-            // Relaxed: see `insert`.
-            w.store(0, Ordering::Relaxed);
+            // Relaxed (both): see `insert`. A swap rather than a store: every write of an entry is
+            // then a read-modify-write, so a free's CAS and this clear are ordered as RMWs (loom
+            // does not order a plain store against a concurrent CAS of another thread).
+            if w.load(Ordering::Relaxed) != 0 {
+                w.swap(0, Ordering::Relaxed);
+            }
         }
     }
 }

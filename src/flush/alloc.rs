@@ -61,14 +61,28 @@ impl AllocSamples {
     fn drain_pool(&mut self, seg: &mut Segment<'_>) {
         let Some(sampling) = self.sampling.as_mut() else { return };
         let interval = self.config.interval;
-        let (tracked, classes, changed) = (&mut self.tracked, &mut self.classes, &mut self.changed);
+        let mut fresh = Vec::new();
+        let classes = &mut self.classes;
         sampling.drain(&mut |rec| {
             let t = write_sample(seg, rec, interval, classes);
             if let Some(live) = rec.live {
-                tracked.insert(live.index, Tracked { live, ..t });
-                *changed = true;
+                fresh.push(Tracked { live, ..t });
             }
         });
+        self.follow(fresh);
+    }
+
+    /// Follows the sampled blocks of `fresh` that are still allocated. A block freed before its
+    /// sample was drained is never followed; and since drains need not come out in sampling
+    /// order (`pool.rs`, P5), an entry is only ever replaced by a block that holds it now.
+    fn follow(&mut self, fresh: Vec<Tracked>) {
+        let Some(sampling) = self.sampling.as_ref() else { return };
+        for t in fresh {
+            if sampling.is_live(t.live) {
+                self.tracked.insert(t.live.index, t);
+                self.changed = true;
+            }
+        }
     }
 
     /// The live-set snapshot, if the live set changed or this chunk has none yet.
@@ -248,16 +262,17 @@ impl SampleSource for AllocSamples {
     fn stop(&mut self, seg: &mut Segment<'_>) -> Stopped {
         let Some(mut sampling) = self.sampling.take() else { return Stopped::default() };
         let interval = self.config.interval;
-        let (tracked, classes, changed) = (&mut self.tracked, &mut self.classes, &mut self.changed);
+        let mut fresh = Vec::new();
+        let classes = &mut self.classes;
         let stats = sampling.stop(&mut |rec| {
             let t = write_sample(seg, rec, interval, classes);
             if let Some(live) = rec.live {
-                tracked.insert(live.index, Tracked { live, ..t });
-                *changed = true;
+                fresh.push(Tracked { live, ..t });
             }
         });
         // The last snapshot, while the table still follows frees (dropping `sampling` empties it).
         self.sampling = Some(sampling);
+        self.follow(fresh);
         self.write_snapshot(seg.chunk, crate::clock::ticks());
         let losses = self.losses(stats);
         self.sampling = None;
