@@ -221,9 +221,18 @@ pub(crate) struct AllocConfig {
     pub records: usize,
 }
 
-/// Records of a recording's pool: 1024 (about 1 MiB at the default depth). At the default
-/// interval a thread allocating 1 GB/s takes ~2000 samples/s; the flusher is woken at a quarter.
+/// Records of a recording's pool at the default interval: 1024 (about 1 MiB at the default
+/// depth of 128 frames). At 512 KiB a process allocating 1 GB/s takes ~2000 samples/s; the
+/// flusher is woken when a quarter is taken (early flushes are at least 20 ms apart), so the
+/// pool absorbs ~12 000 samples/s before it loses any (counted).
 pub(crate) const DEFAULT_RECORDS: usize = 1024;
+
+/// Records for `interval`: a smaller interval takes proportionally more samples, so the pool
+/// grows with it (to 8192 records, about 8 MiB at the default depth).
+pub(crate) fn records_for(interval: u64) -> usize {
+    let scale = (DEFAULT_INTERVAL / interval.max(1)).clamp(1, 8) as usize;
+    DEFAULT_RECORDS * scale
+}
 
 /// The hook's counters of a recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

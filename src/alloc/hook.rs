@@ -139,6 +139,8 @@ struct Local {
     tid: AtomicU32,
     /// The recorder's own threads never sample.
     excluded: AtomicBool,
+    /// Non-zero while the recorder works on this (application) thread: no sample.
+    suspended: AtomicU32,
     /// The stack mapping found last (`hi == 0`: none).
     stack_lo: AtomicUsize,
     stack_hi: AtomicUsize,
@@ -154,6 +156,7 @@ thread_local! {
             rng: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             excluded: AtomicBool::new(false),
+            suspended: AtomicU32::new(0),
             stack_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
         }
@@ -230,6 +233,29 @@ pub(crate) fn exclude_current_thread() {
         l.excluded.store(true, Ordering::Relaxed);
         l.remaining.store(i64::MAX, Ordering::Relaxed);
     });
+}
+
+/// Suspends sampling on the calling thread while the guard lives: the recorder's own work on an
+/// application's thread (start, flush, dump, stop, registration) is not sampled.
+pub(crate) fn suspend() -> Suspended {
+    let _ = LOCAL.try_with(|l| {
+        // Relaxed: this thread's own state.
+        l.suspended.fetch_add(1, Ordering::Relaxed);
+    });
+    Suspended(())
+}
+
+/// See [`suspend`].
+#[derive(Debug)]
+pub(crate) struct Suspended(());
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        let _ = LOCAL.try_with(|l| {
+            // Relaxed: this thread's own state.
+            l.suspended.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
 }
 
 /// The process-wide live table (allocated on first use, normal context).
@@ -337,6 +363,11 @@ pub(crate) fn decide(size: usize) -> Option<Ticket> {
             if l.excluded.load(Ordering::Relaxed) {
                 l.epoch.store(epoch, Ordering::Relaxed);
                 l.remaining.store(i64::MAX, Ordering::Relaxed);
+                return None;
+            }
+            if l.suspended.load(Ordering::Relaxed) != 0 {
+                // The recorder's own allocation: not counted; the countdown starts afresh.
+                l.epoch.store(0, Ordering::Relaxed);
                 return None;
             }
             let entered = GATE.enter();

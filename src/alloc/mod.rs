@@ -33,10 +33,12 @@
 //! - **Bounded memory, loss counted.** A recording preallocates its records; a sample that finds
 //!   none free is counted lost (`recorder.DataLoss`, reason "allocation sample pool full") and
 //!   the flusher is asked for an early flush when a quarter of the pool is taken.
-//! - **The recorder's own allocations** are not sampled on the recorder's own threads (flusher,
-//!   recorder, wall-clock sampler: they opt out), and are sampled, attributed honestly, when the
-//!   recorder allocates on an application's thread (an event buffer on a thread's first commit,
-//!   a dump or a stop the application calls): their stacks show the recorder's frames.
+//! - **The recorder's own allocations are not sampled**: its threads (flusher, recorder,
+//!   wall-clock sampler) opt out, and the entry points an application calls (start, flush, dump,
+//!   stop, thread registration) suspend sampling on the calling thread while they run. The one
+//!   exception is the commit path's event buffer, allocated on an application thread's first
+//!   commit (and when one fills up): it is sampled and attributed honestly, its stack shows
+//!   `recorder::commit`.
 //!
 //! # Live set
 //! With [`crate::RecorderBuilder::allocation_live_set`], every sampled block is entered into a
@@ -64,8 +66,8 @@ pub(crate) mod pool;
 #[cfg(not(loom))]
 pub use allocator::{AllocationStats, SamplingAllocator, DEFAULT_INTERVAL};
 #[cfg(not(loom))]
-pub(crate) use allocator::{AllocConfig, Sampling, StartError, DEFAULT_RECORDS};
+pub(crate) use allocator::{records_for, AllocConfig, Sampling, StartError};
 #[cfg(not(loom))]
-pub(crate) use hook::{exclude_current_thread, forget_in_child, AllocRecord};
+pub(crate) use hook::{exclude_current_thread, forget_in_child, suspend, AllocRecord};
 #[cfg(not(loom))]
 pub(crate) use pool::LiveRef;

@@ -113,6 +113,8 @@ impl Recorder {
     }
 
     fn start(settings: Settings) -> Result<Recorder, Error> {
+        // The recorder's own allocations are not sampled (src/alloc: honest attribution).
+        let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
         // Before anything takes a lock the fork hooks take (review finding 5).
         crate::fork::install();
@@ -160,7 +162,7 @@ impl Recorder {
                 live_set: a.live_set,
                 inner: settings.depth.inner,
                 outer: settings.depth.outer,
-                records: crate::alloc::DEFAULT_RECORDS,
+                records: crate::alloc::records_for(a.interval),
             };
             let wake = Arc::clone(&shared);
             let sampling = crate::alloc::Sampling::start(config, Box::new(move || wake.wakeup.notify()))
@@ -200,6 +202,7 @@ impl Recorder {
 
     /// Writes and publishes everything committed so far now.
     pub fn flush(&self) {
+        let _own = crate::alloc::suspend();
         if self.inner.owner().is_ok() {
             self.inner.flush();
         }
@@ -208,6 +211,7 @@ impl Recorder {
     /// Writes one valid `.jfr` file with everything the repository holds, the live chunk included
     /// up to now, without stopping the recording.
     pub fn dump(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let _own = crate::alloc::suspend();
         self.inner.owner()?;
         let path = path.as_ref();
         let write_error = |source| Error::Write { path: path.to_owned(), source };
@@ -226,6 +230,7 @@ impl Recorder {
     /// Starts sampling the calling thread at once, with exact stack bounds (threads are also
     /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
     pub fn register_current_thread(&self) -> io::Result<()> {
+        let _own = crate::alloc::suspend();
         self.inner.owner().map_err(io::Error::other)?;
         let sampler = self.inner.sampler.lock().clone();
         match sampler {
@@ -243,6 +248,7 @@ impl Recorder {
 
     /// Stops the recording like [`Recorder::stop`] and returns the final counters.
     pub fn stop_with_report(self) -> Result<FinalReport, Error> {
+        let _own = crate::alloc::suspend();
         self.inner.owner()?;
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
@@ -422,6 +428,7 @@ impl Inner {
     }
 
     fn stop(&self) -> Result<(), Error> {
+        let _own = crate::alloc::suspend();
         if self.owner().is_err() || self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -493,10 +500,16 @@ impl Inner {
         // Early flushes (buffers filling up) are spaced at least this far apart.
         let min_gap = flush_interval.min(Duration::from_millis(20));
         let mut last_flush = Instant::now();
+        // A wakeup that came before `min_gap` passed is kept until the gap has passed (a burst
+        // right after a flush must not wait for the next regular one).
+        let mut woken = false;
         // Relaxed: `stop` also unparks us; a late observation costs one more round.
         while !self.stopping.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let deadline = next_flush.min(next_periodic);
+            let mut deadline = next_flush.min(next_periodic);
+            if woken {
+                deadline = deadline.min(last_flush + min_gap);
+            }
             if deadline > now {
                 std::thread::park_timeout(deadline - now);
             }
@@ -504,7 +517,7 @@ impl Inner {
                 break;
             }
             let now = Instant::now();
-            let woken = self.shared.wakeup.take();
+            woken |= self.shared.wakeup.take();
             if now >= next_periodic {
                 let reading = PeriodicReading::now();
                 self.l.lock(Holder::Periodic, 0).write_periodic(reading);
@@ -518,6 +531,7 @@ impl Inner {
                 drop(l);
                 self.compress_finished(finished);
                 last_flush = now;
+                woken = false;
                 if now >= next_flush {
                     next_flush += flush_interval;
                     if next_flush < now {
@@ -573,6 +587,7 @@ pub fn known_event_types() -> Vec<String> {
 /// alive; the same steps as [`Recorder::dump`].
 fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
     Box::new(move |path| {
+        let _own = crate::alloc::suspend();
         let inner = inner.upgrade().filter(|i| !i.stopping.load(Ordering::Acquire));
         let inner = inner.ok_or_else(|| "the recording has stopped".to_owned())?;
         let bytes = inner.dump_bytes().map_err(|e| format!("dump failed: {e}"))?;
