@@ -223,8 +223,8 @@ pub(crate) struct AllocConfig {
 
 /// Records of a recording's pool at the default interval: 1024 (about 1 MiB at the default
 /// depth of 128 frames). At 512 KiB a process allocating 1 GB/s takes ~2000 samples/s; the
-/// flusher is woken when a quarter is taken (early flushes are at least 20 ms apart), so the
-/// pool absorbs ~12 000 samples/s before it loses any (counted).
+/// flusher is woken at each quarter of the pool taken (early flushes are at least 20 ms apart),
+/// so the pool absorbs ~12 000 samples/s before it loses any (counted).
 pub(crate) const DEFAULT_RECORDS: usize = 1024;
 
 /// Records for `interval`: a smaller interval takes proportionally more samples, so the pool

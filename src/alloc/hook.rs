@@ -45,7 +45,7 @@ pub(crate) struct Active {
     outer: usize,
     seq: AtomicU64,
     pub(crate) counters: Counters,
-    /// Asks the flusher for an early flush (a quarter of the pool is taken).
+    /// Asks the flusher for an early flush (at each quarter of the pool taken).
     wake: Box<dyn Fn() + Send + Sync>,
 }
 

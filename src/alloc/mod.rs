@@ -32,7 +32,7 @@
 //!   parent's records left alone; the child may start a recording of its own).
 //! - **Bounded memory, loss counted.** A recording preallocates its records; a sample that finds
 //!   none free is counted lost (`recorder.DataLoss`, reason "allocation sample pool full") and
-//!   the flusher is asked for an early flush when a quarter of the pool is taken.
+//!   the flusher is asked for an early flush at each quarter of the pool taken.
 //! - **The recorder's own allocations are not sampled**: its threads (flusher, recorder,
 //!   wall-clock sampler) opt out, and the entry points an application calls (start, flush, dump,
 //!   stop, thread registration) suspend sampling on the calling thread while they run. The one

@@ -68,8 +68,9 @@ pub struct Pool {
     /// `records * record_words` words; record i is `[i * record_words, (i + 1) * record_words)`.
     words: Box<[UnsafeCell<u64>]>,
     record_words: usize,
-    /// Records committed and not yet drained: the producer that makes it reach a quarter of the
-    /// pool asks for an early flush.
+    /// Records committed and not yet drained: the producers that make it reach a quarter, a half
+    /// and three quarters of the pool ask for an early flush (the flusher ignores a wakeup that
+    /// comes too soon after its last flush, so one is not enough).
     ready: AtomicUsize,
 }
 
@@ -83,7 +84,8 @@ pub struct Claim<'a> {
 /// What [`Claim::commit`] asks of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Committed {
-    /// This commit filled a quarter of the pool: the caller should ask for an early flush.
+    /// This commit filled a quarter, a half or three quarters of the pool: the caller should ask
+    /// for an early flush.
     pub wake: bool,
 }
 
@@ -159,8 +161,9 @@ impl Claim<'_> {
             state.store(READY, Ordering::Release);
         }
         // Relaxed: a fill level for the wakeup heuristic; nothing is published through it.
-        let before = pool.ready.fetch_add(1, Ordering::Relaxed);
-        Committed { wake: before + 1 == pool.states.len().div_ceil(4) }
+        let now = pool.ready.fetch_add(1, Ordering::Relaxed) + 1;
+        let quarter = pool.states.len().div_ceil(4);
+        Committed { wake: now % quarter == 0 }
     }
 }
 

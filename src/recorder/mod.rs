@@ -500,16 +500,10 @@ impl Inner {
         // Early flushes (buffers filling up) are spaced at least this far apart.
         let min_gap = flush_interval.min(Duration::from_millis(20));
         let mut last_flush = Instant::now();
-        // A wakeup that came before `min_gap` passed is kept until the gap has passed (a burst
-        // right after a flush must not wait for the next regular one).
-        let mut woken = false;
         // Relaxed: `stop` also unparks us; a late observation costs one more round.
         while !self.stopping.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let mut deadline = next_flush.min(next_periodic);
-            if woken {
-                deadline = deadline.min(last_flush + min_gap);
-            }
+            let deadline = next_flush.min(next_periodic);
             if deadline > now {
                 std::thread::park_timeout(deadline - now);
             }
@@ -517,7 +511,7 @@ impl Inner {
                 break;
             }
             let now = Instant::now();
-            woken |= self.shared.wakeup.take();
+            let woken = self.shared.wakeup.take();
             if now >= next_periodic {
                 let reading = PeriodicReading::now();
                 self.l.lock(Holder::Periodic, 0).write_periodic(reading);
@@ -531,7 +525,6 @@ impl Inner {
                 drop(l);
                 self.compress_finished(finished);
                 last_flush = now;
-                woken = false;
                 if now >= next_flush {
                     next_flush += flush_interval;
                     if next_flush < now {
