@@ -203,10 +203,8 @@ fn live_set_without_headers_follows_frees() {
     rec.stop().unwrap();
     let files = chunk_files(&repo);
     let settings: Vec<ReadEvent> = files.iter().flat_map(|c| read_events(c, "jdk.ActiveSetting")).collect();
-    assert!(settings
-        .iter()
-        .any(|e| e.field("name").as_str() == Some("freeTracking")
-            && e.field("value").as_str() == Some("table search on free")));
+    assert!(settings.iter().any(|e| e.field("name").as_str() == Some("freeTracking")
+        && e.field("value").as_str() == Some("table search on free")));
     let sets: Vec<ReadEvent> = files.iter().flat_map(|c| read_events(c, "recorder.LiveSet")).collect();
     let last = sets.iter().max_by_key(|e| e.field_i64("snapshot")).expect("a live-set snapshot");
     let snapshot = last.field_i64("snapshot");
@@ -216,10 +214,15 @@ fn live_set_without_headers_follows_frees() {
         .filter(|e| e.field_i64("snapshot") == snapshot)
         .collect();
     assert_eq!(live.len() as i64, last.field_i64("objects"));
-    let names = |f: &str| live.iter().filter(|e| e.stack.as_ref().is_some_and(|s| s.iter().any(|x| x.contains(f)))).count();
+    let names =
+        |f: &str| live.iter().filter(|e| e.stack.as_ref().is_some_and(|s| s.iter().any(|x| x.contains(f)))).count();
     assert!(names("keep_site") > 100, "kept blocks are live: {}", names("keep_site"));
     assert_eq!(names("drop_site"), 0, "dropped blocks are not");
-    let bytes: i64 = live.iter().filter(|e| e.stack.as_ref().unwrap().iter().any(|x| x.contains("keep_site"))).map(|e| e.field_i64("weight")).sum();
+    let bytes: i64 = live
+        .iter()
+        .filter(|e| e.stack.as_ref().unwrap().iter().any(|x| x.contains("keep_site")))
+        .map(|e| e.field_i64("weight"))
+        .sum();
     let truth = 1_000.0 * 2048.0;
     assert!((bytes as f64 / truth - 1.0).abs() < 0.3, "estimated live bytes {bytes} vs {truth}");
     drop(kept);

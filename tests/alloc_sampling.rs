@@ -105,10 +105,13 @@ fn samples_reach_the_file_with_stacks_and_the_jdk_reads_them() {
     // The JDK's tools: every file accepted, the same count, objectClass names the size class.
     let files = chunk_files(&repo);
     jdk_accepts(&files);
-    let jdk_count: u64 = files.iter().map(|f| jfr_summary_counts(f).get("jdk.ObjectAllocationSample").copied().unwrap_or(0)).sum();
+    let jdk_count: u64 =
+        files.iter().map(|f| jfr_summary_counts(f).get("jdk.ObjectAllocationSample").copied().unwrap_or(0)).sum();
     assert_eq!(jdk_count, a.written);
-    let text =
-        jdk("jfr", &["print", "--stack-depth", "64", "--events", "jdk.ObjectAllocationSample", files[0].to_str().unwrap()]);
+    let text = jdk(
+        "jfr",
+        &["print", "--stack-depth", "64", "--events", "jdk.ObjectAllocationSample", files[0].to_str().unwrap()],
+    );
     assert!(text.contains("objectClass = rust.alloc.1KiB-2KiB"), "{}", &text[..text.len().min(2000)]);
     assert!(text.contains("allocate_kib_blocks"), "jfr print shows the stacks");
     assert!(text.contains("weight = "));
@@ -208,8 +211,7 @@ fn estimated_bytes_per_call_site_match_the_truth() {
     let mib = estimated(&events, "site_one_mib");
     assert!((mib / truth - 1.0).abs() < 0.02, "1 MiB x 100: estimated {mib} vs {truth}");
     // A 1 MiB allocation is one sample, weighted by its size (one fresh gap after it).
-    let big: Vec<i64> =
-        events.iter().filter(|e| has_frame(e, "site_one_mib")).map(|e| e.field_i64("weight")).collect();
+    let big: Vec<i64> = events.iter().filter(|e| has_frame(e, "site_one_mib")).map(|e| e.field_i64("weight")).collect();
     assert!(big.iter().all(|&w| w >= 1 << 20 && w < (1 << 20) + 64), "{big:?}");
 }
 

@@ -135,7 +135,11 @@ fn live_without_a_live_set_names_the_setting() {
     rec.stop().unwrap();
     let out = recorder(&["dump", repo.to_str().unwrap(), "--format", "collapsed", "--live"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("allocation_live_set"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("allocation_live_set"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = recorder(&["dump", repo.to_str().unwrap(), "--format", "jfr", "--live", "-o", "/dev/null"]);
     assert!(!out.status.success(), "--live is for collapsed and flamegraph");
 }

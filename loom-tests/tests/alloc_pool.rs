@@ -63,7 +63,8 @@ fn commits_vs_drains_exactly_once() {
         let c2 = p2.join().unwrap();
         flusher.join().unwrap();
         drain(&pool, &l);
-        let mut committed: Vec<u64> = [(1, c1[0]), (2, c1[1]), (3, c2[0])].iter().filter(|c| c.1).map(|c| c.0).collect();
+        let mut committed: Vec<u64> =
+            [(1, c1[0]), (2, c1[1]), (3, c2[0])].iter().filter(|c| c.1).map(|c| c.0).collect();
         let mut out = l.lock().unwrap().1.clone();
         out.sort_unstable();
         committed.sort_unstable();
@@ -195,4 +196,3 @@ fn free_at_never_clears_another_block() {
         assert!(!table.is_live(old));
     });
 }
-

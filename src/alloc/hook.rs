@@ -456,10 +456,8 @@ impl Ticket {
         let n_inner = n.min(inner);
         let dropped = n - n_inner - ring_len;
         let head = if ring_len == outer { ring } else { 0 };
-        self.claim.write(
-            LAYOUT_WORD,
-            (n_inner as u64) | ((ring_len as u64) << 16) | ((head as u64) << 32) | (flags << 48),
-        );
+        self.claim
+            .write(LAYOUT_WORD, (n_inner as u64) | ((ring_len as u64) << 16) | ((head as u64) << 32) | (flags << 48));
         self.claim.write(DROPPED_WORD, dropped as u64);
     }
 

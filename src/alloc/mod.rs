@@ -64,9 +64,9 @@ pub mod pool;
 pub(crate) mod pool;
 
 #[cfg(not(loom))]
-pub use allocator::{AllocationStats, SamplingAllocator, DEFAULT_INTERVAL};
-#[cfg(not(loom))]
 pub(crate) use allocator::{records_for, AllocConfig, Sampling, StartError};
+#[cfg(not(loom))]
+pub use allocator::{AllocationStats, SamplingAllocator, DEFAULT_INTERVAL};
 #[cfg(not(loom))]
 pub(crate) use hook::{exclude_current_thread, forget_in_child, suspend, AllocRecord};
 #[cfg(not(loom))]

@@ -276,7 +276,8 @@ impl LiveTable {
             // Relaxed (all): the word publishes nothing but itself; whoever learns of the entry
             // (the record's reader, the block's freer) is ordered after this insert by the
             // record's commit or by the pointer's hand-over.
-            if w.load(Ordering::Relaxed) == 0 && w.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            if w.load(Ordering::Relaxed) == 0
+                && w.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_ok()
             {
                 return Some(LiveRef { index: index as u32, word });
             }

@@ -229,7 +229,7 @@ impl SampleSource for AllocSamples {
         self.drain_pool(seg);
     }
 
-    fn maintain(&mut self) -> Vec<LossReport> {
+    fn maintain(&mut self, _chunk: &mut ChunkWriter) -> Vec<LossReport> {
         Vec::new()
     }
 

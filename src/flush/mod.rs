@@ -96,8 +96,9 @@ pub trait SampleSource: Send + std::fmt::Debug {
     /// The recorder thread's pass between flushes: records that are ready without a flush
     /// (full buffers), so that buffers come back to the pool early.
     fn drain_ready(&mut self, seg: &mut Segment<'_>);
-    /// The recorder thread's periodic housekeeping; returns the losses to report.
-    fn maintain(&mut self) -> Vec<LossReport>;
+    /// The recorder thread's periodic housekeeping (it tells `chunk` the names of the threads it
+    /// sees, while they run); returns the losses to report.
+    fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport>;
     /// Losses to report at this flush (with the recorder's own events), for sources whose
     /// losses do not wait for the recorder thread's housekeeping.
     fn losses(&mut self) -> Vec<LossReport> {

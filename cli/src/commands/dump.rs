@@ -68,7 +68,9 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             )
         })?;
         if objects == 0 {
-            eprintln!("note: the last live-set snapshot holds no sampled allocation: nothing sampled is still allocated");
+            eprintln!(
+                "note: the last live-set snapshot holds no sampled allocation: nothing sampled is still allocated"
+            );
         }
         selection = selection.with_snapshot(chunk_start, id);
     }
@@ -108,7 +110,10 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             if cfg.format == DumpFormat::Flamegraph {
                 if folded.counts.is_empty() && cfg.live {
                     progress.finish_and_clear();
-                    anyhow::bail!("{}: no sampled allocation is still allocated: no flame graph to draw", cfg.path.display());
+                    anyhow::bail!(
+                        "{}: no sampled allocation is still allocated: no flame graph to draw",
+                        cfg.path.display()
+                    );
                 }
                 if folded.counts.is_empty() {
                     progress.finish_and_clear();

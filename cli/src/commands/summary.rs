@@ -265,7 +265,9 @@ struct WeighedTotals {
 
 /// Sums the weights of the allocation and wall-clock samples and finds the last live-set
 /// snapshot (chunks are in recording order).
-fn weighed_totals(chunks: &[SourceChunk]) -> Result<WeighedTotals, (std::sync::Arc<std::path::PathBuf>, jfr_format::Error)> {
+fn weighed_totals(
+    chunks: &[SourceChunk],
+) -> Result<WeighedTotals, (std::sync::Arc<std::path::PathBuf>, jfr_format::Error)> {
     let mut t = WeighedTotals::default();
     for sc in chunks {
         let chunk = &sc.chunk;
