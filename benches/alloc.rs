@@ -251,20 +251,30 @@ fn estimates(repo: &Path, names: &[&str]) -> Vec<f64> {
     out
 }
 
+/// A call site of the estimation workload: what it allocates in all.
+struct Site {
+    name: &'static str,
+    run: fn(),
+    /// Bytes per allocation.
+    size: f64,
+    /// Bytes allocated in all.
+    truth: f64,
+}
+
 fn estimation(dir: &Path) {
     const RUNS: usize = 100;
-    let sites: [(&str, fn(), f64, f64); 3] = [
-        ("site_1b_x_1mi", site_1b_x_1mi as fn(), 1.0, (1u64 << 20) as f64),
-        ("site_1kib_x_100ki", site_1kib_x_100ki as fn(), 1024.0, (100u64 << 20) as f64),
-        ("site_1mib_x_100", site_1mib_x_100 as fn(), (1u64 << 20) as f64, (100u64 << 20) as f64),
+    let sites = [
+        Site { name: "site_1b_x_1mi", run: site_1b_x_1mi, size: 1.0, truth: (1u64 << 20) as f64 },
+        Site { name: "site_1kib_x_100ki", run: site_1kib_x_100ki, size: 1024.0, truth: (100u64 << 20) as f64 },
+        Site { name: "site_1mib_x_100", run: site_1mib_x_100, size: (1u64 << 20) as f64, truth: (100u64 << 20) as f64 },
     ];
-    let names: Vec<&str> = sites.iter().map(|s| s.0).collect();
+    let names: Vec<&str> = sites.iter().map(|s| s.name).collect();
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); sites.len()];
     for _ in 0..RUNS {
         let rec = recording(dir, DEFAULT_INTERVAL, false);
         let repo = rec.repository_dir().to_owned();
         for s in &sites {
-            (s.1)();
+            (s.run)();
         }
         let a = rec.stop_with_report().unwrap().allocation.unwrap();
         assert_eq!(a.lost, 0);
@@ -281,19 +291,19 @@ fn estimation(dir: &Path) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let r = DEFAULT_INTERVAL as f64;
     for (i, s) in sites.iter().enumerate() {
-        let truth = s.3;
+        let truth = s.truth;
         let errs: Vec<f64> = runs[i].iter().map(|e| e / truth - 1.0).collect();
         let mean = errs.iter().sum::<f64>() / RUNS as f64;
         let sd = (errs.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (RUNS - 1) as f64).sqrt();
         // Per allocation of size s: variance of the HT term = s^2 (1 - p) / p, p = 1 - e^(-s/R).
-        let p = 1.0 - (-s.2 / r).exp();
-        let n = truth / s.2;
-        let theory = (n * s.2 * s.2 * (1.0 - p) / p).sqrt() / truth;
+        let p = 1.0 - (-s.size / r).exp();
+        let n = truth / s.size;
+        let theory = (n * s.size * s.size * (1.0 - p) / p).sqrt() / truth;
         let within = errs.iter().filter(|e| e.abs() <= 0.05).count();
         let worst = errs.iter().map(|e| e.abs()).fold(0.0, f64::max);
         println!(
             "| {} | {} | {:+.2} % | {:.2} % | {:.1} % | {:.1} % | {within}/{RUNS} | {:.1} % |",
-            s.0,
+            s.name,
             truth,
             mean * 100.0,
             theory / (RUNS as f64).sqrt() * 100.0,

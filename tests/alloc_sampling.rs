@@ -212,7 +212,7 @@ fn estimated_bytes_per_call_site_match_the_truth() {
     assert!((mib / truth - 1.0).abs() < 0.02, "1 MiB x 100: estimated {mib} vs {truth}");
     // A 1 MiB allocation is one sample, weighted by its size (one fresh gap after it).
     let big: Vec<i64> = events.iter().filter(|e| has_frame(e, "site_one_mib")).map(|e| e.field_i64("weight")).collect();
-    assert!(big.iter().all(|&w| w >= 1 << 20 && w < (1 << 20) + 64), "{big:?}");
+    assert!(big.iter().all(|&w| (1 << 20..(1 << 20) + 64).contains(&w)), "{big:?}");
 }
 
 // ---- contexts: signal handlers, threads the recorder never saw, TLS teardown, fork ----
@@ -437,16 +437,16 @@ fn live_set_headers_keep_every_block_intact() {
             // layout it has at that moment.
             unsafe {
                 let z = std::alloc::alloc_zeroed(layout);
-                assert!(!z.is_null() && (z as usize) % align == 0);
+                assert!(!z.is_null() && (z as usize).is_multiple_of(align));
                 assert!(std::slice::from_raw_parts(z, size).iter().all(|&b| b == 0), "zeroed {size}/{align}");
                 std::alloc::dealloc(z, layout);
                 let p = std::alloc::alloc(layout);
-                assert!(!p.is_null() && (p as usize) % align == 0);
+                assert!(!p.is_null() && (p as usize).is_multiple_of(align));
                 for i in 0..size {
                     *p.add(i) = (i % 251) as u8;
                 }
                 let grown = std::alloc::realloc(p, layout, size * 3);
-                assert!(!grown.is_null() && (grown as usize) % align == 0);
+                assert!(!grown.is_null() && (grown as usize).is_multiple_of(align));
                 for i in 0..size {
                     assert_eq!(*grown.add(i), (i % 251) as u8, "grown {size}/{align} at {i}");
                 }

@@ -62,7 +62,7 @@ fn collapsed(args: &[&str]) -> Vec<(String, u64)> {
             (stack.to_owned(), n.parse().expect("a weight"))
         })
         .collect();
-    lines.sort_by(|a, b| b.1.cmp(&a.1));
+    lines.sort_by_key(|l| std::cmp::Reverse(l.1));
     lines
 }
 

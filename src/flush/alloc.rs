@@ -181,7 +181,7 @@ fn human(b: u128) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = b;
     let mut unit = 0;
-    while v >= 1024 && v % 1024 == 0 && unit + 1 < UNITS.len() {
+    while v >= 1024 && v.is_multiple_of(1024) && unit + 1 < UNITS.len() {
         v /= 1024;
         unit += 1;
     }
