@@ -146,10 +146,6 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         json::uint(&mut buf, weighed.allocation_samples);
         buf.extend_from_slice(b", \"estimated_bytes\": ");
         json::uint(&mut buf, weighed.allocated_bytes);
-        buf.extend_from_slice(b"}, \"wall_clock_samples\": {\"events\": ");
-        json::uint(&mut buf, weighed.wall_events);
-        buf.extend_from_slice(b", \"periods\": ");
-        json::uint(&mut buf, weighed.wall_periods);
         buf.extend_from_slice(b"}, \"live_set\": ");
         match weighed.live_set {
             Some((objects, bytes)) => {
@@ -235,14 +231,6 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
                 human_bytes(bytes)
             )?;
         }
-        if weighed.wall_events > 0 {
-            writeln!(out)?;
-            writeln!(
-                out,
-                " Wall-clock samples: {} events standing for {} sampling periods",
-                weighed.wall_events, weighed.wall_periods
-            )?;
-        }
     }
     out.flush()?;
     drop(out);
@@ -256,14 +244,11 @@ struct WeighedTotals {
     /// jdk.ObjectAllocationSample events and the sum of their `weight` (estimated bytes).
     allocation_samples: u64,
     allocated_bytes: u64,
-    /// profiler.WallClockSample events and the sum of their `samples` (periods).
-    wall_events: u64,
-    wall_periods: u64,
     /// The last recorder.LiveSet: sampled objects and estimated bytes still allocated.
     live_set: Option<(u64, u64)>,
 }
 
-/// Sums the weights of the allocation and wall-clock samples and finds the last live-set
+/// Sums the weights of the allocation samples and finds the last live-set
 /// snapshot (chunks are in recording order).
 fn weighed_totals(
     chunks: &[SourceChunk],
@@ -276,10 +261,9 @@ fn weighed_totals(
             Some((class.id, class.field_index(field)?))
         };
         let alloc = field("jdk.ObjectAllocationSample", "weight");
-        let wall = field("profiler.WallClockSample", "samples");
         let live = field("recorder.LiveSet", "objects").zip(field("recorder.LiveSet", "estimatedBytes"));
         let snapshot_at = field("recorder.LiveSet", "snapshot").map(|(_, i)| i);
-        if alloc.is_none() && wall.is_none() && live.is_none() {
+        if alloc.is_none() && live.is_none() {
             continue;
         }
         let mut best: Option<(i64, u64, u64)> = None;
@@ -290,13 +274,6 @@ fn weighed_totals(
                 if event.type_id == id {
                     t.allocation_samples += 1;
                     t.allocated_bytes += value(i);
-                    continue;
-                }
-            }
-            if let Some((id, i)) = wall {
-                if event.type_id == id {
-                    t.wall_events += 1;
-                    t.wall_periods += value(i);
                     continue;
                 }
             }
