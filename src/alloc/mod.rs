@@ -33,11 +33,11 @@
 //! - **Bounded memory, loss counted.** A recording preallocates its records; a sample that finds
 //!   none free is counted lost (`recorder.DataLoss`, reason "allocation sample pool full") and
 //!   the flusher is asked for an early flush at each quarter of the pool taken.
-//! - **The recorder's own allocations are not sampled**: its threads (the flusher and
-//!   the recorder thread) opt out, and the entry points an application calls (start, flush, dump,
-//!   stop, thread registration) suspend sampling on the calling thread while they run. The one
-//!   exception is the commit path's event buffer, allocated on an application thread's first
-//!   commit (and when one fills up): it is sampled and attributed honestly, its stack shows
+//! - **The recorder's own allocations are not sampled**: its threads (the flusher, the recorder
+//!   thread and the Pyroscope uploader) opt out, and the entry points an application calls (start,
+//!   flush, dump, stop, thread registration) suspend sampling on the calling thread while they run.
+//!   The one exception is the commit path's event buffer, allocated on an application thread's
+//!   first commit (and when one fills up): it is sampled and attributed honestly, its stack shows
 //!   `recorder::commit`.
 //!
 //! # Live set

@@ -50,6 +50,9 @@ pub(super) struct State {
     pub final_sampler_stats: Option<SamplerStats>,
     pub final_allocation_stats: Option<crate::alloc::AllocationStats>,
     write_error_reported: bool,
+    /// Flush source 3: the Pyroscope uploader's statistics.
+    #[cfg(feature = "push")]
+    push_report: own::PushReport,
 }
 
 /// Readings for the periodic events, taken without L.
@@ -105,6 +108,8 @@ impl State {
             final_sampler_stats: None,
             final_allocation_stats: None,
             write_error_reported: false,
+            #[cfg(feature = "push")]
+            push_report: own::PushReport::default(),
         }
     }
 
@@ -171,7 +176,7 @@ impl State {
     }
 
     /// Flush source 3: the recorder's own events — thread starts and ends, data loss, the
-    /// settings (new chunk or changed), the sources' statistics.
+    /// uploader's statistics, the settings (new chunk or changed), the sources' statistics.
     pub fn write_own_events(&mut self, now: i64) {
         self.take_thread_notes();
         for note in std::mem::take(&mut self.pending_notes) {
@@ -200,6 +205,9 @@ impl State {
             }
         }
         self.losses.write(&mut self.chunk, now);
+        // A new chunk repeats the uploader's statistics (so does a settings change).
+        #[cfg(feature = "push")]
+        self.push_report.write(&mut self.chunk, now, self.storage.push(), self.settings_changed);
         crate::diagnostics::write_pending(&mut self.chunk, now);
         if self.settings_changed {
             self.write_settings(now);
