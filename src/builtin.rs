@@ -34,6 +34,11 @@ pub const OBJECT_ALLOCATION_SAMPLE: u64 = 120;
 pub const LIVE_OBJECT: u64 = 121;
 /// `recorder.LiveSet`: one live-set snapshot (its `recorder.LiveObject`s share its id).
 pub const LIVE_SET: u64 = 122;
+/// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
+/// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
+/// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
+/// other, such as 0).
+pub const RECORDING: u64 = 112;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -285,6 +290,14 @@ pub fn classes() -> Vec<Class> {
             "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
         )
     }));
+    out.push(event_class(spec(
+        RECORDING,
+        "recorder.Recording",
+        "Recording Settings",
+        &["Flight Recorder"],
+        "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
+         repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
+    )));
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out

@@ -124,5 +124,5 @@ pub mod __loom {
     pub use crate::flush::samples::write_sample;
     pub use crate::flush::{Segment, SettingRow, Tally};
     pub use crate::sampler::buffer;
-    pub use crate::stack::{StackKey, StackTable};
+    pub use crate::stack::{DepthPolicy, StackKey, StackTable};
 }

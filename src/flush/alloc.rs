@@ -197,7 +197,7 @@ fn write_sample(
 ) -> Tracked {
     let stack = seg.stacks.intern(rec.frames, rec.truncated);
     let bucket = size_bucket(rec.size);
-    let class = *classes.entry(bucket).or_insert_with(|| seg.chunk.class_key(&bucket_name(bucket), "rust.alloc"));
+    let class = *classes.entry(bucket).or_insert_with(|| seg.chunk.class_key(&bucket_name(bucket)));
     let weight = estimated_bytes(rec.size, interval);
     seg.chunk.event(builtin::OBJECT_ALLOCATION_SAMPLE, |e| {
         e.long(rec.ticks);
