@@ -199,7 +199,7 @@ mod cpu {
             let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));
-            Stopped { losses, sampler: Some(report.stats) }
+            Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
         }
     }
 }
