@@ -32,6 +32,11 @@
 
 mod buffer;
 mod builtin;
+/// Unwinding without frame pointers (DWARF CFI tables); public for the benchmarks.
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod cfi;
 #[cfg_attr(loom, allow(dead_code))]
 mod chunk;
 #[allow(unsafe_code)]
@@ -80,6 +85,8 @@ pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuil
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
+#[cfg(not(loom))]
+pub use cfi::Unwinder;
 #[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 
