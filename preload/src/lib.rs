@@ -53,15 +53,8 @@ static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
-type StartMainFn = unsafe extern "C" fn(
-    MainFn,
-    c_int,
-    *mut *mut c_char,
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-) -> c_int;
+type StartMainFn =
+    unsafe extern "C" fn(MainFn, c_int, *mut *mut c_char, *mut c_void, *mut c_void, *mut c_void, *mut c_void) -> c_int;
 
 #[used]
 #[link_section = ".init_array"]

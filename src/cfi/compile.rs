@@ -120,6 +120,7 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
     Ok(ModuleTable {
         path: String::new(),
         base,
+        pages: ModuleTable::page_index(&rows),
         rows: rows.into_boxed_slice(),
         has_frame_pointers: with_rows > 0 && fp_framed * 2 >= with_rows,
     })

@@ -109,6 +109,10 @@ pub struct ModuleTable {
     pub base: u64,
     /// Sorted by `pc`.
     pub rows: Box<[Row]>,
+    /// For each 4 KiB page of offsets, the index of the row in force at its start: a lookup
+    /// searches one page's rows, not the whole table (a binary search over a large table costs a
+    /// mispredicted branch per step: ~100 ns per frame in a 20 MB binary).
+    pub pages: Box<[u32]>,
     /// Most functions address their frame through the frame pointer (built with frame pointers).
     pub has_frame_pointers: bool,
 }
@@ -178,11 +182,35 @@ impl ModuleTable {
     pub fn row(&self, addr: u64) -> Option<&Row> {
         let off = addr.checked_sub(self.base)?;
         let off = u32::try_from(off).ok()?;
-        // The last row whose pc <= off.
-        let idx = self.rows.partition_point(|r| r.pc <= off);
-        self.rows.get(idx.checked_sub(1)?)
+        let page = (off >> PAGE_SHIFT) as usize;
+        let first = *self.pages.get(page)? as usize;
+        let end = self.pages.get(page + 1).map_or(self.rows.len(), |&e| e as usize + 1).min(self.rows.len());
+        let rows = self.rows.get(first..end)?;
+        // The last row whose pc <= off (the first row of the page's range is in force at its start).
+        let idx = rows.partition_point(|r| r.pc <= off);
+        rows.get(idx.checked_sub(1)?)
+    }
+
+    /// Builds [`ModuleTable::pages`] for `rows`.
+    pub fn page_index(rows: &[Row]) -> Box<[u32]> {
+        let Some(last) = rows.last() else { return Box::new([]) };
+        let pages = (last.pc >> PAGE_SHIFT) as usize + 1;
+        let mut index = Vec::with_capacity(pages);
+        let mut r = 0usize;
+        for page in 0..pages {
+            let start = (page as u64) << PAGE_SHIFT;
+            // Advance to the last row starting at or before the page start.
+            while rows.get(r + 1).is_some_and(|next| u64::from(next.pc) <= start) {
+                r += 1;
+            }
+            index.push(r as u32);
+        }
+        index.into_boxed_slice()
     }
 }
+
+/// Pages of the row index: 4 KiB of code.
+const PAGE_SHIFT: u32 = 12;
 
 /// How a walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,6 +400,21 @@ mod tests {
         assert_eq!(&fp[2..24], &dwarf[2..24]);
         assert_eq!(dwarf_end, End::Root, "dwarf walk did not reach the thread's root: {:#?}", where_(&dwarf));
         assert!(dwarf.len() >= fp.len());
+    }
+
+    #[test]
+    fn paged_lookup_finds_the_row_a_full_search_finds() {
+        let libc = compile::compile_file("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        assert!(libc.rows.len() > 1000 && !libc.has_frame_pointers);
+        let last = u64::from(libc.rows.last().unwrap().pc);
+        let mut addr = libc.base;
+        while addr <= libc.base + last + 64 {
+            let off = (addr - libc.base) as u32;
+            let want = libc.rows.iter().rev().find(|r| r.pc <= off);
+            assert_eq!(libc.row(addr), want, "at {addr:#x}");
+            addr += 997;
+        }
+        assert_eq!(libc.row(libc.base.wrapping_sub(1)), None);
     }
 
     #[test]
