@@ -77,6 +77,8 @@ mod thread;
 mod unwind;
 
 #[cfg(not(loom))]
+pub use cfi::Unwinder;
+#[cfg(not(loom))]
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
 #[cfg(not(loom))]
 pub use metadata_registry::{EventSettings, TypeRegistry};
@@ -85,8 +87,6 @@ pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuil
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
-#[cfg(not(loom))]
-pub use cfi::Unwinder;
 #[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 

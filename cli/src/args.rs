@@ -96,6 +96,11 @@ pub struct RecordArgs {
     /// Stop recording (not the program) after this long; -o and the summary are written then.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,
+    /// How stacks are walked: auto (frame pointers through code built with them, the binaries'
+    /// .eh_frame unwind tables elsewhere), fp (frame pointers only) or dwarf (the tables wherever
+    /// they exist).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "fp", "dwarf"])]
+    pub unwinder: String,
     /// Record the programs CMD executes too, each into its own recording of the same base directory.
     #[arg(long)]
     pub follow_children: bool,

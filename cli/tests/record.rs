@@ -112,7 +112,8 @@ fn recording_dirs(base: &Path) -> Vec<PathBuf> {
 fn c_without_frame_pointers_stacks_reach_main_and_the_hot_function_is_on_top() {
     let dir = scratch_dir();
     let prog = calltree();
-    let out = record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "c.jfr"], &[prog.to_str().unwrap(), "1500"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "c.jfr"], &[prog.to_str().unwrap(), "1500"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(7), "exit status passes through:\n{t}");
     assert!(t.contains("CPU samples:") && t.contains("Hottest functions"), "{t}");
@@ -121,7 +122,12 @@ fn c_without_frame_pointers_stacks_reach_main_and_the_hot_function_is_on_top() {
     let s = stacks(&jfr);
     let (main_share, leaf_share, total) = shares(&s, "hot_leaf");
     assert!(total >= 200, "{total} samples\n{t}");
-    assert!(main_share >= 0.95, "only {:.1} % of {total} stacks reach main: {:?}", main_share * 100.0, &s[..s.len().min(8)]);
+    assert!(
+        main_share >= 0.95,
+        "only {:.1} % of {total} stacks reach main: {:?}",
+        main_share * 100.0,
+        &s[..s.len().min(8)]
+    );
     assert!(leaf_share >= 0.8, "hot_leaf on top in {:.1} % of {total}", leaf_share * 100.0);
     // The known chain is there, in order.
     let chain = s
@@ -140,10 +146,11 @@ fn frame_pointer_unwinder_alone_loses_the_callers_of_code_without_them() {
     // The control for the test above: the same program with --unwinder fp.
     let dir = scratch_dir();
     let prog = calltree();
-    let out = record(&dir, &["--period", "1ms", "--unwinder", "fp", "-o", "fp.jfr", "--repository", "repo"], &[
-        prog.to_str().unwrap(),
-        "800",
-    ]);
+    let out = record(
+        &dir,
+        &["--period", "1ms", "--unwinder", "fp", "-o", "fp.jfr", "--repository", "repo"],
+        &[prog.to_str().unwrap(), "800"],
+    );
     assert_eq!(out.status.code(), Some(7), "{}", text(&out));
     let (main_share, _, total) = shares(&stacks(&dir.join("fp.jfr")), "hot_leaf");
     assert!(total > 50);
@@ -154,7 +161,8 @@ fn frame_pointer_unwinder_alone_loses_the_callers_of_code_without_them() {
 fn cpp_exceptions_thrown_while_sampling_do_not_crash_and_stacks_reach_main() {
     let dir = scratch_dir();
     let prog = build_program("exceptions.cpp", "g++", &["-O2", "-fomit-frame-pointer"]);
-    let out = record(&dir, &["--period", "1ms", "-o", "cpp.jfr", "--repository", "repo"], &[prog.to_str().unwrap(), "1500"]);
+    let out =
+        record(&dir, &["--period", "1ms", "-o", "cpp.jfr", "--repository", "repo"], &[prog.to_str().unwrap(), "1500"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let jfr = dir.join("cpp.jfr");
     jdk_accepts(std::slice::from_ref(&jfr));
@@ -170,7 +178,8 @@ fn rust_without_frame_pointers_stacks_reach_main() {
     let dir = scratch_dir();
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let prog = build_program("nofp.rs", &rustc, &["-O", "-C", "force-frame-pointers=no", "-C", "debuginfo=1"]);
-    let out = record(&dir, &["--period", "1ms", "-o", "rs.jfr", "--repository", "repo"], &[prog.to_str().unwrap(), "1500"]);
+    let out =
+        record(&dir, &["--period", "1ms", "-o", "rs.jfr", "--repository", "repo"], &[prog.to_str().unwrap(), "1500"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let jfr = dir.join("rs.jfr");
     jdk_accepts(std::slice::from_ref(&jfr));
@@ -185,18 +194,16 @@ fn rust_without_frame_pointers_stacks_reach_main() {
 fn threads_of_the_program_are_sampled_with_whole_stacks() {
     let dir = scratch_dir();
     let prog = calltree();
-    let out = record(&dir, &["--period", "1ms", "-o", "t.jfr", "--repository", "repo"], &[
-        prog.to_str().unwrap(),
-        "1200",
-        "threads",
-        "0",
-    ]);
+    let out = record(
+        &dir,
+        &["--period", "1ms", "-o", "t.jfr", "--repository", "repo"],
+        &[prog.to_str().unwrap(), "1200", "threads", "0"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let s = stacks(&dir.join("t.jfr"));
     let total: u64 = s.iter().map(|x| x.1).sum();
     // Thread stacks start at start_thread/clone3, not main: they must reach thread_main.
-    let rooted: u64 =
-        s.iter().filter(|(f, _)| f.iter().any(|n| n.ends_with("thread_main"))).map(|x| x.1).sum();
+    let rooted: u64 = s.iter().filter(|(f, _)| f.iter().any(|n| n.ends_with("thread_main"))).map(|x| x.1).sum();
     assert!(total >= 200, "{total}");
     assert!(rooted as f64 >= 0.9 * total as f64, "{rooted} of {total} reach thread_main");
 }
@@ -260,17 +267,21 @@ fn sigint_sent_to_record_reaches_the_program() {
 #[test]
 fn a_shell_and_its_children_leave_one_recording_unless_children_are_followed() {
     let dir = scratch_dir();
-    let out = record(&dir, &["--repository", "one", "-o", "sh.jfr"], &["sh", "-c", "ls >/dev/null; true; env | grep -c RECORDER_ || true"]);
+    let out = record(
+        &dir,
+        &["--repository", "one", "-o", "sh.jfr"],
+        &["sh", "-c", "ls >/dev/null; true; env | grep -c RECORDER_ || true"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(recording_dirs(&dir.join("one")).len(), 1, "{:?}", recording_dirs(&dir.join("one")));
     // The shell's children saw no recorder variable and no preload.
     assert!(String::from_utf8_lossy(&out.stdout).lines().next().is_some_and(|l| l.trim() == "0"), "{}", text(&out));
 
-    let out = record(&dir, &["--follow-children", "--repository", "all", "-o", "all.jfr"], &[
-        "sh",
-        "-c",
-        "ls >/dev/null; /bin/true; cat /dev/null",
-    ]);
+    let out = record(
+        &dir,
+        &["--follow-children", "--repository", "all", "-o", "all.jfr"],
+        &["sh", "-c", "ls >/dev/null; /bin/true; cat /dev/null"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let dirs = recording_dirs(&dir.join("all"));
     assert_eq!(dirs.len(), 4, "sh, ls, true and cat: {dirs:?}");
@@ -286,7 +297,11 @@ fn a_shell_and_its_children_leave_one_recording_unless_children_are_followed() {
 fn fork_without_exec_leaves_the_parents_recording_intact() {
     let dir = scratch_dir();
     let prog = calltree();
-    let out = record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "fork.jfr"], &[prog.to_str().unwrap(), "800", "fork"]);
+    let out = record(
+        &dir,
+        &["--period", "1ms", "--repository", "repo", "-o", "fork.jfr"],
+        &[prog.to_str().unwrap(), "800", "fork"],
+    );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(7), "{t}");
     assert!(!t.contains("was not finished"), "{t}");

@@ -161,6 +161,11 @@ fn start_recording() {
     if let Some(dir) = &options.repository {
         builder = builder.repository(dir);
     }
+    builder = builder.unwinder(match options.unwinder {
+        options::UnwinderChoice::Auto => recorder::Unwinder::Auto,
+        options::UnwinderChoice::FramePointer => recorder::Unwinder::FramePointer,
+        options::UnwinderChoice::Dwarf => recorder::Unwinder::Dwarf,
+    });
     if options.wall.is_some() {
         eprintln!("recorder-preload: wall-clock sampling (wall=) is not available yet; recording CPU samples only");
     }

@@ -108,7 +108,9 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
             let r = Row { pc: offset(*addr)?, ..*r };
             match rows.last_mut() {
                 Some(l) if l.pc == r.pc => *l = r,
-                Some(l) if (l.kind, l.cfa_offset, l.fp_rule, l.fp_offset) == (r.kind, r.cfa_offset, r.fp_rule, r.fp_offset) => {}
+                Some(l)
+                    if (l.kind, l.cfa_offset, l.fp_rule, l.fp_offset)
+                        == (r.kind, r.cfa_offset, r.fp_rule, r.fp_offset) => {}
                 _ => rows.push(r),
             }
         }
@@ -214,7 +216,8 @@ fn load_bias(path: &str, start: usize, offset: u64) -> Option<usize> {
     let cache = object::ReadCache::new(file);
     let obj = object::File::parse(&cache).ok()?;
     for seg in obj.segments() {
-        let executable = matches!(seg.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0);
+        let executable =
+            matches!(seg.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0);
         let (foff, fsize) = seg.file_range();
         if executable && offset >= foff & !0xfff && offset < foff + fsize.max(1) {
             // p_vaddr and p_offset agree modulo the page size: the mapping's first byte is at

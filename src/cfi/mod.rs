@@ -35,6 +35,7 @@
 #[cfg(not(loom))]
 pub mod compile;
 
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 /// How the sampler unwinds (`RecorderBuilder::unwinder`).
@@ -212,6 +213,63 @@ impl ModuleTable {
 /// Pages of the row index: 4 KiB of code.
 const PAGE_SHIFT: u32 = 12;
 
+/// The tables the handler reads: a snapshot published through an atomic pointer, replaced
+/// (never changed in place) when the process's executable mappings change. Replaced snapshots
+/// are kept until this is dropped, which the sampler does only after its grace period (no
+/// handler can still be reading one).
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct Published {
+    current: AtomicPtr<Tables>,
+    /// The compiler (files already compiled) and the addresses of replaced snapshots.
+    state: parking_lot::Mutex<(compile::Compiler, Vec<usize>)>,
+}
+
+#[cfg(not(loom))]
+impl Published {
+    /// Compiles the tables of every module mapped now, or of those mapped since the last call,
+    /// and publishes them (normal context: reads files, allocates).
+    pub fn refresh(&self) {
+        let mut state = self.state.lock();
+        let Some(tables) = state.0.refresh() else { return };
+        let new = Box::into_raw(Box::new(tables));
+        // AcqRel: Release publishes the built snapshot to the handler's Acquire load in `load`;
+        // Acquire orders the old snapshot's construction before it is kept for freeing.
+        let old = self.current.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            state.1.push(old as usize);
+        }
+    }
+
+    /// The published tables, if any.
+    ///
+    /// # Signal safety
+    /// One atomic load.
+    #[inline]
+    pub fn load(&self) -> Option<&Tables> {
+        // Acquire: pairs with the Release swap in `refresh` (the snapshot is fully built).
+        let p = self.current.load(Ordering::Acquire);
+        // SAFETY: non-null pointers come from `Box::into_raw` in `refresh` and are freed only in
+        // `drop`, which needs `&mut self`: no reference handed out here outlives them.
+        unsafe { p.as_ref() }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Published {
+    fn drop(&mut self) {
+        let current = std::mem::replace(self.current.get_mut(), std::ptr::null_mut());
+        let retired = std::mem::take(&mut self.state.get_mut().1);
+        for p in retired.into_iter().map(|a| a as *mut Tables).chain(std::iter::once(current)) {
+            if !p.is_null() {
+                // SAFETY: each came from `Box::into_raw` in `refresh`, is freed once, and `&mut
+                // self` means no reader is left.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
 /// How a walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
@@ -230,7 +288,14 @@ pub enum End {
 /// Binary searches over immutable tables and loads from `[lo, hi)` (the sampled thread's own
 /// stack, which is mapped), each checked first; nothing else.
 #[inline]
-pub fn step(tables: Option<&Tables>, mode: Unwinder, regs: Regs, first: bool, lo: usize, hi: usize) -> Result<Regs, End> {
+pub fn step(
+    tables: Option<&Tables>,
+    mode: Unwinder,
+    regs: Regs,
+    first: bool,
+    lo: usize,
+    hi: usize,
+) -> Result<Regs, End> {
     let read = |addr: usize| -> Option<usize> {
         if !addr.is_multiple_of(8) || addr < lo || addr.checked_add(8)? > hi {
             return None;

@@ -136,6 +136,8 @@ mod imp {
         /// Threads that can be sampled at once (slots). Default 128. Memory used is
         /// `max_threads * buffers_per_thread * buffer_bytes`, allocated at start.
         pub max_threads: usize,
+        /// How stacks are walked: frame pointers, DWARF CFI tables, or both (default `Auto`).
+        pub unwinder: crate::cfi::Unwinder,
     }
 
     impl Default for SamplerConfig {
@@ -147,6 +149,7 @@ mod imp {
                 buffer_bytes: 16 * 1024,
                 buffers_per_thread: 3,
                 max_threads: 128,
+                unwinder: crate::cfi::Unwinder::Auto,
             }
         }
     }
@@ -230,6 +233,10 @@ mod imp {
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
         registry: parking_lot::Mutex<Registry>,
+        /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
+        /// (published before the handler is installed, refreshed by `discover_threads`).
+        pub(super) unwinder: crate::cfi::Unwinder,
+        pub(super) cfi: crate::cfi::Published,
         /// CLEAN buffers an L holder set aside so that a registering thread (which does not hold
         /// L) gets its first buffer at once. Filled by L holders after every pass, popped by
         /// registrants; never touched by the handler.
@@ -512,6 +519,8 @@ mod imp {
                 scratch: (0..nslots * (depth.inner + depth.outer)).map(|_| AtomicU64::new(0)).collect(),
                 period,
                 mode,
+                unwinder: config.unwinder,
+                cfi: crate::cfi::Published::default(),
                 generation: *life,
                 reserve: crossbeam_queue::ArrayQueue::new(nslots.clamp(1, 16)),
                 registry: parking_lot::Mutex::new(Registry {
@@ -522,6 +531,11 @@ mod imp {
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
             shared.top_up_reserve(&mut locked);
+            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+                // Before the first signal: samples of code without frame pointers are whole from
+                // the start (compiling the loaded modules' tables takes milliseconds).
+                shared.cfi.refresh();
+            }
             signal::install()?;
             let shared = Box::into_raw(shared);
             signal::publish(shared);
@@ -536,6 +550,11 @@ mod imp {
         /// The effective sampling period.
         pub fn period(&self) -> Duration {
             self.shared().period
+        }
+
+        /// How stacks are walked.
+        pub fn unwinder(&self) -> crate::cfi::Unwinder {
+            self.shared().unwinder
         }
 
         /// Starts sampling the calling thread now, with exact stack bounds (pthread_getattr_np).
@@ -635,6 +654,10 @@ mod imp {
         /// threads from /proc/self/maps, refills spares.
         pub fn discover_threads(&self, locked: &mut SamplerLocked) {
             let shared = self.shared();
+            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+                // Libraries loaded since (dlopen): their tables, before their code is sampled much.
+                shared.cfi.refresh();
+            }
             let mut live: Vec<(u32, u64)> = Vec::new();
             if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
                 for e in dir.flatten() {

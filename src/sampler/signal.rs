@@ -225,9 +225,15 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     let mut flags = 0;
     // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
     // `outer` in a ring, the rest counted.
+    let tables = match shared.unwinder {
+        crate::cfi::Unwinder::FramePointer => None,
+        _ => shared.cfi.load(),
+    };
     let (total, cut_short) = if hi == 0 {
         flags |= FLAG_LEAF_ONLY;
         walk(&regs, 0, 0, depth.inner, depth.outer, scratch)
+    } else if let Some(tables) = tables {
+        walk_cfi(tables, shared.unwinder, &regs, lo, hi, depth.inner, depth.outer, scratch)
     } else {
         walk(&regs, lo, hi, depth.inner, depth.outer, scratch)
     };
@@ -350,6 +356,51 @@ pub(super) fn walk(
         }
         fp = next;
     }
+}
+
+/// Like [`walk`], through the DWARF CFI tables where `unwinder` asks for them (`crate::cfi`):
+/// same scratch layout, same bounds, same [`HARD_WALK_LIMIT`].
+///
+/// # Signal safety
+/// `cfi::walk` (binary searches over immutable tables, loads checked against `[max(lo, sp),
+/// hi)`) and relaxed stores into the slot's own scratch only.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn walk_cfi(
+    tables: &crate::cfi::Tables,
+    unwinder: crate::cfi::Unwinder,
+    regs: &Registers,
+    lo: usize,
+    hi: usize,
+    inner: usize,
+    outer: usize,
+    scratch: &[AtomicU64],
+) -> (usize, bool) {
+    let mut n = 0usize;
+    let mut ring = inner;
+    let ring_end = inner + outer;
+    let store = |ip: u64| {
+        let at = if n < inner {
+            n
+        } else if outer > 0 {
+            let at = ring;
+            ring += 1;
+            if ring == ring_end {
+                ring = inner;
+            }
+            at
+        } else {
+            usize::MAX
+        };
+        if let Some(w) = scratch.get(at) {
+            // Relaxed: the scratch is read back only by this handler (same thread).
+            w.store(ip, Ordering::Relaxed);
+        }
+        n += 1;
+    };
+    let start = crate::cfi::Regs { pc: regs.pc, sp: regs.sp, fp: regs.fp };
+    let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, HARD_WALK_LIMIT, store);
+    (walked, end == crate::cfi::End::Full)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -57,6 +57,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if args.follow_children {
         options.push("follow-children=1".into());
     }
+    options.push(format!("unwinder={}", args.unwinder));
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(existing) if !existing.is_empty() => {
             let mut v = existing;
