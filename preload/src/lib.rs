@@ -38,7 +38,7 @@ use options::Options;
 use recorder::Recorder;
 use std::ffi::CStr;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The options read by the constructor (`None` inside: the variable was absent or wrong, so the
@@ -49,6 +49,8 @@ static OPTIONS: OnceLock<Option<Options>> = OnceLock::new();
 static RECORDING: Mutex<Option<Recorder>> = Mutex::new(None);
 /// The process whose recording `RECORDING` is (a forked child must not touch it).
 static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// The recording runs (set after start, cleared at finish): `pthread_create` registers new threads.
+static RECORDING_ACTIVE: AtomicBool = AtomicBool::new(false);
 /// The program's real `main`, set by our `__libc_start_main` before it calls the real one.
 static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 
@@ -189,6 +191,8 @@ fn start_recording() {
     // Relaxed: read by `at_exit`, in this process only after this thread registered it below.
     OWNER_PID.store(pid, Ordering::Relaxed);
     *RECORDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(rec);
+    // Relaxed: a hint for `pthread_create` (see there).
+    RECORDING_ACTIVE.store(true, Ordering::Relaxed);
     // SAFETY: `at_exit` is an `extern "C" fn()` that lives as long as the process.
     unsafe { libc::atexit(at_exit) };
     if let Some(d) = options.duration {
@@ -200,6 +204,69 @@ fn start_recording() {
             eprintln!("recorder-preload: duration={d:?} cannot be applied (no thread: {e}); recording until exit");
         }
     }
+}
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreateFn =
+    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int;
+
+/// glibc's `pthread_create`, looked up once.
+static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+
+/// Interposes `pthread_create` so that a new thread is registered with the sampler before its
+/// first instruction of application code: exact stack bounds and whole stacks from its first
+/// sample, instead of leaf-only samples until the sampler's `/proc/self/task` scan finds it
+/// (within about 100 ms). Threads made before the recording started, or with a raw `clone`, are
+/// still found by that scan. (No thread-start hook of the library exists yet on main for this to
+/// call, so this is the smallest one: register, then run the thread's routine.)
+///
+/// # Safety
+/// Called with `pthread_create`'s arguments, which are passed through.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    // Relaxed: a cached function address; a race only looks it up twice.
+    let mut real = REAL_PTHREAD_CREATE.load(Ordering::Relaxed);
+    if real == 0 {
+        // SAFETY: RTLD_NEXT finds the C library's definition after this library.
+        real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
+        if real == 0 {
+            return libc::EAGAIN;
+        }
+        // Relaxed: as above.
+        REAL_PTHREAD_CREATE.store(real, Ordering::Relaxed);
+    }
+    // SAFETY: the C library's `pthread_create` has this signature.
+    let real: PthreadCreateFn = unsafe { std::mem::transmute::<usize, PthreadCreateFn>(real) };
+    // Relaxed: a hint; a thread started while the recording starts or stops is found by the scan.
+    if !RECORDING_ACTIVE.load(Ordering::Relaxed) {
+        // SAFETY: the caller's arguments, passed through.
+        return unsafe { real(thread, attr, start, arg) };
+    }
+    let boxed = Box::into_raw(Box::new((start, arg)));
+    // SAFETY: the caller's arguments, with our trampoline taking ownership of `boxed`.
+    let rc = unsafe { real(thread, attr, thread_start, boxed.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so the trampoline never took `boxed`.
+        drop(unsafe { Box::from_raw(boxed) });
+    }
+    rc
+}
+
+extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
+    // SAFETY: `p` is the box `pthread_create` made for this thread, taken once.
+    let (start, arg) = *unsafe { Box::from_raw(p.cast::<(StartRoutine, *mut c_void)>()) };
+    // Never blocks thread start: if a stop holds the recording, the scan finds the thread.
+    if let Ok(slot) = RECORDING.try_lock() {
+        if let Some(rec) = slot.as_ref() {
+            let _ = rec.register_current_thread();
+        }
+    }
+    start(arg)
 }
 
 extern "C" fn at_exit() {
@@ -217,6 +284,8 @@ fn finish(why: &str) {
     let Some(Some(options)) = OPTIONS.get() else { return };
     let mut slot = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
     let Some(rec) = slot.take() else { return };
+    // Relaxed: a hint for `pthread_create` (see there).
+    RECORDING_ACTIVE.store(false, Ordering::Relaxed);
     let dir = rec.repository_dir().to_owned();
     let pid = std::process::id();
     match rec.stop_with_report() {
