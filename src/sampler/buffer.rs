@@ -97,7 +97,7 @@ pub struct RecordHeader {
 pub struct SampleRecord<'a> {
     /// Kernel thread id of the sampled thread (not the drainer's).
     pub tid: u32,
-    /// CLOCK_MONOTONIC ns at capture (`crate::clock::ticks`).
+    /// The tick at capture (`crate::clock::ticks_in_signal_handler`).
     pub ticks: i64,
     /// Frames were dropped (depth policy, walk limit); `ips` may hold an elided marker.
     pub truncated: bool,
