@@ -26,7 +26,9 @@
 //! [`Unwinder::FramePointer`] walks frame pointers only; [`Unwinder::Dwarf`] uses a module's table for
 //! every frame it covers and frame pointers where none does; [`Unwinder::Auto`] (the default) walks
 //! frame pointers through modules built with them (most of a module's functions address their
-//! frame through the frame pointer) and the table elsewhere.
+//! frame through the frame pointer, and at most 1 % set up a frame without one) and the table
+//! elsewhere, including mixed modules such as a Rust program built without frame pointers that
+//! links a standard library built with them.
 //!
 //! x86_64 only: on other targets [`compile`] returns no tables and the walk is the frame-pointer
 //! walk.
@@ -114,7 +116,8 @@ pub struct ModuleTable {
     /// searches one page's rows, not the whole table (a binary search over a large table costs a
     /// mispredicted branch per step: ~100 ns per frame in a 20 MB binary).
     pub pages: Box<[u32]>,
-    /// Most functions address their frame through the frame pointer (built with frame pointers).
+    /// Built with frame pointers: most functions address their frame through the frame pointer
+    /// and at most 1 % set up a stack frame without it (`Unwinder::Auto` walks it by frame pointers).
     pub has_frame_pointers: bool,
 }
 
