@@ -100,6 +100,15 @@ fn shares(stacks: &[(Vec<String>, u64)], leaf: &str) -> (f64, f64, u64) {
     (with_main as f64 / total.max(1) as f64, on_leaf as f64 / total.max(1) as f64, total)
 }
 
+/// A fresh directory of its own for one test: tests run in parallel and each names its
+/// repository base, which `record` scans for the recording it started.
+fn test_dir(test: &str) -> PathBuf {
+    let dir = scratch_dir().join("tests").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn recording_dirs(base: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(base)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect())
@@ -110,7 +119,7 @@ fn recording_dirs(base: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn c_without_frame_pointers_stacks_reach_main_and_the_hot_function_is_on_top() {
-    let dir = scratch_dir();
+    let dir = test_dir("c_without_frame_pointers_stacks_reach_main_and_the_hot_function_is_on_top");
     let prog = calltree();
     let out =
         record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "c.jfr"], &[prog.to_str().unwrap(), "1500"]);
@@ -144,7 +153,7 @@ fn c_without_frame_pointers_stacks_reach_main_and_the_hot_function_is_on_top() {
 #[test]
 fn frame_pointer_unwinder_alone_loses_the_callers_of_code_without_them() {
     // The control for the test above: the same program with --unwinder fp.
-    let dir = scratch_dir();
+    let dir = test_dir("frame_pointer_unwinder_alone_loses_the_callers_of_code_without_them");
     let prog = calltree();
     let out = record(
         &dir,
@@ -159,7 +168,7 @@ fn frame_pointer_unwinder_alone_loses_the_callers_of_code_without_them() {
 
 #[test]
 fn cpp_exceptions_thrown_while_sampling_do_not_crash_and_stacks_reach_main() {
-    let dir = scratch_dir();
+    let dir = test_dir("cpp_exceptions_thrown_while_sampling_do_not_crash_and_stacks_reach_main");
     let prog = build_program("exceptions.cpp", "g++", &["-O2", "-fomit-frame-pointer"]);
     let out =
         record(&dir, &["--period", "1ms", "-o", "cpp.jfr", "--repository", "repo"], &[prog.to_str().unwrap(), "1500"]);
@@ -175,7 +184,7 @@ fn cpp_exceptions_thrown_while_sampling_do_not_crash_and_stacks_reach_main() {
 
 #[test]
 fn rust_without_frame_pointers_stacks_reach_main() {
-    let dir = scratch_dir();
+    let dir = test_dir("rust_without_frame_pointers_stacks_reach_main");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let prog = build_program("nofp.rs", &rustc, &["-O", "-C", "force-frame-pointers=no", "-C", "debuginfo=1"]);
     let out =
@@ -192,7 +201,7 @@ fn rust_without_frame_pointers_stacks_reach_main() {
 
 #[test]
 fn threads_of_the_program_are_sampled_with_whole_stacks() {
-    let dir = scratch_dir();
+    let dir = test_dir("threads_of_the_program_are_sampled_with_whole_stacks");
     let prog = calltree();
     let out = record(
         &dir,
@@ -210,7 +219,7 @@ fn threads_of_the_program_are_sampled_with_whole_stacks() {
 
 #[test]
 fn exit_paths_leave_a_readable_recording() {
-    let dir = scratch_dir();
+    let dir = test_dir("exit_paths_leave_a_readable_recording");
     let prog = calltree();
     let prog = prog.to_str().unwrap();
     // exit(): finished normally, final flag, status passed through.
@@ -234,7 +243,7 @@ fn exit_paths_leave_a_readable_recording() {
 
 #[test]
 fn sigint_sent_to_record_reaches_the_program() {
-    let dir = scratch_dir();
+    let dir = test_dir("sigint_sent_to_record_reaches_the_program");
     let prog = calltree();
     preload_library();
     let mut child = Command::new(env!("CARGO_BIN_EXE_recorder"))
@@ -266,7 +275,7 @@ fn sigint_sent_to_record_reaches_the_program() {
 
 #[test]
 fn a_shell_and_its_children_leave_one_recording_unless_children_are_followed() {
-    let dir = scratch_dir();
+    let dir = test_dir("a_shell_and_its_children_leave_one_recording_unless_children_are_followed");
     let out = record(
         &dir,
         &["--repository", "one", "-o", "sh.jfr"],
@@ -295,7 +304,7 @@ fn a_shell_and_its_children_leave_one_recording_unless_children_are_followed() {
 
 #[test]
 fn fork_without_exec_leaves_the_parents_recording_intact() {
-    let dir = scratch_dir();
+    let dir = test_dir("fork_without_exec_leaves_the_parents_recording_intact");
     let prog = calltree();
     let out = record(
         &dir,
@@ -313,7 +322,7 @@ fn fork_without_exec_leaves_the_parents_recording_intact() {
 
 #[test]
 fn static_programs_are_refused_before_they_run() {
-    let dir = scratch_dir();
+    let dir = test_dir("static_programs_are_refused_before_they_run");
     let prog = build_program("calltree.c", "gcc", &["-O2", "-static", "-pthread"]);
     let out = record(&dir, &["-o", "never.jfr"], &[prog.to_str().unwrap(), "10"]);
     assert_eq!(out.status.code(), Some(2));
@@ -329,7 +338,7 @@ fn a_program_that_drops_the_preload_is_reported() {
     // `env` is the process that loaded the library, so it is CMD's pid that started: the
     // recording of `env` exists but ended with the exec. Use a wrapper that clears the
     // environment before exec instead: `env -i` as CMD's interpreter via sh's exec.
-    let dir = scratch_dir();
+    let dir = test_dir("a_program_that_drops_the_preload_is_reported");
     let out = record(&dir, &["-o", "x.jfr", "--repository", "repo"], &["/usr/bin/env", "-i", "/bin/true"]);
     // env itself is dynamically linked and loads the library; what it runs next does not. The
     // recording is env's own (it ends at exec): `record` reports the unfinished recording.
@@ -339,7 +348,7 @@ fn a_program_that_drops_the_preload_is_reported() {
 
 #[test]
 fn setuid_programs_are_refused() {
-    let dir = scratch_dir();
+    let dir = test_dir("setuid_programs_are_refused");
     let prog = dir.join("suid");
     std::fs::copy("/bin/true", &prog).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -361,7 +370,7 @@ fn setuid_programs_are_refused() {
 
 #[test]
 fn dump_by_pid_works_while_the_program_runs() {
-    let dir = scratch_dir();
+    let dir = test_dir("dump_by_pid_works_while_the_program_runs");
     let prog = calltree();
     preload_library();
     let mut child = Command::new(env!("CARGO_BIN_EXE_recorder"))
@@ -390,4 +399,82 @@ fn dump_by_pid_works_while_the_program_runs() {
     let _ = child.wait();
     assert!(out.status.success(), "{}", text(&out));
     jdk_accepts(&[dumped]);
+}
+
+#[test]
+fn the_programs_own_signal_handlers_keep_working_including_a_later_sigprof_profiler() {
+    // The program installs a SIGUSR1 handler and its own SIGPROF profiler (setitimer) after the
+    // recording started. Its profiler must see its own signals and none of the sampler's, its
+    // query must report its own handler, and the recording must keep its samples.
+    let dir = test_dir("the_programs_own_signal_handlers_keep_working_including_a_later_sigprof_profiler");
+    let prog = build_program("signals.c", "gcc", &["-O2", "-fomit-frame-pointer"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "sig.jfr"], &[prog.to_str().unwrap(), "800"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let line = String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("usr1=")).unwrap_or("").to_owned();
+    let field = |k: &str| -> i64 {
+        line.split_whitespace().find_map(|f| f.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(-1)
+    };
+    assert_eq!(field("usr1="), 1, "{line}\n{t}");
+    assert!(field("own=") > 0, "its itimer's SIGPROFs reach its handler: {line}");
+    assert_eq!(field("foreign="), 0, "no sampler signal reaches the program's handler: {line}");
+    assert!(line.ends_with("query=ok"), "{line}");
+    let jfr = dir.join("sig.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let s = stacks(&jfr);
+    let (main_share, leaf_share, total) = shares(&s, "spin");
+    assert!(total >= 200, "sampling went on after the program's sigaction: {total} samples\n{t}");
+    assert!(main_share >= 0.95 && leaf_share >= 0.8, "{main_share} {leaf_share}: {:?}", &s[..s.len().min(8)]);
+}
+
+#[test]
+fn xz_from_debian_compressing_with_two_threads_is_sampled_in_its_worker_threads() {
+    // A real multi-threaded program nobody here wrote (Debian's xz, liblzma stripped of its
+    // .symtab). Its worker threads start with every signal blocked (so that SIGINT goes to the
+    // main thread): the preload's pthread_create lets SIGPROF in, or they would never be sampled
+    // while the main thread only waits.
+    let dir = test_dir("xz_from_debian_compressing_with_two_threads_is_sampled_in_its_worker_threads");
+    // 6 MB of text that compresses a little, deterministic (an LCG over a small alphabet).
+    let mut data = Vec::with_capacity(6 << 20);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while data.len() < 6 << 20 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        data.push(b"abcdefghij klmnop\n"[((x >> 33) % 18) as usize]);
+    }
+    std::fs::write(dir.join("data.txt"), &data).unwrap();
+    let out = record(
+        &dir,
+        &["--period", "2ms", "--repository", "repo", "-o", "xz.jfr"],
+        &["xz", "-T2", "--block-size=1MiB", "-6", "-k", "-f", "data.txt"],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let check = Command::new("xz").current_dir(&dir).args(["-t", "data.txt.xz"]).status().unwrap();
+    assert!(check.success(), "xz wrote a valid file under the recorder");
+    let jfr = dir.join("xz.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let s = stacks(&jfr);
+    let total: u64 = s.iter().map(|x| x.1).sum();
+    assert!(total >= 100, "{total} samples\n{t}");
+    // Where xz spends its time: liblzma's match finder and encoder, on top of nearly every sample.
+    let in_lzma: u64 = s.iter().filter(|(f, _)| f.last().is_some_and(|l| l.starts_with("liblzma"))).map(|x| x.1).sum();
+    assert!(in_lzma as f64 >= 0.9 * total as f64, "liblzma on top in {in_lzma} of {total}: {:?}", &s[..s.len().min(5)]);
+    // Whole stacks through liblzma's code (no frame pointers): down to the thread's start.
+    let rooted: u64 = s
+        .iter()
+        .filter(|(f, _)| f.iter().any(|n| n == "recorder_preload.thread_start"))
+        .map(|x| x.1)
+        .sum();
+    assert!(rooted as f64 >= 0.9 * total as f64, "{rooted} of {total} reach the thread's start");
+    // Both worker threads were sampled.
+    let summary = text(&recorder(&["summary", jfr.to_str().unwrap()]));
+    let sampled_threads = summary
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("Thread"))
+        .skip(2)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0))
+        .count();
+    assert!(sampled_threads >= 2, "{summary}");
 }

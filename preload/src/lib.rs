@@ -229,16 +229,9 @@ pub unsafe extern "C" fn pthread_create(
     start: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    // Relaxed: a cached function address; a race only looks it up twice.
-    let mut real = REAL_PTHREAD_CREATE.load(Ordering::Relaxed);
+    let real = next_symbol(&REAL_PTHREAD_CREATE, c"pthread_create");
     if real == 0 {
-        // SAFETY: RTLD_NEXT finds the C library's definition after this library.
-        real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
-        if real == 0 {
-            return libc::EAGAIN;
-        }
-        // Relaxed: as above.
-        REAL_PTHREAD_CREATE.store(real, Ordering::Relaxed);
+        return libc::EAGAIN;
     }
     // SAFETY: the C library's `pthread_create` has this signature.
     let real: PthreadCreateFn = unsafe { std::mem::transmute::<usize, PthreadCreateFn>(real) };
@@ -260,6 +253,17 @@ pub unsafe extern "C" fn pthread_create(
 extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the box `pthread_create` made for this thread, taken once.
     let (start, arg) = *unsafe { Box::from_raw(p.cast::<(StartRoutine, *mut c_void)>()) };
+    // Programs block every signal in their worker threads so that process-wide signals go to
+    // the main thread (xz and liblzma's threads do: without this their work is never sampled).
+    // SIGPROF is the sampler's per-thread signal: let it in. A process-wide SIGPROF of the
+    // program's own (`setitimer`) may then run its handler on a worker, chained by the sampler.
+    // SAFETY: a valid signal set, built here; changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPROF);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
     // Never blocks thread start: if a stop holds the recording, the scan finds the thread.
     if let Ok(slot) = RECORDING.try_lock() {
         if let Some(rec) = slot.as_ref() {
@@ -267,6 +271,103 @@ extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
         }
     }
     start(arg)
+}
+
+type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+
+/// The C library's definition of `name` (the next one after this library), looked up once.
+fn next_symbol(cache: &AtomicUsize, name: &CStr) -> usize {
+    // Relaxed: a cached function address; a race only looks it up twice.
+    let mut f = cache.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: RTLD_NEXT finds the C library's definition after this library.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        // Relaxed: as above.
+        cache.store(f, Ordering::Relaxed);
+    }
+    f
+}
+
+static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+
+/// Interposes `sigaction` so that a SIGPROF handler the program installs while it is recorded
+/// does not replace the sampler's: it becomes the handler the sampler passes every SIGPROF that
+/// is not its own to (a program's `setitimer(ITIMER_PROF)` profiler keeps working, sees none of
+/// the sampler's signals, and the recording keeps its samples), and the query reports it as the
+/// installed one. Every other call, and every call while nothing records (including the
+/// sampler's own install and restore), goes to the C library unchanged.
+///
+/// # Safety
+/// `sigaction`'s contract: `act` and `old` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    // Relaxed: a hint, as for `pthread_create`; the sampler checks its handler is installed.
+    if sig == libc::SIGPROF && RECORDING_ACTIVE.load(Ordering::Relaxed) {
+        // SAFETY: the caller passes a valid action or null.
+        let adopted = adopt(unsafe { act.as_ref() });
+        if let Some(previous) = adopted {
+            if !old.is_null() {
+                // SAFETY: the caller passes a valid out pointer or null.
+                unsafe { *old = previous };
+            }
+            return 0;
+        }
+    }
+    let real = next_symbol(&REAL_SIGACTION, c"sigaction");
+    if real == 0 {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: the C library's `sigaction`, with the caller's arguments.
+    unsafe { std::mem::transmute::<usize, SigactionFn>(real)(sig, act, old) }
+}
+
+/// `adopt_application_action` once per thread at a time: it queries the installed action with
+/// `sigaction`, which is this library's, which must then go to the C library.
+fn adopt(act: Option<&libc::sigaction>) -> Option<libc::sigaction> {
+    thread_local! {
+        static ADOPTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if ADOPTING.try_with(|a| a.replace(true)).unwrap_or(true) {
+        return None;
+    }
+    let adopted = recorder::sampler::adopt_application_action(act);
+    let _ = ADOPTING.try_with(|a| a.set(false));
+    adopted
+}
+
+/// Interposes `signal` for the same reason as [`sigaction`] (the C library's `signal` does not
+/// go through the exported `sigaction`). Its semantics are glibc's: `SA_RESTART`, the signal
+/// blocked while its handler runs.
+///
+/// # Safety
+/// `signal`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // Relaxed: as in `sigaction`.
+    if sig == libc::SIGPROF && RECORDING_ACTIVE.load(Ordering::Relaxed) {
+        // SAFETY: zeroed is a valid `sigaction`.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: `act.sa_mask` is a valid sigset.
+        unsafe {
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaddset(&mut act.sa_mask, sig);
+        }
+        if let Some(previous) = adopt(Some(&act)) {
+            return previous.sa_sigaction;
+        }
+    }
+    let real = next_symbol(&REAL_SIGNAL, c"signal");
+    if real == 0 {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: the C library's `signal`, with the caller's arguments.
+    unsafe { std::mem::transmute::<usize, SignalFn>(real)(sig, handler) }
 }
 
 extern "C" fn at_exit() {

@@ -82,6 +82,37 @@ pub(super) fn uninstall() {
     unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
 }
 
+/// While our handler is the current SIGPROF action, makes `act` the application's action instead
+/// of letting it replace ours: foreign SIGPROFs (not our timers' or perf events') are chained to
+/// it, and `uninstall` restores it. Returns the action it takes the place of (what the
+/// application's `sigaction` reports as the old one); `None` if our handler is not installed
+/// (the caller installs `act` for real). With `act` `None`, only reports the application's
+/// action. Normal context: the preload library's `sigaction` and `signal`.
+pub fn adopt_application_action(act: Option<&libc::sigaction>) -> Option<libc::sigaction> {
+    let mut prev = PREV_ACTION.lock();
+    // SAFETY: zeroed is a valid `sigaction`.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: query only; `current` is a valid out pointer.
+    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0
+        || current.sa_sigaction != on_sigprof as *const () as usize
+    {
+        return None;
+    }
+    // SAFETY: zeroed is a valid `sigaction` (SIG_DFL): what there was if we never saw one.
+    let application = prev.unwrap_or_else(|| unsafe { std::mem::zeroed() });
+    let Some(act) = act else { return Some(application) };
+    *prev = Some(*act);
+    // Release: handlers that load SIG_IGN drop foreign signals while the pair changes; pairs with
+    // the Acquire loads in `chain`.
+    PREV_HANDLER.store(libc::SIG_IGN, Ordering::Release);
+    // Release: pairs with the Acquire load in `chain` (a chain that sees these flags sees SIG_IGN
+    // or the new handler on its second load of PREV_HANDLER).
+    PREV_FLAGS.store(act.sa_flags as usize, Ordering::Release);
+    // Release: publishes the flags stored above; pairs with the Acquire loads in `chain`.
+    PREV_HANDLER.store(act.sa_sigaction, Ordering::Release);
+    Some(application)
+}
+
 /// Unpublishes the sampler and waits until no handler can still be using it.
 pub(super) fn unpublish_and_wait() {
     // Relaxed + the SeqCst fence below: Dekker with the handler's increment + fence + load.
@@ -148,13 +179,19 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
 
 /// Passes a foreign SIGPROF to the application's previous handler; SIG_DFL/SIG_IGN: drop it.
 fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
-    // Relaxed: written before our handler was installed (kernel-ordered).
-    let h = PREV_HANDLER.load(Ordering::Relaxed);
+    // Acquire: pairs with the Release stores of `install` (kernel-ordered anyway) and of
+    // `adopt_application_action`.
+    let h = PREV_HANDLER.load(Ordering::Acquire);
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         return;
     }
-    // Relaxed: as above.
-    let flags = PREV_FLAGS.load(Ordering::Relaxed) as c_int;
+    // Acquire: pairs with the Release store of the flags in `adopt_application_action`.
+    let flags = PREV_FLAGS.load(Ordering::Acquire) as c_int;
+    // Acquire: as the first load. Changed meanwhile (the application installed another handler):
+    // `flags` may be the new handler's, so drop this one signal rather than call `h` wrongly.
+    if PREV_HANDLER.load(Ordering::Acquire) != h {
+        return;
+    }
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed `h` with SA_SIGINFO, so it has this signature.
         let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };

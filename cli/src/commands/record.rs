@@ -159,9 +159,7 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
         // parent sees the same cause of death (a shell prints "Killed", a build tool stops).
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::raise(sig);
-            }
+            libc::raise(sig);
         }
     }
     ExitCode::from((128 + sig) as u8)
