@@ -46,7 +46,9 @@ fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     if let Some(p) = built.get(&key) {
         return p.clone();
     }
-    let dir = scratch_dir();
+    // One file per (program, flags): the static build of calltree.c must not replace the other.
+    let dir = scratch_dir().join("programs").join(built.len().to_string());
+    std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name.split('.').next().unwrap());
     let src = programs_dir().join(name);
     let mut cmd = Command::new(compiler);
@@ -90,13 +92,17 @@ fn stacks(path: &Path) -> Vec<(Vec<String>, u64)> {
         .collect()
 }
 
-/// Share of samples whose stack holds a frame named `…main` and whose innermost frame ends with
-/// `leaf`, and the sample count.
+/// Share of samples whose stack holds a frame named `…main` and whose innermost frame is the
+/// function `leaf` (C++ names end with their parameters; inlined std frames, `core::…` and `<…>`,
+/// inside it are skipped), and the sample count.
 fn shares(stacks: &[(Vec<String>, u64)], leaf: &str) -> (f64, f64, u64) {
     let total: u64 = stacks.iter().map(|s| s.1).sum();
     let with_main: u64 =
         stacks.iter().filter(|(f, _)| f.iter().any(|n| n == "main" || n.ends_with(".main"))).map(|s| s.1).sum();
-    let on_leaf: u64 = stacks.iter().filter(|(f, _)| f.last().is_some_and(|n| n.ends_with(leaf))).map(|s| s.1).sum();
+    let is_leaf = |n: &str| n.ends_with(leaf) || n.contains(&format!(".{leaf}("));
+    let own = |f: &[String]| f.iter().rev().find(|n| !(n.starts_with("core::") || n.starts_with('<'))).cloned();
+    let on_leaf: u64 =
+        stacks.iter().filter(|(f, _)| own(f).is_some_and(|n| is_leaf(&n))).map(|s| s.1).sum();
     (with_main as f64 / total.max(1) as f64, on_leaf as f64 / total.max(1) as f64, total)
 }
 

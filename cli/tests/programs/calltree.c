@@ -4,6 +4,7 @@
  * It burns CPU until its own CPU time reaches argv[1] ms (default 1500), so the sample count
  * does not depend on how loaded the machine is. Optional argv[2]: "exit", "_exit", "kill",
  * "fork", "threads" change how it ends or what it runs; the exit status is argv[3] (default 7).
+ * "iterations" runs argv[1] iterations of run's loop instead (fixed work, for benchmarks).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -54,6 +55,15 @@ int main(int argc, char **argv) {
     double ms = argc > 1 ? atof(argv[1]) : 1500;
     const char *how = argc > 2 ? argv[2] : "return";
     int status = argc > 3 ? atoi(argv[3]) : 7;
+    if (strcmp(how, "iterations") == 0) {
+        /* A fixed amount of work (argv[1] iterations of run's loop), for timing overhead. */
+        static volatile long n = 2000000; /* read each time: the calls cannot be merged */
+        for (long i = 0; i < (long)ms; i++) {
+            sink += level1(n);
+            sink += cold_leaf(n / 100);
+        }
+        return 0;
+    }
     if (strcmp(how, "threads") == 0) {
         pthread_t t[2];
         for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &ms);
