@@ -484,3 +484,22 @@ fn xz_from_debian_compressing_with_two_threads_is_sampled_in_its_worker_threads(
         .count();
     assert!(sampled_threads >= 2, "{summary}");
 }
+
+#[test]
+fn threads_made_before_main_and_with_a_raw_clone_are_discovered_and_sampled() {
+    // Neither thread goes through the preload's pthread_create while the recording runs: one is
+    // started by a constructor before main, the other by clone(2). The /proc/self/task scan finds
+    // both; each burns 600 ms of its own CPU time in a known function.
+    let dir = test_dir("threads_made_before_main_and_with_a_raw_clone_are_discovered_and_sampled");
+    let prog = build_program("early_threads.c", "gcc", &["-O2", "-pthread"]);
+    let out = record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "early.jfr"], &[prog.to_str().unwrap()]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let jfr = dir.join("early.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let s = stacks(&jfr);
+    let with = |f: &str| -> u64 { s.iter().filter(|(st, _)| st.iter().any(|n| n.ends_with(f))).map(|x| x.1).sum() };
+    // 600 ms at 1 ms: a thread found within its first 300 ms has at least 300 samples left.
+    assert!(with("early_worker_loop") >= 100, "constructor thread: {} samples\n{t}", with("early_worker_loop"));
+    assert!(with("clone_worker_loop") >= 100, "clone thread: {} samples\n{t}", with("clone_worker_loop"));
+}
