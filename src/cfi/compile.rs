@@ -5,7 +5,7 @@
 //! when its rule is one the walk expresses. A file's table is built once and shared by every
 //! snapshot that maps it ([`Compiler`] keeps them by path, device and inode).
 
-use super::{fp_rule, kind, Mapped, ModuleTable, Row, Tables};
+use super::{fp_rule, kind, Mapped, ModuleTable, Row, Tables, PAGE_SHIFT};
 use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use std::collections::HashMap;
@@ -71,7 +71,9 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
     let mut ctx = Box::new(UnwindContext::new());
     // (start, end, rows starting at absolute file addresses), one per FDE.
     let mut fdes: Vec<(u64, u64, Vec<(u64, Row)>)> = Vec::new();
-    let (mut fp_framed, mut sp_framed, mut with_rows) = (0usize, 0usize, 0usize);
+    let (mut fp_framed, mut with_rows) = (0usize, 0usize);
+    // Functions that set up a stack frame without the frame pointer: (start, end).
+    let mut sp_framed: Vec<(u64, u64)> = Vec::new();
     let mut entries = eh.entries(bases);
     while let Some(entry) = entries.next().map_err(CompileError::Cfi)? {
         let CieOrFde::Fde(partial) = entry else { continue };
@@ -92,7 +94,9 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
         if !out.is_empty() {
             with_rows += 1;
             fp_framed += usize::from(uses_fp);
-            sp_framed += usize::from(has_frame && !uses_fp);
+        }
+        if has_frame && !uses_fp {
+            sp_framed.push((fde.initial_address(), fde.initial_address() + fde.len()));
         }
         fdes.push((fde.initial_address(), fde.initial_address() + fde.len(), out));
     }
@@ -121,17 +125,26 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
             rows.push(Row { pc: offset(end)?, cfa_offset: 0, fp_offset: 0, kind: kind::NONE, fp_rule: fp_rule::SAME });
         }
     }
+    let pages = ModuleTable::page_index(&rows);
+    // Pages holding code of a function that frames itself without the frame pointer: Auto walks
+    // by the table there even in a module built with frame pointers (a Rust program built
+    // without them links a std built with them; C dependencies such as zstd are built without).
+    let mut sp_framed_pages = vec![0u64; pages.len().div_ceil(64)];
+    for (start, end) in sp_framed {
+        let (Some(first), Some(last)) = (start.checked_sub(base), end.checked_sub(base + 1)) else { continue };
+        for page in (first >> PAGE_SHIFT)..=(last >> PAGE_SHIFT) {
+            if let Some(w) = sp_framed_pages.get_mut((page / 64) as usize) {
+                *w |= 1 << (page % 64);
+            }
+        }
+    }
     Ok(ModuleTable {
         path: String::new(),
         base,
-        pages: ModuleTable::page_index(&rows),
+        pages,
         rows: rows.into_boxed_slice(),
-        // Auto walks a module by frame pointers only if (nearly) none of its functions sets up a
-        // stack frame without one: a Rust program built without frame pointers links a standard
-        // library built with them, so most of its functions use them (411 of 553 in
-        // tests/programs/nofp.rs) while its own hot code does not (24 such functions, 4 %; this
-        // crate's test binary: 22 of 12 647, 0.2 %, asm and compiler builtins).
-        has_frame_pointers: with_rows > 0 && fp_framed * 2 >= with_rows && sp_framed * 100 <= with_rows,
+        has_frame_pointers: with_rows > 0 && fp_framed * 2 >= with_rows,
+        sp_framed_pages: sp_framed_pages.into_boxed_slice(),
     })
 }
 

@@ -26,9 +26,10 @@
 //! [`Unwinder::FramePointer`] walks frame pointers only; [`Unwinder::Dwarf`] uses a module's table for
 //! every frame it covers and frame pointers where none does; [`Unwinder::Auto`] (the default) walks
 //! frame pointers through modules built with them (most of a module's functions address their
-//! frame through the frame pointer, and at most 1 % set up a frame without one) and the table
-//! elsewhere, including mixed modules such as a Rust program built without frame pointers that
-//! links a standard library built with them.
+//! frame through the frame pointer) and the table elsewhere: in other modules, and on the pages
+//! of a module built with frame pointers that hold a function framed without one (a Rust program
+//! built without frame pointers links a standard library built with them; C dependencies such as
+//! zstd are built without). Finding the page costs one index read, not a row search.
 //!
 //! x86_64 only: on other targets [`compile`] returns no tables and the walk is the frame-pointer
 //! walk.
@@ -116,9 +117,11 @@ pub struct ModuleTable {
     /// searches one page's rows, not the whole table (a binary search over a large table costs a
     /// mispredicted branch per step: ~100 ns per frame in a 20 MB binary).
     pub pages: Box<[u32]>,
-    /// Built with frame pointers: most functions address their frame through the frame pointer
-    /// and at most 1 % set up a stack frame without it (`Unwinder::Auto` walks it by frame pointers).
+    /// Built with frame pointers: most functions address their frame through the frame pointer.
     pub has_frame_pointers: bool,
+    /// One bit per page of [`ModuleTable::pages`]: the page holds code of a function that sets up
+    /// a stack frame without the frame pointer (`Unwinder::Auto` uses the table there).
+    pub sp_framed_pages: Box<[u64]>,
 }
 
 /// A table placed where the file is mapped in this process.
@@ -195,6 +198,20 @@ impl ModuleTable {
         rows.get(idx.checked_sub(1)?)
     }
 
+    /// `Unwinder::Auto` may take a frame-pointer step at file address `addr`: the module is built
+    /// with frame pointers and no function on `addr`'s page frames itself without one.
+    ///
+    /// # Signal safety
+    /// Reads an immutable slice.
+    #[inline]
+    pub fn frame_pointers_at(&self, addr: u64) -> bool {
+        if !self.has_frame_pointers {
+            return false;
+        }
+        let Some(page) = addr.checked_sub(self.base).map(|off| off >> PAGE_SHIFT) else { return true };
+        self.sp_framed_pages.get((page / 64) as usize).is_none_or(|w| (w >> (page % 64)) & 1 == 0)
+    }
+
     /// Builds [`ModuleTable::pages`] for `rows`.
     pub fn page_index(rows: &[Row]) -> Box<[u32]> {
         let Some(last) = rows.last() else { return Box::new([]) };
@@ -214,7 +231,7 @@ impl ModuleTable {
 }
 
 /// Pages of the row index: 4 KiB of code.
-const PAGE_SHIFT: u32 = 12;
+pub(crate) const PAGE_SHIFT: u32 = 12;
 
 /// The tables the handler reads: a snapshot published through an atomic pointer, replaced
 /// (never changed in place) when the process's executable mappings change. Replaced snapshots
@@ -306,16 +323,16 @@ pub fn step(
         // SAFETY: 8-byte aligned and inside [lo, hi), the mapped stack of the sampled thread.
         Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
     };
+    // A return address may be one past its function (a call to a function that does not return):
+    // look up the call instruction.
+    let pc = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
     let module = match (mode, tables) {
         (Unwinder::FramePointer, _) | (_, None) => None,
-        (_, Some(t)) => t.module(regs.pc).filter(|m| mode == Unwinder::Dwarf || !m.table.has_frame_pointers),
+        (_, Some(t)) => t.module(regs.pc).filter(|m| {
+            mode == Unwinder::Dwarf || !m.table.frame_pointers_at(pc.wrapping_sub(m.bias) as u64)
+        }),
     };
-    let row = module.and_then(|m| {
-        // A return address may be one past its function (a call to a function that does not
-        // return): look up the call instruction.
-        let pc = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
-        m.table.row(pc.wrapping_sub(m.bias) as u64)
-    });
+    let row = module.and_then(|m| m.table.row(pc.wrapping_sub(m.bias) as u64));
     let cfa = match row.map(|r| (r.kind, r)) {
         Some((kind::CFA_SP, r)) => regs.sp.wrapping_add_signed(r.cfa_offset as isize),
         Some((kind::CFA_FP, r)) => regs.fp.wrapping_add_signed(r.cfa_offset as isize),
@@ -490,6 +507,9 @@ mod tests {
         let tables = compile::Compiler::default().refresh().unwrap();
         let here = tables.module(caller_registers().pc).unwrap();
         assert!(here.table.has_frame_pointers, "{}", here.table.path);
+        // This function's page is walked by frame pointers under Auto.
+        let pc = caller_registers().pc;
+        assert!(here.table.frame_pointers_at(pc.wrapping_sub(here.bias) as u64));
     }
 
     #[test]
