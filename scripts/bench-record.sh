@@ -9,6 +9,8 @@
 # Prints, per command, the median over the rounds of the whole process's CPU time (user + sys,
 # the program's and the recorder's or perf's together) and wall time, and the ratio to the bare
 # program. CPU time is the figure to quote on a loaded machine; wall time there is noise.
+# "record -- true" is the fixed cost of a recording (start, CFI tables of the loaded modules,
+# symbolization and the files at the end): the rest of a row's cost over bare is per sample.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,9 +30,10 @@ PROG="$WORK/calltree"
 gcc -O2 -fomit-frame-pointer -pthread -o "$PROG" cli/tests/programs/calltree.c
 REC="$PWD/target/release/recorder"
 
-names=("bare" "record 100Hz" "record 1kHz" "record 1kHz fp-only")
+names=("bare" "record 1kHz -- true" "record 100Hz" "record 1kHz" "record 1kHz fp-only")
 cmds=(
     "$PROG $ITER iterations"
+    "$REC record --period 1ms --repository $WORK/repo -o $WORK/r.jfr -- /bin/true"
     "$REC record --period 10ms --repository $WORK/repo -o $WORK/r.jfr -- $PROG $ITER iterations"
     "$REC record --period 1ms --repository $WORK/repo -o $WORK/r.jfr -- $PROG $ITER iterations"
     "$REC record --period 1ms --unwinder fp --repository $WORK/repo -o $WORK/r.jfr -- $PROG $ITER iterations"

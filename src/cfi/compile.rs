@@ -65,12 +65,15 @@ pub fn compile_file(path: &str) -> Result<ModuleTable, CompileError> {
     Ok(table)
 }
 
+/// One FDE: its start and end (file addresses) and its rows (absolute file address, rule).
+type FdeRows = (u64, u64, Vec<(u64, Row)>);
+
 /// A table from `.eh_frame` bytes (file addresses as `bases` says).
 pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTable, CompileError> {
     let eh = EhFrame::new(data, LittleEndian);
     let mut ctx = Box::new(UnwindContext::new());
     // (start, end, rows starting at absolute file addresses), one per FDE.
-    let mut fdes: Vec<(u64, u64, Vec<(u64, Row)>)> = Vec::new();
+    let mut fdes: Vec<FdeRows> = Vec::new();
     let (mut fp_framed, mut with_rows) = (0usize, 0usize);
     // Functions that set up a stack frame without the frame pointer: (start, end).
     let mut sp_framed: Vec<(u64, u64)> = Vec::new();

@@ -328,9 +328,9 @@ pub fn step(
     let pc = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
     let module = match (mode, tables) {
         (Unwinder::FramePointer, _) | (_, None) => None,
-        (_, Some(t)) => t.module(regs.pc).filter(|m| {
-            mode == Unwinder::Dwarf || !m.table.frame_pointers_at(pc.wrapping_sub(m.bias) as u64)
-        }),
+        (_, Some(t)) => t
+            .module(regs.pc)
+            .filter(|m| mode == Unwinder::Dwarf || !m.table.frame_pointers_at(pc.wrapping_sub(m.bias) as u64)),
     };
     let row = module.and_then(|m| m.table.row(pc.wrapping_sub(m.bias) as u64));
     let cfa = match row.map(|r| (r.kind, r)) {

@@ -265,7 +265,11 @@ mod tests {
 
     /// Finishes a chunk of `size` bytes that starts at `start` s (the final one if `final_chunk`).
     fn finish(storage: &mut Storage, start: i64, size: u64, final_chunk: bool) {
-        let at = ClockPair { epoch_nanos: start * 1_000_000_000, ticks: start * 1_000_000_000, ticks_per_second: 1_000_000_000 };
+        let at = ClockPair {
+            epoch_nanos: start * 1_000_000_000,
+            ticks: start * 1_000_000_000,
+            ticks_per_second: 1_000_000_000,
+        };
         let mut header = ChunkHeader::new(at.epoch_nanos, at.ticks);
         header.chunk_size = size as i64;
         header.duration_nanos = 1_000_000_000;

@@ -403,7 +403,7 @@ fn check_file(path: &Path, depth: u32) -> anyhow::Result<()> {
             "{} is statically linked: it has no dynamic loader to preload the recorder into, so it cannot be recorded (embed the recorder crate instead)",
             path.display()
         ),
-        Elf::NotElf => Ok(()),
+        Elf::Other => Ok(()),
     }
 }
 
@@ -414,20 +414,20 @@ enum Elf {
     /// An ELF executable without PT_INTERP.
     Static,
     /// Not an ELF file (exec decides).
-    NotElf,
+    Other,
 }
 
 /// Reads the ELF header and program headers (64-bit little-endian, the targets we support).
 fn elf_interpreter(path: &Path) -> anyhow::Result<Elf> {
     let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
     if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
-        return Ok(Elf::NotElf);
+        return Ok(Elf::Other);
     }
     let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
     let u32_at = |o: usize| bytes.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
     let u64_at = |o: usize| bytes.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize);
     let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(32), u16_at(54), u16_at(56)) else {
-        return Ok(Elf::NotElf);
+        return Ok(Elf::Other);
     };
     for i in 0..phnum {
         let Some(kind) = u32_at(phoff + i * phentsize) else { break };
