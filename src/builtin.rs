@@ -27,6 +27,11 @@ pub const DIAGNOSTIC: u64 = 110;
 /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
 #[cfg(feature = "push")]
 pub const PUSH_STATISTICS: u64 = 111;
+/// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
+/// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
+/// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
+/// other, such as 0).
+pub const RECORDING: u64 = 112;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -229,6 +234,15 @@ pub fn classes() -> Vec<Class> {
              missing-frame-pointers: stacks lose their frames because the code keeps no frame pointers",
         )
     }));
+
+    out.push(event_class(spec(
+        RECORDING,
+        "recorder.Recording",
+        "Recording Settings",
+        &["Flight Recorder"],
+        "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
+         repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
+    )));
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out

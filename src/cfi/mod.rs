@@ -360,6 +360,10 @@ pub fn step(
 #[inline]
 fn frame_pointer_step(regs: Regs, lo: usize, hi: usize, read: &impl Fn(usize) -> Option<usize>) -> Result<Regs, End> {
     let fp = regs.fp;
+    if fp == 0 {
+        // The ABI's end marker (glibc's thread start leaves a null frame pointer).
+        return Err(End::Root);
+    }
     if fp < regs.sp.max(lo) || fp.checked_add(16).is_none_or(|e| e > hi) {
         return Err(End::Lost);
     }
