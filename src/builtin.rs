@@ -27,6 +27,13 @@ pub const DIAGNOSTIC: u64 = 110;
 /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
 #[cfg(feature = "push")]
 pub const PUSH_STATISTICS: u64 = 111;
+/// `jdk.ObjectAllocationSample` (JDK 16+'s declaration): a sampled allocation and the bytes it
+/// stands for.
+pub const OBJECT_ALLOCATION_SAMPLE: u64 = 120;
+/// `recorder.LiveObject`: a sampled allocation still allocated at a flush.
+pub const LIVE_OBJECT: u64 = 121;
+/// `recorder.LiveSet`: one live-set snapshot (its `recorder.LiveObject`s share its id).
+pub const LIVE_SET: u64 = 122;
 /// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
 /// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
 /// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
@@ -235,6 +242,54 @@ pub fn classes() -> Vec<Class> {
         )
     }));
 
+    out.push(event_class(EventTypeSpec {
+        thread: true,
+        stack_trace: true,
+        fields: vec![f("objectClass", ids::CLASS, "Object Class").pooled(), bytes("weight", "Sample Weight")],
+        ..spec(
+            OBJECT_ALLOCATION_SAMPLE,
+            "jdk.ObjectAllocationSample",
+            "Object Allocation Sample",
+            &["Java Application"],
+            "A sampled allocation; its class names the size class, its weight estimates the bytes \
+             allocated that it stands for (size / (1 - exp(-size / interval)))",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        thread: true,
+        stack_trace: true,
+        fields: vec![
+            f("objectClass", ids::CLASS, "Object Class").pooled(),
+            bytes("allocationSize", "Allocation Size"),
+            bytes("weight", "Estimated Live Bytes"),
+            f("allocationTime", ids::LONG, "Allocation Time").with(Annotation::value(ids::TIMESTAMP, "TICKS")),
+            f("snapshot", ids::LONG, "Snapshot"),
+        ],
+        ..spec(
+            LIVE_OBJECT,
+            "recorder.LiveObject",
+            "Live Object",
+            &["Java Application"],
+            "A sampled allocation not freed yet when its snapshot was taken (the allocating thread and stack)",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("snapshot", ids::LONG, "Snapshot"),
+            f("objects", ids::LONG, "Sampled Live Objects"),
+            bytes("estimatedBytes", "Estimated Live Bytes"),
+            f("untracked", ids::LONG, "Untracked Samples"),
+        ],
+        ..spec(
+            LIVE_SET,
+            "recorder.LiveSet",
+            "Live Set",
+            &["Java Application"],
+            "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
+        )
+    }));
     out.push(event_class(spec(
         RECORDING,
         "recorder.Recording",

@@ -17,11 +17,13 @@ extern "C" fn prepare() {
     crate::symbolize::lock_for_fork();
     crate::commit::lock_for_fork();
     crate::metadata_registry::lock_for_fork();
+    crate::thread_hooks::lock_for_fork();
 }
 
 extern "C" fn parent() {
     // SAFETY: `prepare` locked both on this thread and their guards were forgotten.
     unsafe {
+        crate::thread_hooks::unlock_after_fork();
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(false);
         crate::symbolize::unlock_after_fork();
@@ -29,8 +31,10 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    crate::alloc::forget_in_child();
     // SAFETY: as in `parent`; the child has only this thread, which holds both locks.
     unsafe {
+        crate::thread_hooks::unlock_after_fork();
         crate::metadata_registry::unlock_after_fork();
         crate::commit::unlock_after_fork(true);
         crate::symbolize::unlock_after_fork();

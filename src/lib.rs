@@ -27,10 +27,11 @@
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
 //! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
 //!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
-//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`).
+//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`) and `alloc` (the allocator hook).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alloc;
 mod buffer;
 mod builtin;
 /// Unwinding without frame pointers (DWARF CFI tables); public for the benchmarks.
@@ -83,6 +84,8 @@ pub(crate) mod sync;
 #[allow(unsafe_code)]
 mod thread;
 #[cfg(not(loom))]
+pub mod thread_hooks;
+#[cfg(not(loom))]
 mod unwind;
 
 #[cfg(not(loom))]
@@ -94,7 +97,9 @@ pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef,
 #[cfg(not(loom))]
 pub use metadata_registry::{EventSettings, TypeRegistry};
 #[cfg(not(loom))]
-pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings};
+pub use recorder::{
+    known_event_types, AllocationSampling, Error, FinalReport, Recorder, RecorderBuilder, RecorderStats, Settings,
+};
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
@@ -119,6 +124,7 @@ pub struct ReadmeDoctests;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
+    pub use crate::alloc::pool as alloc_pool;
     pub use crate::buffer::EventBuffer;
     pub use crate::builtin::classes as builtin_classes;
     pub use crate::chunk::{ChunkWriter, FrameName, Publish, Resolve, Resolved, Unresolved};

@@ -9,6 +9,8 @@ pub(crate) use std::sync::atomic::{
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
@@ -16,6 +18,8 @@ pub(crate) use loom::sync::atomic::{
 };
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
+#[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
 
 /// loom has no `compiler_fence`; a full fence is stronger and keeps the model sound
 /// (crossbeam's loom#117 workaround).
@@ -101,5 +105,7 @@ pub(crate) fn spin_wait() {
 /// std atomics for process-wide statics (const-initialized), which loom's types cannot be. Code
 /// that a loom model exercises never uses these.
 pub(crate) mod statics {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
 }

@@ -184,7 +184,9 @@ fn a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks() {
     assert!(run.spin_callers.iter().all(|&n| n == 7), "whole stacks: {:?}", run.spin_callers);
     assert!(run.written > 0, "{run:?}");
     assert!(run.leaf_only * 10 <= run.written, "few one-frame stacks: {run:?}");
-    assert_eq!(run.truncated, 0, "no stack reaches the depth limit: {run:?}");
+    // No stack reaches the depth limit; a walk that ends early is marked truncated too (review
+    // finding 12), as the leaf-only stack of a thread sampled before its bounds were known is.
+    assert!(run.truncated <= run.leaf_only, "no stack reaches the depth limit: {run:?}");
 }
 
 /// Runs only in the child of `a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks`.

@@ -223,10 +223,17 @@ fn builtin_events_thread_lifecycle_cpu_and_memory() {
         .unwrap()
         .join()
         .unwrap();
-    // Periodic events every 100 ms: give the flusher time for several even on a loaded machine.
-    std::thread::sleep(Duration::from_millis(800));
+    // Periodic events every 100 ms: what the test is about is that they repeat, so wait until a
+    // dump holds two, however long a loaded machine takes (the deadline turns a hang into a failure).
     let out = dir.path().join("d.jfr");
-    rec.dump(&out).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        rec.dump(&out).unwrap();
+        if read_events(&out, "jdk.CPULoad").len() >= 2 || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
     rec.stop().unwrap();
     let starts = read_events(&out, "jdk.ThreadStart");
     let ends = read_events(&out, "jdk.ThreadEnd");

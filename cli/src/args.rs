@@ -277,6 +277,7 @@ EXAMPLES:
     recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
     recorder dump app.jfr --format flamegraph --by-thread -o threads.svg
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
+    recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
@@ -285,7 +286,9 @@ binary and is not written to a terminal). collapsed: one `outer;...;inner weight
 distinct stack; flamegraph: an interactive SVG of the same stacks (inferno); pprof: a gzipped
 profile.proto, each sample labelled with its thread. They fold the samples of --type: cpu
 (jdk.ExecutionSample, default), alloc (jdk.ObjectAllocationSample, weighed by its bytes), wall
-(profiler.WallClockSample), or the --events types that have stack traces. Frames are named
+(profiler.WallClockSample, weighed by the periods each stands for), or the --events types that
+have stack traces; --live folds the sampled allocations still allocated at the end (the last
+recorder.LiveObject snapshot, weighed by estimated bytes). Frames are named
 class.method (JVM classes with dots); the runtime's thread-start frames (std's spawn and
 catch_unwind frames, start_thread, clone3, _start) are folded away unless
 --keep-runtime-frames.";
@@ -406,6 +409,12 @@ pub struct DumpArgs {
     /// (jdk.ObjectAllocationSample, weighed by its bytes), wall (profiler.WallClockSample).
     #[arg(long = "type", value_enum, default_value_t = ProfileKind::Cpu, value_name = "KIND")]
     pub kind: ProfileKind,
+    /// collapsed, flamegraph: the sampled allocations still allocated at the end of the recording
+    /// (the recorder.LiveObject events of its last live-set snapshot), weighed by the bytes they
+    /// stand for: leaks and what holds memory. Needs a recording made with the live set
+    /// tracked (`allocation_live_set(true)`).
+    #[arg(long, conflicts_with_all = ["kind", "events", "exclude_events"])]
+    pub live: bool,
     /// collapsed, flamegraph: one root per thread (the thread's name, in brackets).
     #[arg(long)]
     pub by_thread: bool,
@@ -489,6 +498,8 @@ pub struct DumpConfig {
     pub zst_added: bool,
     /// `--type` was given.
     pub kind: Option<ProfileKind>,
+    /// `--live`: the last live-set snapshot.
+    pub live: bool,
     pub fold: crate::fold::FoldOptions,
 }
 
@@ -585,6 +596,9 @@ impl DumpArgs {
                 }
             }
         }
+        if self.live && !matches!(self.format, DumpFormat::Collapsed | DumpFormat::Flamegraph) {
+            anyhow::bail!("--live applies to --format collapsed and flamegraph");
+        }
         if self.format.is_profile() && explicit("kind") && matches!(filter, TypeFilter::Only(_)) {
             anyhow::bail!("give --type or --events, not both: --type picks the sampled events, --events names them");
         }
@@ -629,6 +643,7 @@ impl DumpArgs {
             thread: self.thread,
             compress: self.compress,
             kind: explicit("kind").then_some(self.kind),
+            live: self.live,
             fold: crate::fold::FoldOptions { by_thread: self.by_thread, keep_runtime_frames: self.keep_runtime_frames },
         })
     }

@@ -19,6 +19,8 @@ pub struct Selection {
     cutoff_ns: Option<i64>,
     /// Only events of a thread with this name (Java or OS name).
     thread: Option<String>,
+    /// Only events of this live-set snapshot: (start of its chunk in epoch ns, snapshot id).
+    snapshot: Option<(i64, i64)>,
 }
 
 /// The end of the recording: the latest chunk end (epoch ns).
@@ -39,12 +41,19 @@ impl Selection {
             let since = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
             recording_end_ns(chunks).saturating_sub(since)
         });
-        Selection { cutoff_ns, thread }
+        Selection { cutoff_ns, thread, snapshot: None }
     }
 
-    /// Does the selection keep every event (no time or thread condition)?
+    /// Keeps only the events of live-set snapshot `id` in the chunk that starts at `chunk_start`
+    /// (epoch ns); events without a `snapshot` field are not affected.
+    pub fn with_snapshot(mut self, chunk_start: i64, id: i64) -> Selection {
+        self.snapshot = Some((chunk_start, id));
+        self
+    }
+
+    /// Does the selection keep every event (no time, thread or snapshot condition)?
     pub fn is_all(&self) -> bool {
-        self.cutoff_ns.is_none() && self.thread.is_none()
+        self.cutoff_ns.is_none() && self.thread.is_none() && self.snapshot.is_none()
     }
 
     /// The selection applied to one chunk (with its per-chunk thread cache).
@@ -69,6 +78,13 @@ impl ChunkSelection<'_> {
 
     /// Is `event` kept?
     pub fn keeps(&mut self, event: &Event) -> jfr_format::Result<bool> {
+        if let Some((chunk_start, id)) = self.selection.snapshot {
+            if let Some(v) = self.chunk.event_field(event, "snapshot") {
+                if self.chunk.header().start_nanos != chunk_start || v.as_i64() != Some(id) {
+                    return Ok(false);
+                }
+            }
+        }
         if let Some(cutoff) = self.selection.cutoff_ns {
             if self.chunk.ticks_to_epoch_nanos(event.start_ticks()) < cutoff {
                 return Ok(false);

@@ -55,6 +55,7 @@ impl ProfileKind {
             ProfileKind::Alloc => {
                 &[Contributor { event: "jdk.ObjectAllocationSample", weight: Weight::Field("weight") }]
             }
+            // Ours and async-profiler's: one event stands for `samples` periods of its thread.
             ProfileKind::Wall => &[Contributor { event: "profiler.WallClockSample", weight: Weight::Field("samples") }],
         }
     }
@@ -117,6 +118,15 @@ impl Weighing {
         let types: Vec<(String, Weight)> = names.iter().map(|n| (n.clone(), weight_of(n))).collect();
         let bytes = !names.is_empty() && names.iter().all(|n| kind_of(n).is_some_and(|k| k.unit() == Unit::Bytes));
         Weighing { types, unit: if bytes { Unit::Bytes } else { Unit::Samples }, what: names.join(", ") }
+    }
+
+    /// The sampled allocations still allocated: `recorder.LiveObject` by its `weight` (bytes).
+    pub fn live() -> Weighing {
+        Weighing {
+            types: vec![("recorder.LiveObject".to_owned(), Weight::Field("weight"))],
+            unit: Unit::Bytes,
+            what: "live sampled allocations".to_owned(),
+        }
     }
 
     /// The type names.

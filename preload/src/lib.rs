@@ -217,8 +217,8 @@ static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
 /// first instruction of application code: exact stack bounds and whole stacks from its first
 /// sample, instead of leaf-only samples until the sampler's `/proc/self/task` scan finds it
 /// (within about 100 ms). Threads made before the recording started, or with a raw `clone`, are
-/// still found by that scan. (No thread-start hook of the library exists yet on main for this to
-/// call, so this is the smallest one: register, then run the thread's routine.)
+/// still found by that scan. The new thread runs `recorder::thread_hooks::on_thread_start`, as
+/// threads created through the library's own GOT interposition do.
 ///
 /// # Safety
 /// Called with `pthread_create`'s arguments, which are passed through.
@@ -264,10 +264,15 @@ extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
         libc::sigaddset(&mut set, libc::SIGPROF);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     }
-    // Never blocks thread start: if a stop holds the recording, the scan finds the thread.
-    if let Ok(slot) = RECORDING.try_lock() {
-        if let Some(rec) = slot.as_ref() {
-            let _ = rec.register_current_thread();
+    // The library's thread-start hook (the one its own `pthread_create` interposition runs:
+    // idempotent, so a thread wrapped by both registers once). Should it not take the thread
+    // (new-thread sampling off), register it here. Never blocks thread start: if a stop holds
+    // the recording, the scan finds the thread.
+    if !recorder::thread_hooks::on_thread_start() {
+        if let Ok(slot) = RECORDING.try_lock() {
+            if let Some(rec) = slot.as_ref() {
+                let _ = rec.register_current_thread();
+            }
         }
     }
     start(arg)

@@ -67,6 +67,8 @@ struct Defined {
 struct Refs {
     threads: BTreeSet<u32>,
     stacks: BTreeSet<u64>,
+    /// Classes referenced by event fields (not through a stack's methods).
+    classes: BTreeSet<u64>,
 }
 
 /// Bytes to write at a chunk offset, then the header to publish (by the guard protocol,
@@ -148,6 +150,14 @@ impl EventOut<'_> {
             self.refs.stacks.insert(key.0);
         }
     }
+    /// A reference to class `key` (from [`ChunkWriter::class_key`]; 0: none); the segment's
+    /// checkpoint defines it.
+    pub fn class(&mut self, key: u64) {
+        write::put_varint(self.out, key);
+        if key != 0 {
+            self.refs.classes.insert(key);
+        }
+    }
     /// A key of a fixed pool (frame types, thread states), which every chunk defines.
     pub fn fixed(&mut self, key: u64) {
         write::put_varint(self.out, key);
@@ -202,6 +212,11 @@ impl ChunkWriter {
         let live = self.live();
         let refs = &mut live.refs;
         live.out.write_event(type_id, |out| body(&mut EventOut { out, refs }));
+    }
+
+    /// The recording's key of the class `name`, in no package (for [`EventOut::class`]).
+    pub fn class_key(&mut self, name: &str) -> u64 {
+        self.pools.class(name)
     }
 
     /// Copies complete records encoded by the commit path (size, type, startTime, duration,
@@ -325,7 +340,7 @@ impl ChunkWriter {
                 symbols.push(s);
             }
         };
-        let mut classes = Vec::new();
+        let mut classes: Vec<u64> = refs.classes.iter().copied().collect();
         for m in methods {
             if !defined.methods.insert(m) {
                 continue;
@@ -394,7 +409,9 @@ impl ChunkWriter {
 
     /// The open segment references constants its checkpoint has not defined yet.
     pub fn has_open_references(&self) -> bool {
-        self.live.as_ref().is_some_and(|l| !l.refs.threads.is_empty() || !l.refs.stacks.is_empty())
+        self.live
+            .as_ref()
+            .is_some_and(|l| !l.refs.threads.is_empty() || !l.refs.stacks.is_empty() || !l.refs.classes.is_empty())
     }
 
     /// Publishes everything written so far as the chunk's next generation: the bytes to write

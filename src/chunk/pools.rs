@@ -93,7 +93,9 @@ fn frame_class_name(module: &str) -> &str {
 }
 
 /// Functions whose frames are the recorder's own and are dropped from the inner end of stacks.
-const OWN_FUNCTION_PREFIXES: [&str; 6] = [
+const OWN_FUNCTION_PREFIXES: [&str; 8] = [
+    "recorder::alloc",
+    "<recorder::alloc",
     "recorder::event",
     "<recorder::event",
     "recorder::commit",
@@ -155,7 +157,7 @@ impl Pools {
     }
 
     /// The class of native code: its module (see [`frame_class_name`]), in no package.
-    fn class(&mut self, module: &str) -> u64 {
+    pub fn class(&mut self, module: &str) -> u64 {
         let name = frame_class_name(module);
         if let Some(&k) = self.class_keys.get(name) {
             return k;

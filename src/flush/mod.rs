@@ -7,9 +7,12 @@
 //! never skipped. `recorder.rs` runs it; each source only writes into a [`Segment`], and every
 //! event it writes reports the threads and stacks it references to the chunk writer.
 //!
-//! A new sampler-style source (wall-clock or allocation samples) implements [`SampleSource`] and
-//! is added to the recorder's list of sources when the recording starts; nothing else changes.
+//! A new sampler-style source implements [`SampleSource`] and is added to the recorder's list of
+//! sources when the recording starts; nothing else changes. Allocation samples ([`alloc`]) are
+//! one.
 
+#[cfg(not(loom))]
+pub mod alloc;
 #[cfg(not(loom))]
 pub mod events;
 pub mod own;
@@ -98,6 +101,11 @@ pub trait SampleSource: Send + std::fmt::Debug {
     /// The recorder thread's periodic housekeeping (a source may tell `chunk` the names of the
     /// threads it sees, while they run); returns the losses to report.
     fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport>;
+    /// Losses to report at this flush (with the recorder's own events), for sources whose
+    /// losses do not wait for the recorder thread's housekeeping.
+    fn losses(&mut self) -> Vec<LossReport> {
+        Vec::new()
+    }
     /// The `jdk.ActiveSetting` rows that describe the source.
     fn settings(&self) -> Vec<SettingRow>;
     /// The source's statistics event, once per flush, with the recorder's own events.
@@ -114,4 +122,6 @@ pub struct Stopped {
     pub losses: Vec<LossReport>,
     /// The sampler's final counters (the recorder's final report carries them).
     pub sampler: Option<crate::sampler::SamplerStats>,
+    /// The allocation sampler's final counters.
+    pub allocation: Option<crate::alloc::AllocationStats>,
 }

@@ -34,6 +34,15 @@ mod cpu {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// Names the threads that exited since the last drain after themselves (`comm`, read on the
+    /// thread as it exited): their last samples are drained after they and their /proc entries
+    /// are gone. Called before the drain takes the buffers they retired.
+    fn name_exited(seg: &mut Segment<'_>, sampler: &Sampler) {
+        for (tid, comm) in sampler.take_exited_names() {
+            seg.chunk.observe_thread(tid, &comm, None);
+        }
+    }
+
     /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler).
     #[derive(Debug)]
     pub struct CpuSamples {
@@ -45,6 +54,16 @@ mod cpu {
         samples_since_rate: u64,
         rate_since: Option<Instant>,
         reported_unattributed: u64,
+    }
+
+    /// A thread that got no sampler slot (every slot taken by live threads): its samples are not
+    /// taken until discovery finds it a slot, and the recording says so, for that thread.
+    fn refusal(thread: u32) -> LossReport {
+        LossReport {
+            reason: "thread not sampled from its start: no free sampler slot".into(),
+            thread,
+            ..LossReport::default()
+        }
     }
 
     impl CpuSamples {
@@ -94,6 +113,7 @@ mod cpu {
     impl SampleSource for CpuSamples {
         fn drain(&mut self, seg: &mut Segment<'_>) {
             let Some(sampler) = self.sampler.as_ref() else { return };
+            name_exited(seg, sampler);
             let mut written = 0;
             sampler.drain(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
                 write_sample(seg, rec);
@@ -104,6 +124,7 @@ mod cpu {
 
         fn drain_ready(&mut self, seg: &mut Segment<'_>) {
             let Some(sampler) = self.sampler.as_ref() else { return };
+            name_exited(seg, sampler);
             let mut written = 0;
             sampler.drain_full(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
                 write_sample(seg, rec);
@@ -118,7 +139,9 @@ mod cpu {
             // (`Inner::sampler_loop`, `State::maintain_sources`).
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
-            self.losses(lost, unattributed)
+            let mut losses = self.losses(lost, unattributed);
+            losses.extend(sampler.take_refused().into_iter().map(refusal));
+            losses
         }
 
         fn settings(&self) -> Vec<SettingRow> {
@@ -172,9 +195,12 @@ mod cpu {
                     }
                 }
             };
+            let refused = owned.take_refused();
+            name_exited(seg, &owned);
             let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
-            let losses = self.losses(report.lost, report.stats.unattributed);
-            Stopped { losses, sampler: Some(report.stats) }
+            let mut losses = self.losses(report.lost, report.stats.unattributed);
+            losses.extend(refused.into_iter().map(refusal));
+            Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
         }
     }
 }

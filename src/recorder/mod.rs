@@ -29,10 +29,11 @@ mod state;
 mod storage;
 
 pub use lock::{Holder, LockHold};
-pub use settings::{Error, RecorderBuilder, Settings};
+pub use settings::{AllocationSampling, Error, RecorderBuilder, Settings};
 
 use crate::clock::ClockPair;
 use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
+use crate::flush::alloc::AllocSamples;
 use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
 use crate::metadata_registry::{self, EventSettings};
@@ -77,6 +78,8 @@ pub struct FinalReport {
     pub stats: RecorderStats,
     /// The sampler's final counters, if it sampled.
     pub sampler: Option<SamplerStats>,
+    /// The allocation sampler's final counters, if it sampled allocations.
+    pub allocation: Option<crate::alloc::AllocationStats>,
     /// The Pyroscope uploader's final counters, if it pushed.
     #[cfg(feature = "push")]
     pub push: Option<crate::push::PushStats>,
@@ -118,6 +121,8 @@ impl Recorder {
     }
 
     fn start(settings: Settings) -> Result<Recorder, Error> {
+        // The recorder's own allocations are not sampled (src/alloc: honest attribution).
+        let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
         // Before anything takes a lock the fork hooks take (review finding 5).
         crate::fork::install();
@@ -167,9 +172,27 @@ impl Recorder {
             tests::hooks::sampler_starting();
             // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
             let (s, locked) = Sampler::start_with_depth(config.clone(), settings.depth).map_err(Error::Sampler)?;
+            if settings.sample_threads_from_start {
+                // Before the hook is installed: a thread that the hook sees registers.
+                s.register_new_threads(true);
+                crate::thread_hooks::install();
+            }
             let s = Arc::new(s);
             state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&s), locked)));
             sampler = Some(s);
+        }
+        if let Some(a) = settings.allocation {
+            let config = crate::alloc::AllocConfig {
+                interval: a.interval,
+                live_set: a.live_set,
+                inner: settings.depth.inner,
+                outer: settings.depth.outer,
+                records: crate::alloc::records_for(a.interval),
+            };
+            let wake = Arc::clone(&shared);
+            let sampling = crate::alloc::Sampling::start(config, Box::new(move || wake.wakeup.notify()))
+                .map_err(|crate::alloc::StartError::NotInstalled| Error::AllocatorNotInstalled)?;
+            state.add_sample_source(Box::new(AllocSamples::new(sampling, config)));
         }
         let inner = Arc::new(Inner {
             shared: Arc::clone(&shared),
@@ -209,6 +232,7 @@ impl Recorder {
 
     /// Writes and publishes everything committed so far now.
     pub fn flush(&self) {
+        let _own = crate::alloc::suspend();
         if self.inner.owner().is_ok() {
             self.inner.flush();
         }
@@ -217,6 +241,7 @@ impl Recorder {
     /// Writes one valid `.jfr` file with everything the repository holds, the live chunk included
     /// up to now, without stopping the recording.
     pub fn dump(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let _own = crate::alloc::suspend();
         self.inner.owner()?;
         let path = path.as_ref();
         let write_error = |source| Error::Write { path: path.to_owned(), source };
@@ -235,6 +260,7 @@ impl Recorder {
     /// Starts sampling the calling thread at once, with exact stack bounds (threads are also
     /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
     pub fn register_current_thread(&self) -> io::Result<()> {
+        let _own = crate::alloc::suspend();
         self.inner.owner().map_err(io::Error::other)?;
         // The thread's name now, while it runs (and a ThreadStart, and a ThreadEnd at its exit).
         crate::commit::attach_current_thread();
@@ -254,12 +280,14 @@ impl Recorder {
 
     /// Stops the recording like [`Recorder::stop`] and returns the final counters.
     pub fn stop_with_report(self) -> Result<FinalReport, Error> {
+        let _own = crate::alloc::suspend();
         self.inner.owner()?;
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
         Ok(FinalReport {
             stats: state.stats,
             sampler: state.final_sampler_stats.clone(),
+            allocation: state.final_allocation_stats,
             #[cfg(feature = "push")]
             push: self.inner.push_stats(),
         })
@@ -443,6 +471,7 @@ impl Inner {
     }
 
     fn stop(&self) -> Result<(), Error> {
+        let _own = crate::alloc::suspend();
         if self.owner().is_err() || self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -503,6 +532,7 @@ impl Inner {
         // The uploader is the recorder's own thread: like the flusher, it is not sampled.
         let sampler = self.sampler.lock().clone();
         let on_start = Box::new(move || {
+            crate::alloc::exclude_current_thread();
             if let Some(s) = sampler {
                 s.exclude_current_thread();
             }
@@ -518,6 +548,7 @@ impl Inner {
     }
 
     fn flusher_loop(&self) {
+        crate::alloc::exclude_current_thread();
         if let Some(sampler) = self.sampler.lock().as_ref() {
             sampler.exclude_current_thread();
         }
@@ -578,6 +609,7 @@ impl Inner {
     /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
     /// lost samples.
     fn sampler_loop(&self, sampler: &Sampler) {
+        crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
         let mut last_maintenance = Instant::now() - Duration::from_secs(1);
         // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
@@ -591,6 +623,8 @@ impl Inner {
             }
             if last_maintenance.elapsed() >= Duration::from_millis(100) {
                 last_maintenance = Instant::now();
+                // Modules loaded since the last pass get their `pthread_create` interposed.
+                crate::thread_hooks::rescan();
                 // Discovery reads /proc for every thread: without L (review finding 9). Only the
                 // names it read go to the chunk, under L.
                 let names = sampler.discover_threads_unlocked().names;
@@ -619,6 +653,7 @@ pub fn known_event_types() -> Vec<String> {
 /// alive; the same steps as [`Recorder::dump`].
 fn control_dump(inner: std::sync::Weak<Inner>) -> crate::control::DumpFn {
     Box::new(move |path| {
+        let _own = crate::alloc::suspend();
         let inner = inner.upgrade().filter(|i| !i.stopping.load(Ordering::Acquire));
         let inner = inner.ok_or_else(|| "the recording has stopped".to_owned())?;
         let bytes = inner.dump_bytes().map_err(|e| format!("dump failed: {e}"))?;

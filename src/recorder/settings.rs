@@ -35,6 +35,9 @@ pub enum Error {
     Thread(io::Error),
     /// The CPU sampler could not be started.
     Sampler(io::Error),
+    /// Allocation sampling was asked for, but the global allocator is not
+    /// `recorder::alloc::SamplingAllocator`.
+    AllocatorNotInstalled,
     /// The recording belongs to another process: this one is a forked child of the process
     /// that started it, and has none of its threads, files or locks.
     ForkedChild {
@@ -56,6 +59,12 @@ impl fmt::Display for Error {
             }
             Error::Thread(e) => write!(f, "cannot start the recorder thread: {e}"),
             Error::Sampler(e) => write!(f, "cannot start the CPU sampler: {e}"),
+            Error::AllocatorNotInstalled => write!(
+                f,
+                "allocation sampling needs the sampling allocator as the global allocator: \
+                 #[global_allocator] static GLOBAL: recorder::alloc::SamplingAllocator = \
+                 recorder::alloc::SamplingAllocator::new();"
+            ),
             Error::ForkedChild { owner } => write!(
                 f,
                 "this recording belongs to process {owner}; a forked child cannot use it (start a recording of its own)"
@@ -69,7 +78,10 @@ impl std::error::Error for Error {
         match self {
             Error::Repository { source, .. } | Error::Write { source, .. } => Some(source),
             Error::Thread(e) | Error::Sampler(e) => Some(e),
-            Error::InvalidSetting(_) | Error::AlreadyRunning | Error::ForkedChild { .. } => None,
+            Error::InvalidSetting(_)
+            | Error::AlreadyRunning
+            | Error::ForkedChild { .. }
+            | Error::AllocatorNotInstalled => None,
         }
     }
 }
@@ -105,6 +117,11 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
+    /// With sampling: new threads are sampled from their first instruction (`pthread_create` is
+    /// interposed, see `thread_hooks`); off, they are found by discovery (within 100 ms).
+    pub sample_threads_from_start: bool,
+    /// Allocation sampling (`None`: off). Samples follow `depth`.
+    pub allocation: Option<AllocationSampling>,
     /// Finished chunks are replaced by zstd-compressed `<name>.jfr.zst` files (needs the crate's
     /// `zstd` feature).
     pub compress_finished_chunks: bool,
@@ -138,6 +155,8 @@ impl Default for Settings {
             name: "recorder".into(),
             stack_table_capacity: 1 << 18,
             sampling: Some(SamplerConfig::default()),
+            sample_threads_from_start: true,
+            allocation: None,
             compress_finished_chunks: false,
             deterministic: false,
             log_lock_holds: false,
@@ -145,6 +164,15 @@ impl Default for Settings {
             push: None,
         }
     }
+}
+
+/// Allocation sampling settings (see [`RecorderBuilder::allocation_sampling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocationSampling {
+    /// Mean bytes allocated between two samples, per thread.
+    pub interval: u64,
+    /// Follow the sampled blocks until they are freed (`recorder.LiveObject`).
+    pub live_set: bool,
 }
 
 /// Builds a recording. Every setting has a default; [`RecorderBuilder::start`] validates them.
@@ -256,6 +284,13 @@ impl RecorderBuilder {
         config.buffers_per_thread = per_thread;
         self
     }
+    /// Whether new threads are sampled from their first instruction (default true:
+    /// `pthread_create` is interposed in every loaded module, see [`crate::thread_hooks`]); when
+    /// false they are found by thread discovery, within about 100 ms.
+    pub fn sample_threads_from_start(mut self, on: bool) -> Self {
+        self.settings.sample_threads_from_start = on;
+        self
+    }
     /// Threads that can be sampled at once (default 128).
     pub fn max_sampled_threads(mut self, n: usize) -> Self {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).max_threads = n;
@@ -270,7 +305,27 @@ impl RecorderBuilder {
         self.settings.deterministic = on;
         if on {
             self.settings.sampling = None;
+            self.settings.allocation = None;
         }
+        self
+    }
+    /// Samples allocations: on each thread, one allocation per `interval_bytes` allocated on
+    /// average (a per-thread exponential gap, so every byte has the same chance), each as a
+    /// `jdk.ObjectAllocationSample` with its stack and the bytes it stands for. Off by default;
+    /// [`crate::alloc::DEFAULT_INTERVAL`] (512 KiB) is the usual value (1 B to 1 TiB). Needs
+    /// `recorder::alloc::SamplingAllocator` as the global allocator (`start` fails otherwise).
+    pub fn allocation_sampling(mut self, interval_bytes: u64) -> Self {
+        let live_set = self.settings.allocation.is_some_and(|a| a.live_set);
+        self.settings.allocation = Some(AllocationSampling { interval: interval_bytes, live_set });
+        self
+    }
+    /// Follows every sampled allocation until it is freed: each flush writes a
+    /// `recorder.LiveObject` per sampled block still allocated (`recorder dump --live` shows
+    /// them: leaks, what holds memory now). Turns allocation sampling on at the default interval
+    /// if it is off. Default false.
+    pub fn allocation_live_set(mut self, on: bool) -> Self {
+        let interval = self.settings.allocation.map_or(crate::alloc::DEFAULT_INTERVAL, |a| a.interval);
+        self.settings.allocation = Some(AllocationSampling { interval, live_set: on });
         self
     }
     /// Records no CPU samples (events only).
@@ -341,6 +396,14 @@ pub(super) fn validate(s: &Settings) -> Result<(), Error> {
         }
         if sampling.max_threads == 0 || sampling.max_threads > 65_536 {
             return bad(format!("max sampled threads {} is outside 1 ..= 65536", sampling.max_threads));
+        }
+    }
+    if let Some(a) = &s.allocation {
+        if !(1..=1 << 40).contains(&a.interval) {
+            return bad(format!("allocation sampling interval {} is outside 1 B ..= 1 TiB", a.interval));
+        }
+        if s.deterministic {
+            return bad("deterministic mode samples nothing: turn allocation sampling off".into());
         }
     }
     if s.periodic_interval < Duration::from_millis(10) {

@@ -53,6 +53,7 @@ pub(super) struct State {
     pub stats: RecorderStats,
     cpu: CpuTimes,
     pub final_sampler_stats: Option<SamplerStats>,
+    pub final_allocation_stats: Option<crate::alloc::AllocationStats>,
     write_error_reported: bool,
     /// Flush source 3: the Pyroscope uploader's statistics.
     #[cfg(feature = "push")]
@@ -113,6 +114,7 @@ impl State {
             stats: RecorderStats::default(),
             cpu: CpuTimes::default(),
             final_sampler_stats: None,
+            final_allocation_stats: None,
             write_error_reported: false,
             #[cfg(feature = "push")]
             push_report: own::PushReport::default(),
@@ -209,6 +211,11 @@ impl State {
             });
             self.reported_events = events;
             self.reported_bytes = bytes;
+        }
+        for source in &mut self.samplers {
+            for loss in source.losses() {
+                self.losses.note(loss);
+            }
         }
         self.losses.write(&mut self.chunk, now);
         // A new chunk repeats the uploader's statistics (so does a settings change).
@@ -450,7 +457,7 @@ impl State {
     /// Stops every sampler-style source; their last records go into the open segment.
     pub fn stop_sources(&mut self) {
         self.open_chunk_if_needed();
-        let State { chunk, shared, tally, samplers, losses, final_sampler_stats, .. } = self;
+        let State { chunk, shared, tally, samplers, losses, final_sampler_stats, final_allocation_stats, .. } = self;
         for source in samplers.iter_mut() {
             let stopped = source.stop(&mut Segment { chunk, stacks: &shared.stacks, tally });
             for loss in stopped.losses {
@@ -458,6 +465,9 @@ impl State {
             }
             if stopped.sampler.is_some() {
                 *final_sampler_stats = stopped.sampler;
+            }
+            if stopped.allocation.is_some() {
+                *final_allocation_stats = stopped.allocation;
             }
         }
     }

@@ -15,6 +15,8 @@
 //!            lock L; if work { sampler.drain_full(..) }
 //!            lost = sampler.take_lost(..) -> write lost as data-loss events; unlock L }
 //! application threads (optional, zero delay, exact bounds): sampler.register_current_thread()
+//! new threads, first thing (`thread_hooks`' pthread_create wrapper), if the owner called
+//!     sampler.register_new_threads(true): register_thread_start()   // the same registration
 //! end: lock L; flush; let report = Arc::into_inner(sampler).stop(&mut locked, &mut |rec| ..);
 //!      write report.lost; final flush
 //! ```
@@ -106,11 +108,11 @@ pub use imp::*;
 
 #[cfg(not(loom))]
 mod imp {
-    use super::buffer::{Core, LockedState, SampleRecord, StackBounds, ThreadSlot, SLOT_FREE, SLOT_LIVE};
+    use super::buffer::{Core, LockedState, SampleRecord, StackBounds, ThreadSlot, SLOT_EXITED, SLOT_FREE, SLOT_LIVE};
     use super::signal;
     use super::timer::{self, Source};
     use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
-    use crate::sync::{AtomicU32, AtomicU64, Ordering};
+    use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     use std::cell::RefCell;
     use std::collections::{HashMap, HashSet};
     use std::io;
@@ -193,6 +195,9 @@ mod imp {
         /// Signals of a perf event that was disarmed before they were delivered (dropped: they
         /// are no sample of a recorded thread).
         pub stale: u64,
+        /// Threads refused a slot when they started or registered (every slot taken): each is
+        /// also reported by [`Sampler::take_refused`] (discovery may still sample it later).
+        pub refused: u64,
         /// Slots not FREE (live or awaiting reaping).
         pub slots_in_use: usize,
         /// Per thread, for slots not FREE.
@@ -309,6 +314,15 @@ mod imp {
         /// (published before the handler is installed, refreshed by thread discovery).
         pub(super) unwinder: crate::cfi::Unwinder,
         pub(super) cfi: crate::cfi::Published,
+        /// New threads register themselves at their start ([`register_thread_start`], called by
+        /// `thread_hooks`); off unless the owner asked for it.
+        register_new_threads: AtomicBool,
+        /// Refusals (see `SamplerStats::refused`), and the tids refused not yet collected.
+        refused: AtomicU64,
+        refused_threads: parking_lot::Mutex<Vec<u32>>,
+        /// Names of registered threads that exited with samples, for the drains to name their
+        /// last samples (the thread and its /proc entry are gone by then).
+        exited_names: parking_lot::Mutex<Vec<(u32, String)>>,
     }
 
     impl Shared {
@@ -446,6 +460,11 @@ mod imp {
 
     impl Drop for ExitGuard {
         fn drop(&mut self) {
+            if self.generation == 0 {
+                // Disarmed (replaced or unregistered): takes no lock, so it may be dropped
+                // while LIFECYCLE is held.
+                return;
+            }
             let _life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
             let shared = signal::SHARED.load(Ordering::Relaxed);
@@ -570,6 +589,19 @@ mod imp {
         out
     }
 
+    /// Threads of `listed` (tid, start time in clock ticks since boot) that started less than
+    /// 200 ms ago.
+    fn young_threads(listed: &[(u32, Option<u64>)]) -> HashSet<u32> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        // SAFETY: sysconf has no preconditions.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+        let now = ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000;
+        let window = (hz / 5).max(1);
+        listed.iter().filter(|(_, s)| s.is_none_or(|s| s + window > now)).map(|&(t, _)| t).collect()
+    }
+
     /// Stack bounds of the calling thread (shared with the event-stack walk, which caches them per
     /// thread). The main thread's stack may still grow: only the part above its current stack
     /// pointer counts as verified (the handler checks the rest when it gets there).
@@ -594,6 +626,11 @@ mod imp {
                     }
                     if let Some(slot) = shared.core.slot(index) {
                         if slot.state() == SLOT_LIVE {
+                            // Before the retirement hands the buffers over: a drain that sees
+                            // them has the name already.
+                            if shared.core.slot_stats(slot).taken > 0 {
+                                shared.note_exit_name(tid);
+                            }
                             shared.retire_own(slot);
                         }
                     }
@@ -601,6 +638,193 @@ mod imp {
             }
         }
         timer::release_quarantine();
+    }
+
+    /// The calling thread's kernel name (`comm`, what /proc would have said while it lived).
+    fn own_comm() -> Option<String> {
+        let mut buf = [0u8; 17];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes (NUL included) into `buf`.
+        if unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
+        Some(String::from_utf8_lossy(buf.get(..len)?).into_owned())
+    }
+
+    /// Exited threads whose names wait for a drain; beyond this (no drain for a long time) the
+    /// oldest are forgotten and those samples fall back to `thread-<tid>`.
+    const MAX_EXIT_NAMES: usize = 1 << 14;
+
+    /// Tids refused a slot kept for per-thread reports; beyond this they are only counted.
+    const MAX_REFUSED_LISTED: usize = 1 << 14;
+
+    /// How long a starting thread waits for the recorder to reap exited threads' slots when
+    /// every slot is taken by live or exited threads (only if some are exited: waiting for live
+    /// threads to exit could take forever).
+    const START_WAIT_FOR_REAP: Duration = Duration::from_millis(50);
+
+    /// Why a registration did not happen.
+    enum RegisterError {
+        NoSlot,
+        Io(io::Error),
+    }
+
+    impl Shared {
+        /// Called on an exiting thread (normal context).
+        fn note_exit_name(&self, tid: u32) {
+            let Some(name) = own_comm() else { return };
+            let mut names = self.exited_names.lock();
+            if names.len() >= MAX_EXIT_NAMES {
+                names.remove(0);
+            }
+            names.push((tid, name));
+        }
+
+        fn note_refused(&self, tid: u32) {
+            // Relaxed: a statistic.
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            let mut list = self.refused_threads.lock();
+            if list.len() < MAX_REFUSED_LISTED {
+                list.push(tid);
+            }
+        }
+
+        /// Whether some slot waits for an L holder to reap it (retired, not yet FREE).
+        fn reaping_pending(&self) -> bool {
+            self.core.slots().iter().any(|s| s.state() == SLOT_EXITED)
+        }
+
+        /// Registers the calling thread (see [`Sampler::register_current_thread`]). Returns the
+        /// exit guard it replaced, to be dropped by the caller (after releasing LIFECYCLE).
+        fn register_current(&self) -> Result<Option<ExitGuard>, RegisterError> {
+            let tid = gettid();
+            let start = start_time(tid);
+            let bounds = current_stack_bounds();
+            {
+                let mut reg = self.registry.lock();
+                if reg.is_excluded(tid, start) {
+                    return Ok(None);
+                }
+                if let Some(index) = reg.find(tid, start) {
+                    let Some(entry) = reg.entries.get_mut(index).and_then(Option::as_mut) else {
+                        return Ok(None);
+                    };
+                    if entry.registered {
+                        return Ok(None);
+                    }
+                    // Discovered before: now with exact bounds and an exit guard.
+                    entry.registered = true;
+                    if let (Some(slot), true) = (self.core.slot(index), bounds.hi != 0) {
+                        slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);
+                    }
+                } else {
+                    // An entry with our tid but another start time belongs to a dead thread whose
+                    // tid we reuse (proof enough): retire it now rather than at the next discovery.
+                    let stale: Vec<usize> = (0..reg.entries.len())
+                        .filter(|&i| {
+                            reg.entries.get(i).and_then(Option::as_ref).is_some_and(|e| {
+                                e.tid == tid && e.start_time != 0 && start != 0 && e.start_time != start
+                            })
+                        })
+                        .collect();
+                    for i in stale {
+                        retire_dead(self, &mut reg, i);
+                    }
+                    let slot = self.core.claim_slot(tid, bounds).ok_or(RegisterError::NoSlot)?;
+                    let index = slot.index() as usize;
+                    // Every spare now, before the timer can fire: the first samples (deep ones
+                    // need several buffers) do not wait for a refill.
+                    self.core.fill_spares(slot);
+                    match self.arm(tid, index) {
+                        Ok(source) => {
+                            if let Some(e) = reg.entries.get_mut(index) {
+                                *e = Some(Entry {
+                                    tid,
+                                    start_time: start,
+                                    source: Some(source),
+                                    registered: true,
+                                    retiring: false,
+                                });
+                            }
+                        }
+                        Err(err) => {
+                            self.retire_own(slot);
+                            return Err(RegisterError::Io(err));
+                        }
+                    }
+                }
+            }
+            // `try_with`: fails only during thread teardown, when there is nothing to guard. A
+            // previous guard is disarmed (so that dropping it cannot unregister us) and handed
+            // back: its drop must not run here, under LIFECYCLE in `register_thread_start`.
+            let generation = self.generation;
+            Ok(EXIT_GUARD
+                .try_with(|g| {
+                    g.borrow_mut().replace(ExitGuard { generation, start_time: start }).map(|mut old| {
+                        old.generation = 0;
+                        old
+                    })
+                })
+                .ok()
+                .flatten())
+        }
+    }
+
+    /// What [`register_thread_start`] did.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ThreadStart {
+        /// No sampler runs, or its owner did not ask for new threads to register at their start.
+        NotSampling,
+        /// The thread is sampled (or excluded, or was already registered).
+        Registered,
+        /// Every slot is taken by live threads: counted and reported as this thread's refusal
+        /// (`SamplerStats::refused`, [`Sampler::take_refused`]); discovery may sample it later.
+        Refused,
+        /// The sampling source could not be armed (discovery retries later).
+        Failed,
+    }
+
+    /// The thread-start hook's half in the sampler: registers the calling thread with the running
+    /// sampler if its owner enabled [`Sampler::register_new_threads`]. Normal context; called
+    /// first thing on a new thread (`thread_hooks`), so its first instruction of user code is
+    /// sampled. When every slot is taken but some belong to exited threads the recorder has not
+    /// reaped yet, it wakes the recorder and waits for them, at most `START_WAIT_FOR_REAP`.
+    pub fn register_thread_start() -> ThreadStart {
+        let mut waited = Duration::ZERO;
+        loop {
+            let life = LIFECYCLE.lock();
+            // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
+            let shared = signal::SHARED.load(Ordering::Relaxed);
+            // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+            let Some(shared) = (unsafe { shared.as_ref() }) else {
+                return ThreadStart::NotSampling;
+            };
+            // Relaxed: set before the hook is installed, under no ordering need (a thread that
+            // misses it is discovered).
+            if !shared.register_new_threads.load(Ordering::Relaxed) {
+                return ThreadStart::NotSampling;
+            }
+            match shared.register_current() {
+                Ok(old) => {
+                    drop(life);
+                    drop(old);
+                    return ThreadStart::Registered;
+                }
+                Err(RegisterError::Io(_)) => return ThreadStart::Failed,
+                Err(RegisterError::NoSlot) => {
+                    if waited < START_WAIT_FOR_REAP && shared.reaping_pending() {
+                        shared.post_wake();
+                        drop(life);
+                        let pause = Duration::from_micros(200);
+                        std::thread::sleep(pause);
+                        waited += pause;
+                        continue;
+                    }
+                    shared.note_refused(gettid());
+                    return ThreadStart::Refused;
+                }
+            }
+        }
     }
 
     /// Retires entry `index` on behalf of its thread, which the caller proved dead (registry lock
@@ -780,6 +1004,10 @@ mod imp {
                     entries: (0..nslots).map(|_| None).collect(),
                     excluded: Vec::new(),
                 }),
+                register_new_threads: AtomicBool::new(false),
+                refused: AtomicU64::new(0),
+                refused_threads: parking_lot::Mutex::new(Vec::new()),
+                exited_names: parking_lot::Mutex::new(Vec::new()),
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
@@ -818,76 +1046,35 @@ mod imp {
         /// Fails if no slot is free (`max_threads`) or the sampling source cannot be armed.
         pub fn register_current_thread(&self) -> io::Result<()> {
             let shared = self.shared();
-            let tid = gettid();
-            let start = start_time(tid);
-            let bounds = current_stack_bounds();
-            {
-                let mut reg = shared.registry.lock();
-                if reg.is_excluded(tid, start) {
-                    return Ok(());
+            match shared.register_current() {
+                Ok(old) => {
+                    drop(old);
+                    Ok(())
                 }
-                if let Some(index) = reg.find(tid, start) {
-                    let Some(entry) = reg.entries.get_mut(index).and_then(Option::as_mut) else {
-                        return Ok(());
-                    };
-                    if entry.registered {
-                        return Ok(());
-                    }
-                    // Discovered before: now with exact bounds and an exit guard.
-                    entry.registered = true;
-                    if let (Some(slot), true) = (shared.core.slot(index), bounds.hi != 0) {
-                        slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);
-                    }
-                } else {
-                    // An entry with our tid but another start time belongs to a dead thread whose
-                    // tid we reuse (proof enough): retire it now rather than at the next discovery.
-                    let stale: Vec<usize> = (0..reg.entries.len())
-                        .filter(|&i| {
-                            reg.entries.get(i).and_then(Option::as_ref).is_some_and(|e| {
-                                e.tid == tid && e.start_time != 0 && start != 0 && e.start_time != start
-                            })
-                        })
-                        .collect();
-                    for i in stale {
-                        retire_dead(shared, &mut reg, i);
-                    }
-                    let slot = shared
-                        .core
-                        .claim_slot(tid, bounds)
-                        .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))?;
-                    let index = slot.index() as usize;
-                    // Every spare now, before the timer can fire: the first samples (deep ones
-                    // need several buffers) do not wait for a refill.
-                    shared.core.fill_spares(slot);
-                    match shared.arm(tid, index) {
-                        Ok(source) => {
-                            if let Some(e) = reg.entries.get_mut(index) {
-                                *e = Some(Entry {
-                                    tid,
-                                    start_time: start,
-                                    source: Some(source),
-                                    registered: true,
-                                    retiring: false,
-                                });
-                            }
-                        }
-                        Err(err) => {
-                            shared.retire_own(slot);
-                            return Err(err);
-                        }
-                    }
+                Err(RegisterError::Io(e)) => Err(e),
+                Err(RegisterError::NoSlot) => {
+                    shared.note_refused(gettid());
+                    Err(io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))
                 }
             }
-            // `try_with`: fails only during thread teardown, when there is nothing to guard. A
-            // previous guard is disarmed first so that dropping it cannot unregister us.
-            let _ = EXIT_GUARD.try_with(|g| {
-                let mut g = g.borrow_mut();
-                if let Some(old) = g.as_mut() {
-                    old.generation = 0;
-                }
-                *g = Some(ExitGuard { generation: shared.generation, start_time: start });
-            });
-            Ok(())
+        }
+
+        /// Lets threads that start from now on register themselves first thing
+        /// ([`register_thread_start`], called from `thread_hooks`' start routine wrapper).
+        pub fn register_new_threads(&self, on: bool) {
+            // Relaxed: see `register_thread_start`.
+            self.shared().register_new_threads.store(on, Ordering::Relaxed);
+        }
+
+        /// Tids refused a slot since the last call (L not needed), for per-thread reports.
+        pub fn take_refused(&self) -> Vec<u32> {
+            std::mem::take(&mut *self.shared().refused_threads.lock())
+        }
+
+        /// Names (`comm`) of registered threads that exited with samples since the last call, for
+        /// the drains to name those threads' last samples.
+        pub fn take_exited_names(&self) -> Vec<(u32, String)> {
+            std::mem::take(&mut *self.shared().exited_names.lock())
         }
 
         /// Stops sampling the calling thread; its buffers go to the full queue (nothing is lost).
@@ -943,6 +1130,15 @@ mod imp {
             report.listed = listing.threads.len();
             report.listing_complete = listing.complete;
             report.names = std::mem::take(&mut listing.names);
+            // Relaxed: see `register_thread_start`.
+            if shared.register_new_threads.load(Ordering::Relaxed) {
+                // A thread this young may not have its own name yet (Rust std names a thread
+                // after the thread-start hook registered it): its `comm` is still its creator's,
+                // and applied after the thread's own report it would read as a rename. Such a
+                // thread names itself (commit, exit); older ones are read at the next pass.
+                let young = young_threads(&listing.threads);
+                report.names.retain(|(tid, _)| !young.contains(tid));
+            }
             let listed_tids: HashMap<u32, Option<u64>> = listing.threads.iter().copied().collect();
             let is_listed = |tid: u32, start: u64| match listed_tids.get(&tid) {
                 Some(&Some(s)) => start == 0 || s == start,
@@ -1213,6 +1409,8 @@ mod imp {
             unattributed: core.unattributed(),
             // Relaxed: statistics.
             stale: shared.stale.load(Ordering::Relaxed),
+            // Relaxed: statistics.
+            refused: shared.refused.load(Ordering::Relaxed),
             ..SamplerStats::default()
         };
         for slot in core.slots() {

@@ -58,7 +58,22 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     if let Some(thread) = &cfg.thread {
         source::check_thread_name(thread, &source.chunks)?;
     }
-    let selection = Selection::new(&source.chunks, cfg.since, cfg.thread.clone());
+    let mut selection = Selection::new(&source.chunks, cfg.since, cfg.thread.clone());
+    if cfg.live {
+        let (chunk_start, id, objects) = last_live_snapshot(&source.chunks)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no live-set snapshot (recorder.LiveSet): record with the live set tracked \
+                 (RecorderBuilder::allocation_live_set(true))",
+                cfg.path.display()
+            )
+        })?;
+        if objects == 0 {
+            eprintln!(
+                "note: the last live-set snapshot holds no sampled allocation: nothing sampled is still allocated"
+            );
+        }
+        selection = selection.with_snapshot(chunk_start, id);
+    }
     let progress = progress_bar(&source.chunks);
     let mut chunk_damage = None;
     // Profile formats read everything first: a selection with no samples is an error about the
@@ -93,6 +108,13 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
                 progress.inc(sc.chunk.size());
             }
             if cfg.format == DumpFormat::Flamegraph {
+                if folded.counts.is_empty() && cfg.live {
+                    progress.finish_and_clear();
+                    anyhow::bail!(
+                        "{}: no sampled allocation is still allocated: no flame graph to draw",
+                        cfg.path.display()
+                    );
+                }
                 if folded.counts.is_empty() {
                     progress.finish_and_clear();
                     return nothing_to_write(source, chunk_damage, nothing(&weighing.what));
@@ -165,6 +187,9 @@ fn sink_name(cfg: &DumpConfig) -> String {
 /// What the profile formats fold: the `--events` types that have a stack trace, or the samples of
 /// the `--type` (cpu by default).
 fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing> {
+    if cfg.live {
+        return Ok(Weighing::live());
+    }
     let kind = cfg.kind.unwrap_or(ProfileKind::Cpu);
     match &cfg.filter {
         TypeFilter::Only(names) => {
@@ -204,6 +229,37 @@ fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing
             Ok(weighing)
         }
     }
+}
+
+/// The last live-set snapshot of the recording: (start of its chunk in epoch ns, snapshot id,
+/// sampled objects it holds); `None` without one. Chunks are in recording order, so the last
+/// chunk with a `recorder.LiveSet` holds it, as its largest snapshot id.
+fn last_live_snapshot(chunks: &[SourceChunk]) -> anyhow::Result<Option<(i64, i64, i64)>> {
+    let mut last = None;
+    for sc in chunks {
+        let chunk = &sc.chunk;
+        let Some(class) = chunk.metadata().class_by_name("recorder.LiveSet") else { continue };
+        let (Some(id_at), Some(objects_at)) = (class.field_index("snapshot"), class.field_index("objects")) else {
+            continue;
+        };
+        let type_id = class.id;
+        let mut best: Option<(i64, i64)> = None;
+        for event in chunk.events() {
+            let event = event.with_context(|| format!("{}", sc.file.display()))?;
+            if event.type_id != type_id {
+                continue;
+            }
+            let id = event.values.get(id_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
+            let objects = event.values.get(objects_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
+            if best.is_none_or(|(b, _)| id > b) {
+                best = Some((id, objects));
+            }
+        }
+        if let Some((id, objects)) = best {
+            last = Some((chunk.header().start_nanos, id, objects));
+        }
+    }
+    Ok(last)
 }
 
 /// The flame graph's name for what a frame's width counts.

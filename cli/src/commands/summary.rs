@@ -64,6 +64,13 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             record_damage.push(Damage::in_chunk(&sc.file, e));
         }
     }
+    let weighed = match weighed_totals(&source.chunks) {
+        Ok(w) => w,
+        Err((file, e)) => {
+            record_damage.push(Damage::in_chunk(&file, e));
+            WeighedTotals::default()
+        }
+    };
     source.damage.splice(0..0, record_damage);
     // Nothing readable: the errors alone, no empty table.
     if source.chunks.is_empty() && !source.damage.is_empty() {
@@ -135,7 +142,22 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         json::uint(&mut buf, stacks.leaf_only);
         buf.extend_from_slice(b", \"no_stack\": ");
         json::uint(&mut buf, stacks.no_stack);
-        buf.extend_from_slice(b"}}\n");
+        buf.extend_from_slice(b"}, \"allocation_samples\": {\"samples\": ");
+        json::uint(&mut buf, weighed.allocation_samples);
+        buf.extend_from_slice(b", \"estimated_bytes\": ");
+        json::uint(&mut buf, weighed.allocated_bytes);
+        buf.extend_from_slice(b"}, \"live_set\": ");
+        match weighed.live_set {
+            Some((objects, bytes)) => {
+                buf.extend_from_slice(b"{\"objects\": ");
+                json::uint(&mut buf, objects);
+                buf.extend_from_slice(b", \"estimated_bytes\": ");
+                json::uint(&mut buf, bytes);
+                buf.push(b'}');
+            }
+            None => buf.extend_from_slice(b"null"),
+        }
+        buf.extend_from_slice(b"}\n");
         out.write_all(&buf)?;
     } else {
         let version = source
@@ -191,10 +213,100 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             )?;
         }
     }
+    if !cfg.json {
+        if weighed.allocation_samples > 0 {
+            writeln!(out)?;
+            writeln!(
+                out,
+                " Allocation samples: {}; estimated bytes allocated: {} ({})",
+                weighed.allocation_samples,
+                weighed.allocated_bytes,
+                human_bytes(weighed.allocated_bytes)
+            )?;
+        }
+        if let Some((objects, bytes)) = weighed.live_set {
+            writeln!(
+                out,
+                " Live set at the last snapshot: {objects} sampled allocations, estimated {bytes} bytes ({}) still allocated",
+                human_bytes(bytes)
+            )?;
+        }
+    }
     out.flush()?;
     drop(out);
     source.report_damage();
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
+}
+
+/// What the weighed sample kinds add up to.
+#[derive(Debug, Default, Clone, Copy)]
+struct WeighedTotals {
+    /// jdk.ObjectAllocationSample events and the sum of their `weight` (estimated bytes).
+    allocation_samples: u64,
+    allocated_bytes: u64,
+    /// The last recorder.LiveSet: sampled objects and estimated bytes still allocated.
+    live_set: Option<(u64, u64)>,
+}
+
+/// Sums the weights of the allocation samples and finds the last live-set
+/// snapshot (chunks are in recording order).
+fn weighed_totals(
+    chunks: &[SourceChunk],
+) -> Result<WeighedTotals, (std::sync::Arc<std::path::PathBuf>, jfr_format::Error)> {
+    let mut t = WeighedTotals::default();
+    for sc in chunks {
+        let chunk = &sc.chunk;
+        let field = |type_name: &str, field: &str| {
+            let class = chunk.metadata().class_by_name(type_name)?;
+            Some((class.id, class.field_index(field)?))
+        };
+        let alloc = field("jdk.ObjectAllocationSample", "weight");
+        let live = field("recorder.LiveSet", "objects").zip(field("recorder.LiveSet", "estimatedBytes"));
+        let snapshot_at = field("recorder.LiveSet", "snapshot").map(|(_, i)| i);
+        if alloc.is_none() && live.is_none() {
+            continue;
+        }
+        let mut best: Option<(i64, u64, u64)> = None;
+        for event in chunk.events() {
+            let event = event.map_err(|e| (sc.file.clone(), e))?;
+            let value = |i: usize| event.values.get(i).and_then(Value::as_i64).map_or(0, |v| v.max(0) as u64);
+            if let Some((id, i)) = alloc {
+                if event.type_id == id {
+                    t.allocation_samples += 1;
+                    t.allocated_bytes += value(i);
+                    continue;
+                }
+            }
+            if let Some(((id, objects), (_, bytes))) = live {
+                if event.type_id == id {
+                    let snapshot = snapshot_at.map_or(0, |i| value(i) as i64);
+                    if best.is_none_or(|(b, _, _)| snapshot > b) {
+                        best = Some((snapshot, value(objects), value(bytes)));
+                    }
+                }
+            }
+        }
+        if let Some((_, objects, bytes)) = best {
+            t.live_set = Some((objects, bytes));
+        }
+    }
+    Ok(t)
+}
+
+/// `12.3 MiB`.
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{b} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }
 
 /// How the fields before an event's thread and stack fields are encoded, when it is simple.
