@@ -156,6 +156,7 @@ fn run_ours_buf(period: Duration, depth: u32, chunks: u64, iters: u64, buffer_by
         buffer_bytes,
         buffers_per_thread: 3,
         max_threads: 8,
+        ..SamplerConfig::default()
     };
     let (sampler, locked) = Sampler::start(config).expect("sampler");
     let sampler = Arc::new(sampler);
@@ -223,6 +224,7 @@ fn drain_10k() {
         buffer_bytes: 4 << 20,
         buffers_per_thread: 2,
         max_threads: 4,
+        ..SamplerConfig::default()
     };
     let (sampler, mut locked) = Sampler::start(config).expect("sampler");
     let sampler = Arc::new(sampler);

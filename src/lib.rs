@@ -34,6 +34,11 @@
 pub mod alloc;
 mod buffer;
 mod builtin;
+/// Unwinding without frame pointers (DWARF CFI tables); public for the benchmarks.
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod cfi;
 #[cfg_attr(loom, allow(dead_code))]
 mod chunk;
 #[allow(unsafe_code)]
@@ -83,6 +88,8 @@ pub mod thread_hooks;
 #[cfg(not(loom))]
 mod unwind;
 
+#[cfg(not(loom))]
+pub use cfi::Unwinder;
 #[cfg(not(loom))]
 pub use encoder::Encoder;
 #[cfg(not(loom))]

@@ -90,6 +90,8 @@ fn burst(mode: SamplingMode) {
         buffers_per_thread: 3,
         max_threads: 8,
         max_depth: 64,
+        // The table walk, the handler's heavier path (frame-pointer steps where it finds no row).
+        unwinder: recorder::Unwinder::Dwarf,
     };
     let (sampler, locked) = match Sampler::start(config) {
         Ok(v) => v,

@@ -49,6 +49,7 @@ fn run(mode: SamplingMode) {
         buffers_per_thread: 2,
         max_threads: 16,
         max_depth: 64,
+        ..SamplerConfig::default()
     };
     let (sampler, locked) = match Sampler::start(config) {
         Ok(v) => v,

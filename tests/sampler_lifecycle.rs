@@ -62,6 +62,7 @@ fn config(mode: SamplingMode, max_threads: usize) -> SamplerConfig {
         buffers_per_thread: 3,
         max_threads,
         max_depth: 64,
+        ..SamplerConfig::default()
     }
 }
 
@@ -617,6 +618,7 @@ fn deep_samples_are_not_lost_while_l_is_held() {
         buffers_per_thread: 128,
         max_threads: 4,
         max_depth: 2048,
+        ..SamplerConfig::default()
     };
     let (sampler, mut locked) = Sampler::start(cfg).unwrap();
     let sampler = Arc::new(sampler);

@@ -22,6 +22,7 @@ fn fast_config() -> SamplerConfig {
         buffers_per_thread: 3,
         max_threads: 32,
         max_depth: 128,
+        ..SamplerConfig::default()
     }
 }
 

@@ -39,6 +39,9 @@ pub enum Command {
     /// Compare the samples of two recordings: a differential flame graph, or collapsed stacks with both counts.
     #[command(after_long_help = DIFF_EXAMPLES, after_help = DIFF_EXAMPLES)]
     Diff(DiffArgs),
+    /// Run a program with the recorder preloaded (no change to the program), pass its exit status through, and show the result.
+    #[command(after_long_help = RECORD_EXAMPLES, after_help = RECORD_EXAMPLES)]
+    Record(RecordArgs),
     /// Record a built-in multi-threaded workload for a few seconds and show the result.
     #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
@@ -119,6 +122,60 @@ pub struct RepairArgs {
     /// recording directory in it is repaired.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+}
+
+const RECORD_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder record -- ./myprogram --its-args
+    recorder record --period 1ms -o app.jfr --flamegraph app.svg -- ./app
+    recorder record --duration 30s --repository /tmp/rec -- ./server     # records the first 30 s
+    recorder record --follow-children -- make -j2                        # one recording per process
+
+CMD runs with librecorder_preload.so preloaded (found next to this binary, or set RECORDER_PRELOAD).
+The recording streams while CMD runs (recorder top DIR, recorder dump --pid PID, the JDK's
+EventStream); when CMD ends, -o is written and the summary printed, and CMD's exit status becomes
+ours. Children that CMD executes are not recorded unless --follow-children is given (each then
+records into its own directory of the same base). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+recorder go on to CMD. Static and setuid programs cannot be preloaded into: they are refused
+(exit status 2). By hand: LD_PRELOAD=/path/librecorder_preload.so RECORDER_OPTIONS=period=1ms,output=app.jfr ./app";
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// CPU sampling period of each thread, e.g. 10ms, 1ms (100us ..= 1s).
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    pub period: std::time::Duration,
+    /// Wall-clock sampling period (not available yet in this build: refused).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wall: Option<std::time::Duration>,
+    /// Allocation sampling interval, e.g. 512KiB (not available yet in this build: refused).
+    #[arg(long, value_name = "SIZE")]
+    pub alloc: Option<String>,
+    /// Stop recording (not the program) after this long; -o and the summary are written then.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// How stacks are walked: auto (frame pointers through code built with them, the binaries'
+    /// .eh_frame unwind tables elsewhere), fp (frame pointers only) or dwarf (the tables wherever
+    /// they exist).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "fp", "dwarf"])]
+    pub unwinder: String,
+    /// Record the programs CMD executes too, each into its own recording of the same base directory.
+    #[arg(long)]
+    pub follow_children: bool,
+    /// Base directory of the repository (default: a per-user directory under the temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub repository: Option<PathBuf>,
+    /// The recording as one .jfr file, written when the recording ends.
+    #[arg(short = 'o', long = "output", value_name = "FILE", default_value = "recording.jfr")]
+    pub output: PathBuf,
+    /// Also write a flame graph SVG of the CPU samples.
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
+    /// Hottest functions shown.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 const DEMO_EXAMPLES: &str = "\

@@ -55,7 +55,8 @@ pub fn token(text: &str) -> String {
 /// outwards (the frame std itself cuts panic backtraces at: the thread spawn machinery, panic
 /// catching, `start_thread`, `clone3`) and the `FnOnce::call_once` shims just inside it; in other
 /// threads, the C library's outermost frames (`_start`, `__libc_start_main`,
-/// `__libc_start_call_main`, `start_thread`, `clone`, `clone3`). A stack that reaches none of
+/// `__libc_start_call_main`, `start_thread`, `clone`, `clone3`) and the wrappers of `recorder
+/// record`'s preload library just inside them. A stack that reaches none of
 /// them (truncated, or cut by a missing frame pointer) keeps every frame. At least one frame is
 /// always kept.
 pub fn runtime_frames(frames: &[FrameInfo]) -> usize {
@@ -66,11 +67,17 @@ pub fn runtime_frames(frames: &[FrameInfo]) -> usize {
             let shims = outermost_first().skip(i + 1).take_while(|f| is_call_once_shim(f)).count();
             i + 1 + shims
         }
-        None => outermost_first().take_while(|f| C_START_FRAMES.contains(&f.method.as_str())).count(),
+        None => outermost_first()
+            .take_while(|f| C_START_FRAMES.contains(&f.method.as_str()) || f.class == PRELOAD_LIBRARY)
+            .count(),
     };
     drop = drop.min(frames.len().saturating_sub(1));
     drop
 }
+
+/// `recorder record`'s preload library: its wrappers of `main` and of each thread's start routine
+/// sit between the C library's start frames and the program's.
+const PRELOAD_LIBRARY: &str = "recorder_preload";
 
 /// The C library's frames that start a process or a thread.
 const C_START_FRAMES: &[&str] = &[
@@ -165,5 +172,14 @@ mod tests {
         assert_eq!(runtime_frames(&cut), 0);
         let only = stack(&[("libc.so.6", "start_thread")]);
         assert_eq!(runtime_frames(&only), 0, "one frame is always kept");
+        // `recorder record`'s wrappers of main and of thread start routines go with them.
+        let preloaded = stack(&[
+            ("", "work"),
+            ("", "thread_main"),
+            ("recorder_preload", "thread_start"),
+            ("libc.so.6", "start_thread"),
+            ("libc.so.6", "clone3"),
+        ]);
+        assert_eq!(runtime_frames(&preloaded), 3);
     }
 }

@@ -64,6 +64,8 @@ pub enum Outcome {
 
 fn run(cli: args::Cli, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
     let outcome = match cli.command {
+        // CMD's exit status is ours.
+        args::Command::Record(a) => return commands::record::run(&a),
         args::Command::Summary(a) => commands::summary::run(&a.into_config())?,
         args::Command::Print(a) => commands::print::run(&a.into_config())?,
         args::Command::Dump(a) => commands::dump::run(&a.into_config(matches)?)?,

@@ -150,6 +150,7 @@ mod cpu {
                 SettingRow::new(builtin::EXECUTION_SAMPLE, "enabled", "true"),
                 SettingRow::new(builtin::EXECUTION_SAMPLE, "period", format!("{} us", sampler.period().as_micros())),
                 SettingRow::new(builtin::EXECUTION_SAMPLE, "samplingMode", self.mode_name(true)),
+                SettingRow::new(builtin::EXECUTION_SAMPLE, "unwinder", sampler.unwinder().name()),
             ]
         }
 

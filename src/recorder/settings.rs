@@ -270,6 +270,13 @@ impl RecorderBuilder {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).mode = mode;
         self
     }
+    /// How the sampler walks stacks (default [`Unwinder::Auto`](crate::Unwinder::Auto): frame
+    /// pointers through modules built with them, the `.eh_frame` CFI tables elsewhere). The
+    /// choice is written into the recording (`jdk.ActiveSetting` `unwinder`).
+    pub fn unwinder(mut self, unwinder: crate::Unwinder) -> Self {
+        self.settings.sampling.get_or_insert_with(SamplerConfig::default).unwinder = unwinder;
+        self
+    }
     /// Sampler buffer size in bytes and buffers per thread (defaults 16 KiB and 3).
     pub fn sampler_buffers(mut self, bytes: usize, per_thread: usize) -> Self {
         let config = self.settings.sampling.get_or_insert_with(SamplerConfig::default);

@@ -73,6 +73,8 @@ mod signal;
 mod timer;
 
 pub use buffer::SampleRecord;
+#[cfg(not(loom))]
+pub use signal::adopt_application_action;
 
 /// The sampler's signal source without the sampler, for `benches/sampling.rs`'s no-op floor: the
 /// same per-thread perf event delivering SIGPROF, so the bench measures exactly what the sampler
@@ -148,6 +150,8 @@ mod imp {
         /// Threads that can be sampled at once (slots). Default 128. Memory used is
         /// `max_threads * buffers_per_thread * buffer_bytes`, allocated at start.
         pub max_threads: usize,
+        /// How stacks are walked: frame pointers, DWARF CFI tables, or both (default `Auto`).
+        pub unwinder: crate::cfi::Unwinder,
     }
 
     impl Default for SamplerConfig {
@@ -159,6 +163,7 @@ mod imp {
                 buffer_bytes: 16 * 1024,
                 buffers_per_thread: 3,
                 max_threads: 128,
+                unwinder: crate::cfi::Unwinder::Auto,
             }
         }
     }
@@ -305,6 +310,10 @@ mod imp {
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
         registry: parking_lot::Mutex<Registry>,
+        /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
+        /// (published before the handler is installed, refreshed by thread discovery).
+        pub(super) unwinder: crate::cfi::Unwinder,
+        pub(super) cfi: crate::cfi::Published,
         /// New threads register themselves at their start ([`register_thread_start`], called by
         /// `thread_hooks`); off unless the owner asked for it.
         register_new_threads: AtomicBool,
@@ -988,6 +997,8 @@ mod imp {
                 stale: AtomicU64::new(0),
                 period,
                 mode,
+                unwinder: config.unwinder,
+                cfi: crate::cfi::Published::default(),
                 generation: *life,
                 registry: parking_lot::Mutex::new(Registry {
                     entries: (0..nslots).map(|_| None).collect(),
@@ -1000,6 +1011,11 @@ mod imp {
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
+            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+                // Before the first signal: samples of code without frame pointers are whole from
+                // the start (compiling the loaded modules' tables takes milliseconds).
+                shared.cfi.refresh();
+            }
             signal::install()?;
             let shared = Box::into_raw(shared);
             signal::publish(shared);
@@ -1014,6 +1030,11 @@ mod imp {
         /// The effective sampling period.
         pub fn period(&self) -> Duration {
             self.shared().period
+        }
+
+        /// How stacks are walked.
+        pub fn unwinder(&self) -> crate::cfi::Unwinder {
+            self.shared().unwinder
         }
 
         /// Starts sampling the calling thread now, with exact stack bounds (pthread_getattr_np)
@@ -1091,6 +1112,10 @@ mod imp {
         /// module docs); a failed /proc read only means less is learned this time.
         pub fn discover_threads_unlocked(&self) -> DiscoveryReport {
             let shared = self.shared();
+            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+                // Libraries loaded since (dlopen): their tables, before their code is sampled much.
+                shared.cfi.refresh();
+            }
             let t0 = Instant::now();
             let mut report = DiscoveryReport::default();
             let mut held = Duration::ZERO;

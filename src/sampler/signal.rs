@@ -121,6 +121,37 @@ pub(super) fn uninstall() {
     unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
 }
 
+/// While our handler is the current SIGPROF action, makes `act` the application's action instead
+/// of letting it replace ours: foreign SIGPROFs (not our timers' or perf events') are chained to
+/// it, and `uninstall` restores it. Returns the action it takes the place of (what the
+/// application's `sigaction` reports as the old one); `None` if our handler is not installed
+/// (the caller installs `act` for real). With `act` `None`, only reports the application's
+/// action. Normal context: the preload library's `sigaction` and `signal`.
+pub fn adopt_application_action(act: Option<&libc::sigaction>) -> Option<libc::sigaction> {
+    let mut prev = PREV_ACTION.lock();
+    // SAFETY: zeroed is a valid `sigaction`.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: query only; `current` is a valid out pointer.
+    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0
+        || current.sa_sigaction != on_sigprof as *const () as usize
+    {
+        return None;
+    }
+    // SAFETY: zeroed is a valid `sigaction` (SIG_DFL): what there was if we never saw one.
+    let application = prev.unwrap_or_else(|| unsafe { std::mem::zeroed() });
+    let Some(act) = act else { return Some(application) };
+    *prev = Some(*act);
+    // Release: handlers that load SIG_IGN drop foreign signals while the pair changes; pairs with
+    // the Acquire loads in `chain`.
+    PREV_HANDLER.store(libc::SIG_IGN, Ordering::Release);
+    // Release: pairs with the Acquire load in `chain` (a chain that sees these flags sees SIG_IGN
+    // or the new handler on its second load of PREV_HANDLER).
+    PREV_FLAGS.store(act.sa_flags as usize, Ordering::Release);
+    // Release: publishes the flags stored above; pairs with the Acquire loads in `chain`.
+    PREV_HANDLER.store(act.sa_sigaction, Ordering::Release);
+    Some(application)
+}
+
 /// Unpublishes the sampler and waits until no handler can still be using it.
 pub(super) fn unpublish_and_wait() {
     // Relaxed + the SeqCst fence below: Dekker with the handler's increment + fence + load.
@@ -188,13 +219,19 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
 
 /// Passes a foreign SIGPROF to the application's previous handler; SIG_DFL/SIG_IGN: drop it.
 fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
-    // Relaxed: written before our handler was installed (kernel-ordered).
-    let h = PREV_HANDLER.load(Ordering::Relaxed);
+    // Acquire: pairs with the Release stores of `install` (kernel-ordered anyway) and of
+    // `adopt_application_action`.
+    let h = PREV_HANDLER.load(Ordering::Acquire);
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         return;
     }
-    // Relaxed: as above.
-    let flags = PREV_FLAGS.load(Ordering::Relaxed) as c_int;
+    // Acquire: pairs with the Release store of the flags in `adopt_application_action`.
+    let flags = PREV_FLAGS.load(Ordering::Acquire) as c_int;
+    // Acquire: as the first load. Changed meanwhile (the application installed another handler):
+    // `flags` may be the new handler's, so drop this one signal rather than call `h` wrongly.
+    if PREV_HANDLER.load(Ordering::Acquire) != h {
+        return;
+    }
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed `h` with SA_SIGINFO, so it has this signature.
         let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
@@ -287,7 +324,14 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     let entry = if tid == shared.pid { shared.main_entry } else { 0 };
     // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
     // `outer` in a ring, the rest counted.
-    let (total, complete) = walk(&regs, lo, hi, entry, depth.inner, depth.outer, scratch);
+    let tables = match shared.unwinder {
+        crate::cfi::Unwinder::FramePointer => None,
+        _ => shared.cfi.load(),
+    };
+    let (total, complete) = match tables {
+        Some(tables) if hi != 0 => walk_cfi(tables, shared.unwinder, &regs, lo, hi, depth.inner, depth.outer, scratch),
+        _ => walk(&regs, lo, hi, entry, depth.inner, depth.outer, scratch),
+    };
     let layout = WalkLayout::new(depth.inner, depth.outer, total);
     if !complete || layout.dropped() > 0 {
         flags |= FLAG_TRUNCATED;
@@ -450,6 +494,52 @@ pub(super) fn walk(
         last = fp;
         fp = next;
     }
+}
+
+/// Like [`walk`], through the DWARF CFI tables where `unwinder` asks for them (`crate::cfi`):
+/// same scratch layout, same bounds, same [`HARD_WALK_LIMIT`].
+///
+/// # Signal safety
+/// `cfi::walk` (binary searches over immutable tables, loads checked against `[max(lo, sp),
+/// hi)`) and relaxed stores into the slot's own scratch only.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn walk_cfi(
+    tables: &crate::cfi::Tables,
+    unwinder: crate::cfi::Unwinder,
+    regs: &Registers,
+    lo: usize,
+    hi: usize,
+    inner: usize,
+    outer: usize,
+    scratch: &[AtomicU64],
+) -> (usize, bool) {
+    let mut n = 0usize;
+    let mut ring = inner;
+    let ring_end = inner + outer;
+    let store = |ip: u64| {
+        let at = if n < inner {
+            n
+        } else if outer > 0 {
+            let at = ring;
+            ring += 1;
+            if ring == ring_end {
+                ring = inner;
+            }
+            at
+        } else {
+            usize::MAX
+        };
+        if let Some(w) = scratch.get(at) {
+            // Relaxed: the scratch is read back only by this handler (same thread).
+            w.store(ip, Ordering::Relaxed);
+        }
+        n += 1;
+    };
+    let start = crate::cfi::Regs { pc: regs.pc, sp: regs.sp, fp: regs.fp };
+    let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, HARD_WALK_LIMIT, store);
+    // Complete: the outermost frame was reached (as `walk` defines it).
+    (walked, end == crate::cfi::End::Root)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -73,7 +73,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         }
         None => repository.join("flamegraph.svg"),
     };
-    let flamegraph = write_flamegraph(&repository, &svg);
+    let flamegraph = write_flamegraph(&repository, &svg, "recorder demo: CPU samples");
     let mut out = std::io::stdout().lock();
     writeln!(out)?;
     match &flamegraph {
@@ -151,7 +151,7 @@ fn shell_word(word: &str) -> String {
 }
 
 /// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.
-fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path, title: &str) -> anyhow::Result<()> {
     let source = source::load(repository, source::Recordings::All)?;
     let selection = crate::fold::Selection::default();
     let mut folded = crate::fold::Folded::default();
@@ -163,14 +163,14 @@ fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyh
         anyhow::bail!("no CPU samples were recorded");
     }
     let mut out = std::io::BufWriter::new(std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?);
-    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", "samples", &mut out)?;
+    crate::commands::dump::write_flamegraph(&folded, title, "samples", &mut out)?;
     out.flush().with_context(|| format!("{}", svg.display()))?;
     Ok(())
 }
 
 /// The hottest functions of the recording's CPU samples: self (innermost frame) and total (anywhere
 /// in the stack) shares.
-fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
+pub(crate) fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
     let source = source::load(path, source::Recordings::All)?;
     let mut self_counts: HashMap<String, u64> = HashMap::new();
     let mut total_counts: HashMap<String, u64> = HashMap::new();

@@ -5,6 +5,7 @@ pub mod diff;
 pub mod dump;
 pub mod print;
 pub mod push;
+pub mod record;
 pub mod repair;
 pub mod summary;
 pub mod top;

@@ -1,0 +1,468 @@
+//! `recorder record [OPTIONS] -- CMD [ARGS...]`: runs CMD with `librecorder_preload.so` preloaded,
+//! passes its exit status through, and at its end leaves a finished repository, writes `-o` and
+//! prints what `recorder demo` prints (samples taken/written/lost, the summary, the hottest
+//! functions).
+//!
+//! How it knows what happened in CMD: it names a report file in `RECORDER_OPTIONS`; the library
+//! appends `started PID PPID DIR` when a process's recording starts, `finished PID WHY TAKEN
+//! WRITTEN LOST` when it stops cleanly, `failed PID MESSAGE` when it cannot start. No `started`
+//! line for CMD's pid means the library never ran in it: a program the loader refuses to preload
+//! into (static, setuid) is refused before it runs; one that re-executes itself with a cleared
+//! environment is detected after.
+
+use crate::args::{RecordArgs, SummaryConfig};
+use crate::source;
+use anyhow::{bail, Context};
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+/// The library's file name, looked for next to the `recorder` binary.
+pub const LIBRARY_FILE_NAME: &str = "librecorder_preload.so";
+/// Overrides where the library is (a path to the `.so`).
+pub const ENV_PRELOAD: &str = "RECORDER_PRELOAD";
+
+/// CMD's pid while it runs, for the signal forwarder (0: none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    if args.wall.is_some() {
+        bail!("--wall: wall-clock sampling is not available yet in this build of the recorder");
+    }
+    if args.alloc.is_some() {
+        bail!("--alloc: allocation sampling is not available yet in this build of the recorder");
+    }
+    let library = find_library()?;
+    let Some((program, program_args)) = args.command.split_first() else {
+        bail!("no command given: recorder record [OPTIONS] -- CMD [ARGS...]");
+    };
+    let resolved = resolve_program(program)?;
+    check_preloadable(&resolved)?;
+
+    let report_path = report_file_path();
+    let mut options = vec![format!("period={}ns", args.period.as_nanos()), format!("report={}", report_path.display())];
+    if let Some(dir) = &args.repository {
+        std::fs::create_dir_all(dir).with_context(|| format!("repository {}", dir.display()))?;
+        let dir = dir.canonicalize().with_context(|| format!("repository {}", dir.display()))?;
+        options.push(format!("repository={}", dir.display()));
+    }
+    if let Some(d) = args.duration {
+        options.push(format!("duration={}ns", d.as_nanos()));
+    }
+    if args.follow_children {
+        options.push("follow-children=1".into());
+    }
+    options.push(format!("unwinder={}", args.unwinder));
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut v = existing;
+            v.push(" ");
+            v.push(&library);
+            v
+        }
+        _ => library.clone().into_os_string(),
+    };
+    let mut command = std::process::Command::new(program);
+    command.args(program_args).env("LD_PRELOAD", preload).env("RECORDER_OPTIONS", options.join(","));
+    // CMD gets the default dispositions of the signals we forward, whatever ours become.
+    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for sig in FORWARDED {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let pid = child.id();
+    CHILD.store(pid as i32, Ordering::SeqCst);
+    install_forwarding();
+    // With --duration the recording may finish while CMD goes on: the outputs are written then,
+    // and CMD is waited for to pass its status through.
+    let mut summarized = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        if args.duration.is_some() && !summarized {
+            let lines = parse_report(&std::fs::read_to_string(&report_path).unwrap_or_default());
+            if lines.finished.iter().any(|f| f.0 == pid) {
+                summarized = true;
+                summarize(args, pid, &lines, None)?;
+                println!("\nWaiting for {} (pid {pid}) to end...", program.to_string_lossy());
+            }
+        }
+        std::thread::sleep(POLL);
+    };
+    CHILD.store(0, Ordering::SeqCst);
+    let status = status.with_context(|| format!("waiting for {}", program.to_string_lossy()))?;
+    let lines = parse_report(&std::fs::read_to_string(&report_path).unwrap_or_default());
+    let _ = std::fs::remove_file(&report_path);
+    if summarized {
+        println!("{} {}.", program.to_string_lossy(), describe(status));
+    } else {
+        summarize(args, pid, &lines, Some(status))?;
+    }
+    Ok(exit_code_of(status))
+}
+
+/// How often CMD's state is looked at while it runs.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Signals sent to `recorder record` that go on to CMD.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Forwards the signals in [`FORWARDED`] to CMD. A SIGINT from the terminal (Ctrl-C) already
+/// reached CMD, which is in the same process group: only signals sent by a process (`kill`) are
+/// forwarded, so CMD never gets one Ctrl-C twice.
+fn install_forwarding() {
+    extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        let from_kernel = unsafe { info.as_ref() }.is_some_and(|i| i.si_code == libc::SI_KERNEL);
+        let pid = CHILD.load(Ordering::SeqCst);
+        if pid > 0 && !from_kernel {
+            // SAFETY: kill is async-signal-safe.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+    for sig in FORWARDED {
+        // SAFETY: zeroed is a valid sigaction; `forward` has the SA_SIGINFO signature and only
+        // calls async-signal-safe functions.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = forward as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
+}
+
+/// CMD's status as ours: its exit code, or for a signal the shell's 128 + N (after re-raising
+/// it on ourselves where that terminates us the same way).
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    let sig = status.signal().unwrap_or(0);
+    if sig != 0 {
+        let _ = std::io::stdout().flush();
+        // SAFETY: restoring the default action and raising the signal CMD died of, so our
+        // parent sees the same cause of death (a shell prints "Killed", a build tool stops).
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+    ExitCode::from((128 + sig) as u8)
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ReportLines {
+    /// (pid, ppid, recording directory), in order.
+    started: Vec<(u32, u32, PathBuf)>,
+    /// (pid, why, taken, written, lost).
+    finished: Vec<(u32, String, u64, u64, u64)>,
+    /// (pid, message).
+    failed: Vec<(u32, String)>,
+}
+
+fn parse_report(text: &str) -> ReportLines {
+    let mut r = ReportLines::default();
+    for line in text.lines() {
+        let mut words = line.splitn(4, ' ');
+        let kind = words.next().unwrap_or("");
+        let Some(pid) = words.next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        match kind {
+            "started" => {
+                let ppid = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                if let Some(dir) = words.next() {
+                    r.started.push((pid, ppid, PathBuf::from(dir)));
+                }
+            }
+            "finished" => {
+                let rest: Vec<&str> = line.split(' ').skip(2).collect();
+                if let [why, taken, written, lost] = rest[..] {
+                    let n = |s: &str| s.parse().unwrap_or(0);
+                    r.finished.push((pid, why.to_owned(), n(taken), n(written), n(lost)));
+                }
+            }
+            "failed" => {
+                let msg = line.splitn(3, ' ').nth(2).unwrap_or("").to_owned();
+                r.failed.push((pid, msg));
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+        _ => "ended".into(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        _ => "signal",
+    }
+}
+
+/// Everything after CMD ended: close the recording if CMD could not, write `-o`, print the summary.
+fn summarize(
+    args: &RecordArgs,
+    pid: u32,
+    lines: &ReportLines,
+    status: Option<std::process::ExitStatus>,
+) -> anyhow::Result<()> {
+    let program = args.command.first().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some((_, _, dir)) = lines.started.iter().find(|(p, _, _)| *p == pid) else {
+        if let Some((_, msg)) = lines.failed.iter().find(|(p, _)| *p == pid) {
+            bail!("the recording could not start in {program}: {msg}");
+        }
+        bail!(
+            "{program} {} without the recorder: {LIBRARY_FILE_NAME} was not loaded into it (a program that clears LD_PRELOAD from its environment before it re-executes itself, or one the loader runs in secure mode); nothing was recorded",
+            status.map_or_else(|| "ran".to_owned(), describe)
+        );
+    };
+    let finished = lines.finished.iter().find(|f| f.0 == pid);
+    let mut out = std::io::stdout().lock();
+    writeln!(out)?;
+    if let Some(status) = status {
+        writeln!(out, "{program} {}.", describe(status))?;
+    }
+    match finished {
+        Some((_, why, taken, written, lost)) => {
+            if why == "duration" {
+                writeln!(out, "Recording stopped after --duration while {program} went on.")?;
+            }
+            writeln!(out, "CPU samples: {taken} taken, {written} written, {lost} lost.")?;
+        }
+        None => {
+            drop(out);
+            // CMD could not finish its recording (_exit, a fatal signal, SIGKILL): close its chunks
+            // at what was published, so every JFR reader accepts them.
+            let repaired = recorder::repository::repair(dir).with_context(|| format!("closing {}", dir.display()))?;
+            out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "The recording was not finished by {program} (no exit handler ran); it keeps what was published up to its last flush{}.",
+                if repaired.chunks_closed.is_empty() && repaired.final_chunk.is_none() { "" } else { " (chunks closed)" }
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "Repository: {}", dir.display())?;
+    let others: Vec<&(u32, u32, PathBuf)> = lines.started.iter().filter(|(p, _, _)| *p != pid).collect();
+    if !others.is_empty() {
+        writeln!(out, "Child processes recorded ({}):", others.len())?;
+        for (p, pp, d) in &others {
+            writeln!(out, "  pid {p} (parent {pp}): {}", d.display())?;
+        }
+    }
+    write_output(dir, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
+    writeln!(out, "Recording:  {}", args.output.display())?;
+    out.flush()?;
+    drop(out);
+    crate::commands::summary::run(&SummaryConfig {
+        path: dir.clone(),
+        recordings: source::Recordings::All,
+        json: false,
+    })?;
+    crate::commands::demo::print_top(dir, args.top)?;
+    if let Some(svg) = &args.flamegraph {
+        crate::commands::demo::write_flamegraph(dir, svg, &format!("recorder record: {program}"))?;
+        println!("\nFlame graph: {}", svg.display());
+    }
+    Ok(())
+}
+
+/// `-o`: the recording's chunk files in order, one after the other (a JFR file is its chunks),
+/// written under a temporary name and renamed.
+fn write_output(dir: &Path, out: &Path) -> anyhow::Result<()> {
+    let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jfr"))
+        .collect();
+    chunks.sort();
+    if chunks.is_empty() {
+        bail!("{} holds no chunk file", dir.display());
+    }
+    let mut bytes = Vec::new();
+    for c in &chunks {
+        bytes.extend_from_slice(&std::fs::read(c).with_context(|| format!("{}", c.display()))?);
+    }
+    let mut tmp = out.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::rename(&tmp, out)?;
+    Ok(())
+}
+
+/// `RECORDER_PRELOAD`, else `librecorder_preload.so` next to this binary.
+fn find_library() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os(ENV_PRELOAD).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("{ENV_PRELOAD}={}: no such file", p.display());
+        }
+        return p.canonicalize().with_context(|| format!("{ENV_PRELOAD}={}", p.display()));
+    }
+    let exe = std::env::current_exe().context("finding the recorder binary")?;
+    let beside = exe.with_file_name(LIBRARY_FILE_NAME);
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    bail!(
+        "{LIBRARY_FILE_NAME} not found next to {} (build it with `cargo build --release -p recorder-preload`, or point {ENV_PRELOAD} at it)",
+        exe.display()
+    )
+}
+
+/// CMD as exec will find it: a path as given, a bare name through `PATH`.
+fn resolve_program(program: &OsString) -> anyhow::Result<PathBuf> {
+    let p = Path::new(program);
+    if program.to_string_lossy().contains('/') {
+        if p.is_file() {
+            return Ok(p.to_owned());
+        }
+        bail!("{}: no such file", p.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(p);
+        if candidate.is_file() && is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    bail!("{}: command not found", p.display())
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.mode() & 0o111 != 0)
+}
+
+/// Refuses, before running it, a program the dynamic loader will not preload the library into:
+/// a static executable (no loader at all) or a setuid/setgid one (secure mode ignores LD_PRELOAD
+/// paths). A `#!` script is judged by its interpreter.
+fn check_preloadable(path: &Path) -> anyhow::Result<()> {
+    check_file(path, 0)
+}
+
+fn check_file(path: &Path, depth: u32) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if (meta.mode() & libc::S_ISUID != 0 && meta.uid() != euid)
+        || (meta.mode() & libc::S_ISGID != 0 && meta.gid() != egid)
+    {
+        bail!(
+            "{} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so it cannot be recorded",
+            path.display()
+        );
+    }
+    let mut head = vec![0u8; 4096];
+    let n = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+        f.read(&mut head).with_context(|| format!("{}", path.display()))?
+    };
+    head.truncate(n);
+    if head.starts_with(b"#!") && depth == 0 {
+        let line = head.split(|b| *b == b'\n').next().unwrap_or(&[]);
+        let text = String::from_utf8_lossy(&line[2..]);
+        if let Some(interp) = text.split_whitespace().next() {
+            return check_file(Path::new(interp), depth + 1);
+        }
+        return Ok(());
+    }
+    match elf_interpreter(path)? {
+        Elf::Dynamic => Ok(()),
+        Elf::Static => bail!(
+            "{} is statically linked: it has no dynamic loader to preload the recorder into, so it cannot be recorded (embed the recorder crate instead)",
+            path.display()
+        ),
+        Elf::Other => Ok(()),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Elf {
+    /// Has a PT_INTERP: the dynamic loader starts it.
+    Dynamic,
+    /// An ELF executable without PT_INTERP.
+    Static,
+    /// Not an ELF file (exec decides).
+    Other,
+}
+
+/// Reads the ELF header and program headers (64-bit little-endian, the targets we support).
+fn elf_interpreter(path: &Path) -> anyhow::Result<Elf> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
+        return Ok(Elf::Other);
+    }
+    let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+    let u32_at = |o: usize| bytes.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let u64_at = |o: usize| bytes.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize);
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(32), u16_at(54), u16_at(56)) else {
+        return Ok(Elf::Other);
+    };
+    for i in 0..phnum {
+        let Some(kind) = u32_at(phoff + i * phentsize) else { break };
+        if kind == 3 {
+            return Ok(Elf::Dynamic);
+        }
+    }
+    Ok(Elf::Static)
+}
+
+/// A fresh file name for the library's report lines.
+fn report_file_path() -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("recorder-record-{}-{nanos}.report", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_lines_are_read_back() {
+        let r = parse_report(
+            "started 10 9 /tmp/r/2026_01_01_00_00_00_10\nstarted 11 10 /tmp/r/a b\nfinished 11 exit 5 4 1\nfailed 12 repository /x: denied\ngarbage\n",
+        );
+        assert_eq!(r.started.len(), 2);
+        assert_eq!(r.started[1], (11, 10, PathBuf::from("/tmp/r/a b")));
+        assert_eq!(r.finished, vec![(11, "exit".to_owned(), 5, 4, 1)]);
+        assert_eq!(r.failed, vec![(12, "repository /x: denied".to_owned())]);
+    }
+
+    #[test]
+    fn static_and_dynamic_executables_are_told_apart() {
+        assert_eq!(elf_interpreter(Path::new("/bin/sh")).unwrap(), Elf::Dynamic);
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(elf_interpreter(&exe).unwrap(), Elf::Dynamic);
+    }
+}

@@ -1,0 +1,162 @@
+//! `RECORDER_OPTIONS`: what the preloaded library records, as comma-separated `key=value` pairs
+//! (`period=1ms,repository=/tmp/rec,output=app.jfr`). `recorder record` writes it; a user may
+//! write it by hand (README "Recording an unmodified program").
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The variable the options are read from.
+pub const ENV_OPTIONS: &str = "RECORDER_OPTIONS";
+
+/// Which unwinder the sampler uses (`unwinder=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnwinderChoice {
+    /// Frame pointers, DWARF CFI where a module has none.
+    #[default]
+    Auto,
+    /// Frame pointers only.
+    FramePointer,
+    /// DWARF CFI wherever a module has it.
+    Dwarf,
+}
+
+/// Parsed options; every one has a default.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Options {
+    /// CPU sampling period (`period=10ms`); `None`: the library's default.
+    pub period: Option<Duration>,
+    /// Base directory of the repository (`repository=DIR`); `None`: the library's default.
+    pub repository: Option<PathBuf>,
+    /// A `.jfr` file written at exit (`output=FILE`).
+    pub output: Option<PathBuf>,
+    /// Stop recording (not the program) after this long (`duration=30s`).
+    pub duration: Option<Duration>,
+    /// Keep the recorder in exec'd children (`follow-children=1`): each records on its own.
+    pub follow_children: bool,
+    /// Wall-clock sampling period (`wall=50ms`).
+    pub wall: Option<Duration>,
+    /// Allocation sampling interval in bytes (`alloc=512KiB`).
+    pub alloc: Option<u64>,
+    /// `unwinder=auto|fp|dwarf`.
+    pub unwinder: UnwinderChoice,
+    /// A file the library appends one line to at start and at the end of each recording
+    /// (`recorder record` reads it; see [`crate::report`]).
+    pub report: Option<PathBuf>,
+}
+
+/// Parses the options; the error names the offending pair.
+pub fn parse(text: &str) -> Result<Options, String> {
+    let mut o = Options::default();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let (key, value) = (key.trim(), value.trim());
+        let bad = |why: String| format!("{key}={value}: {why}");
+        match key {
+            "period" => o.period = Some(parse_duration(value).map_err(bad)?),
+            "repository" => o.repository = Some(non_empty_path(value).map_err(bad)?),
+            "output" => o.output = Some(non_empty_path(value).map_err(bad)?),
+            "duration" => o.duration = Some(parse_duration(value).map_err(bad)?),
+            "follow-children" => o.follow_children = parse_bool(value).map_err(bad)?,
+            "wall" => o.wall = Some(parse_duration(value).map_err(bad)?),
+            "alloc" => o.alloc = Some(parse_size(value).map_err(bad)?),
+            "unwinder" => {
+                o.unwinder = match value {
+                    "auto" => UnwinderChoice::Auto,
+                    "fp" | "frame-pointer" => UnwinderChoice::FramePointer,
+                    "dwarf" => UnwinderChoice::Dwarf,
+                    _ => return Err(bad("expected auto, fp or dwarf".into())),
+                }
+            }
+            "report" => o.report = Some(non_empty_path(value).map_err(bad)?),
+            _ => {
+                return Err(format!(
+                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, unwinder, report)"
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn non_empty_path(value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() {
+        Err("a path is required".into())
+    } else {
+        Ok(PathBuf::from(value))
+    }
+}
+
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "1" | "yes" | "true" | "on" => Ok(true),
+        "0" | "no" | "false" | "off" => Ok(false),
+        _ => Err("expected 1 or 0".into()),
+    }
+}
+
+/// `10ms`, `500us`, `1s`, `2m`, `1h`, `100ns` (a bare number is milliseconds), as the CLI takes it.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (value, unit) = split_number(text)?;
+    let nanos_per = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "" | "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
+    };
+    Ok(Duration::from_nanos((value * nanos_per) as u64))
+}
+
+/// `512KiB`, `1MiB`, `4096` (bytes), `2k`, `1M`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let (value, unit) = split_number(text)?;
+    let per = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
+    };
+    Ok((value * per) as u64)
+}
+
+fn split_number(text: &str) -> Result<(f64, &str), String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a number with a unit"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("`{text}` is not a number with a unit"));
+    }
+    Ok((value, unit.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_option_and_round_trips() {
+        let o = parse("period=1ms, repository=/tmp/r,output=a.jfr,duration=2s,follow-children=1,wall=50ms,alloc=512KiB,unwinder=dwarf,report=/tmp/x")
+            .unwrap();
+        assert_eq!(o.period, Some(Duration::from_millis(1)));
+        assert_eq!(o.repository.as_deref(), Some(std::path::Path::new("/tmp/r")));
+        assert_eq!(o.output.as_deref(), Some(std::path::Path::new("a.jfr")));
+        assert_eq!(o.duration, Some(Duration::from_secs(2)));
+        assert!(o.follow_children);
+        assert_eq!(o.wall, Some(Duration::from_millis(50)));
+        assert_eq!(o.alloc, Some(512 * 1024));
+        assert_eq!(o.unwinder, UnwinderChoice::Dwarf);
+        assert_eq!(parse("").unwrap(), Options::default());
+    }
+
+    #[test]
+    fn errors_name_the_pair() {
+        assert!(parse("period=fast").unwrap_err().starts_with("period=fast:"));
+        assert!(parse("colour=red").unwrap_err().contains("unknown option `colour`"));
+        assert!(parse("unwinder=libgcc").unwrap_err().contains("auto, fp or dwarf"));
+        assert!(parse("repository=").unwrap_err().contains("path is required"));
+    }
+}
