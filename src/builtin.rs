@@ -22,6 +22,8 @@ pub const JDK_DATA_LOSS: u64 = 107;
 pub const DATA_LOSS: u64 = 108;
 /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
 pub const SAMPLER_STATISTICS: u64 = 109;
+/// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative.
+pub const SCOPE_TIMING: u64 = 110;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -200,6 +202,25 @@ pub fn classes() -> Vec<Class> {
             "Sampler Statistics",
             &["Flight Recorder"],
             "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("pathId", ids::LONG, "Path Id"),
+            f("parentPathId", ids::LONG, "Parent Path Id"),
+            f("name", ids::STRING, "Name"),
+            f("calls", ids::LONG, "Calls"),
+            f("totalTime", ids::LONG, "Total Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
+            f("selfTime", ids::LONG, "Self Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
+        ],
+        ..spec(
+            SCOPE_TIMING,
+            "recorder.ScopeTiming",
+            "Scope Timing",
+            &["Flight Recorder", "Scopes"],
+            "One call path of the instrumented scopes, all threads merged, since the recording started: completed \
+             calls, total time and self time (the profiler's own bookkeeping excluded); parentPathId 0 is the root",
         )
     }));
 

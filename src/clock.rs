@@ -13,6 +13,11 @@ pub fn ticks() -> i64 {
     read(libc::CLOCK_MONOTONIC)
 }
 
+/// `ticks` ticks in ns.
+pub fn ticks_to_nanos(ticks: i64) -> i64 {
+    ticks
+}
+
 /// Wall-clock time in ns since the Unix epoch.
 pub fn epoch_nanos() -> i64 {
     read(libc::CLOCK_REALTIME)

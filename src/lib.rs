@@ -60,6 +60,8 @@ mod recorder;
 pub mod repository;
 #[allow(unsafe_code)]
 pub mod sampler;
+#[cfg(not(loom))]
+pub mod scope;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;
@@ -82,6 +84,8 @@ pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuil
 pub use recorder::{Holder as LockHolder, LockHold};
 #[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
+#[cfg(not(loom))]
+pub use scope::{scope_at, ScopeReport};
 
 #[cfg(not(loom))]
 #[doc(hidden)]

@@ -36,6 +36,7 @@ use crate::flush::LossReport;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository;
 use crate::sampler::{Sampler, SamplerStats};
+use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use lock::{Held, L};
@@ -75,6 +76,8 @@ pub struct FinalReport {
     pub stats: RecorderStats,
     /// The sampler's final counters, if it sampled.
     pub sampler: Option<SamplerStats>,
+    /// The scope tree of the whole recording, all threads merged.
+    pub scopes: ScopeReport,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -172,6 +175,8 @@ impl Recorder {
             let _ = std::fs::remove_dir_all(&inner.dir);
             return Err(e);
         }
+        // Scopes of this recording start with empty trees.
+        crate::scope::start(generation, settings.deterministic);
         reservation.publish(shared);
         crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
         Ok(Recorder { inner })
@@ -230,7 +235,19 @@ impl Recorder {
         self.inner.owner()?;
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
-        Ok(FinalReport { stats: state.stats, sampler: state.final_sampler_stats.clone() })
+        let (stats, sampler) = (state.stats, state.final_sampler_stats.clone());
+        drop(state);
+        Ok(FinalReport { stats, sampler, scopes: crate::scope::absorb(|m| m.report()) })
+    }
+
+    /// The scope tree so far ([`scope!`](crate::scope), `#[recorder::profile]`,
+    /// [`scope_at`](crate::scope_at), spans of the tracing layer): the trees of all threads, those
+    /// that exited included, merged into one report. Empty in a forked child.
+    pub fn scope_report(&self) -> ScopeReport {
+        if self.inner.owner().is_err() {
+            return ScopeReport::default();
+        }
+        crate::scope::absorb(|m| m.report())
     }
 
     /// Counters so far (zero in a forked child: the recording is the parent's).
@@ -343,12 +360,13 @@ impl Inner {
         let now = l.now_ticks();
         l.drain_event_buffers(); // 1. application events
         l.drain_sample_sources(); // 2. CPU samples (wall-clock, allocation: more sources)
-        l.write_own_events(now); // 3. thread starts/ends, data loss, settings, statistics
+        l.write_scope_timings(now); // 3. the scope tree's changed nodes
+        l.write_own_events(now); // 4. thread starts/ends, data loss, settings, statistics
         let mut l = self.resolve_without_l(l, id); // names of new addresses and threads
         l.open_chunk_if_needed(); // (a write failed meanwhile: the chunk was closed)
         let now = l.now_ticks();
-        l.close_segment(now); // 4-5. metadata if changed, one checkpoint
-        l.publish(now); // 6. the segment, then the header (guard protocol); retention
+        l.close_segment(now); // 5-6. metadata if changed, one checkpoint
+        l.publish(now); // 7. the segment, then the header (guard protocol); retention
         l
     }
 
