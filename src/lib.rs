@@ -86,6 +86,10 @@ pub use recorder::{Holder as LockHolder, LockHold};
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 #[cfg(not(loom))]
 pub use scope::{scope_at, ScopeReport};
+/// Makes a function's body an instrumented scope: `#[recorder::profile]` or
+/// `#[recorder::profile(name = "...")]` (see [`scope!`]).
+#[cfg(not(loom))]
+pub use recorder_macros::profile;
 
 #[cfg(not(loom))]
 #[doc(hidden)]

@@ -288,3 +288,26 @@ fn scope_timing_events_carry_the_report() {
     assert_eq!(counts.get("recorder.ScopeTiming").copied(), Some(events.len() as u64), "{counts:?}");
     jdk_accepts(&[file]);
 }
+
+#[recorder::profile]
+fn profiled_outer() -> u64 {
+    (0..3).map(|_| profiled_inner(7)).sum()
+}
+
+#[recorder::profile(name = "custom::inner")]
+fn profiled_inner(x: u64) -> u64 {
+    std::hint::black_box(x * 2)
+}
+
+/// `#[recorder::profile]` times functions like `scope!`, named after the function or as given.
+#[test]
+fn profile_attribute_times_functions() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = start(dir.path());
+    assert_eq!(profiled_outer(), 42);
+    let report = rec.scope_report();
+    rec.stop().unwrap();
+    assert_eq!(calls(&report, &["profiled_outer"]), 1);
+    assert_eq!(calls(&report, &["profiled_outer", "custom::inner"]), 3);
+}
