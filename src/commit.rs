@@ -289,6 +289,13 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
     }
 }
 
+/// The running recording's generation (0: none runs).
+#[inline]
+pub(crate) fn generation() -> u64 {
+    // Acquire: pairs with the Release store in `Recorder::start`.
+    GENERATION.load(Ordering::Acquire)
+}
+
 /// A recording is running.
 #[inline]
 pub(crate) fn recording() -> bool {
@@ -341,6 +348,74 @@ pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl FnOnce(&mu
     }
     // The frame record of this function: the stack walk keeps frames from its caller outwards.
     let anchor = crate::unwind::frame_pointer();
+    commit_with(ty, write_fields, start, duration, StackSource::Walk(anchor));
+}
+
+/// A stack captured for an event committed later (a span's stack at its entry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CapturedStack {
+    /// The recording whose stack table `key` names (0: no stack).
+    generation: u64,
+    key: u64,
+}
+
+/// Where a record's stack comes from.
+#[derive(Debug, Clone, Copy)]
+enum StackSource {
+    /// Walked now from this frame record (if the type's setting asks for stacks).
+    Walk(usize),
+    /// Captured earlier.
+    Captured(CapturedStack),
+}
+
+/// Captures the caller's stack now, for an event of type `ty` committed later with
+/// [`commit_event_with_stack`]; nothing if no recording runs or the type records no stacks.
+#[inline(never)]
+pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
+    // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
+    let generation = GENERATION.load(Ordering::Acquire);
+    ty.id();
+    // Relaxed: a setting.
+    if generation == 0 || !ty.stack_trace.load(Ordering::Relaxed) {
+        return CapturedStack::default();
+    }
+    let anchor = crate::unwind::frame_pointer();
+    LOCAL
+        .try_with(|cell| {
+            let Ok(mut local) = cell.try_borrow_mut() else { return CapturedStack::default() };
+            if local.generation != generation && !local.attach(generation) {
+                return CapturedStack::default();
+            }
+            CapturedStack { generation, key: local.stack_key(anchor) }
+        })
+        .unwrap_or_default()
+}
+
+/// Records an event of type `ty` with the stack captured earlier (none if it belongs to another
+/// recording, or the type's setting is off now).
+#[inline(never)]
+pub(crate) fn commit_event_with_stack(
+    ty: &'static EventType,
+    write_fields: impl FnOnce(&mut Vec<u8>),
+    start: i64,
+    duration: i64,
+    stack: CapturedStack,
+) {
+    // Relaxed: as in `commit_event`.
+    if GENERATION.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    commit_with(ty, write_fields, start, duration, StackSource::Captured(stack));
+}
+
+#[inline(always)]
+fn commit_with(
+    ty: &'static EventType,
+    write_fields: impl FnOnce(&mut Vec<u8>),
+    start: i64,
+    duration: i64,
+    stack: StackSource,
+) {
     let type_id = ty.id();
     // Relaxed: settings.
     if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed) {
@@ -353,7 +428,7 @@ pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl FnOnce(&mu
             return false;
         };
         local.enter();
-        let recorded = local.record(anchor, type_id, with_stack, write_fields, start, duration);
+        let recorded = local.record(stack, type_id, with_stack, write_fields, start, duration);
         local.leave();
         recorded
     });
@@ -388,12 +463,28 @@ impl Local {
         }
     }
 
+    /// The key of the stack from frame record `anchor` outwards, in this recording's table.
+    fn stack_key(&mut self, anchor: usize) -> u64 {
+        let Some(shared) = self.shared.as_ref() else { return 0 };
+        let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
+        if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
+            // The table is insert-only: the key interned last time still names this stack.
+            self.last_key
+        } else {
+            let key = shared.stacks.intern(&self.frames, truncated).0;
+            self.last_frames.clone_from(&self.frames);
+            self.last_truncated = truncated;
+            self.last_key = key;
+            key
+        }
+    }
+
     /// Encodes one event into this thread's buffer. Returns false if it could not be recorded
     /// at all (the caller counts it lost).
     #[inline(always)]
     fn record(
         &mut self,
-        anchor: usize,
+        stack: StackSource,
         type_id: u64,
         with_stack: bool,
         write_fields: impl FnOnce(&mut Vec<u8>),
@@ -405,23 +496,14 @@ impl Local {
         if generation == 0 || (self.generation != generation && !self.attach(generation)) {
             return true; // the recording stopped meanwhile: nothing to record
         }
+        let stack_key = match stack {
+            _ if !with_stack => 0,
+            StackSource::Walk(anchor) => self.stack_key(anchor),
+            StackSource::Captured(c) if c.generation == generation => c.key,
+            StackSource::Captured(_) => 0,
+        };
         let Some(shared) = self.shared.as_ref() else {
             return false;
-        };
-        let stack_key = if with_stack {
-            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
-            if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
-                // The table is insert-only: the key interned last time still names this stack.
-                self.last_key
-            } else {
-                let key = shared.stacks.intern(&self.frames, truncated).0;
-                self.last_frames.clone_from(&self.frames);
-                self.last_truncated = truncated;
-                self.last_key = key;
-                key
-            }
-        } else {
-            0
         };
         self.scratch.clear();
         let out = &mut self.scratch;

@@ -70,6 +70,8 @@ pub(crate) mod sync;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod thread;
+#[cfg(all(feature = "tracing", not(loom)))]
+pub mod tracing;
 #[cfg(not(loom))]
 mod unwind;
 
@@ -82,14 +84,14 @@ pub use recorder::{known_event_types, Error, FinalReport, Recorder, RecorderBuil
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
-#[cfg(not(loom))]
-pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
-#[cfg(not(loom))]
-pub use scope::{scope_at, ScopeReport};
 /// Makes a function's body an instrumented scope: `#[recorder::profile]` or
 /// `#[recorder::profile(name = "...")]` (see [`scope!`]).
 #[cfg(not(loom))]
 pub use recorder_macros::profile;
+#[cfg(not(loom))]
+pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
+#[cfg(not(loom))]
+pub use scope::{scope_at, ScopeReport};
 
 #[cfg(not(loom))]
 #[doc(hidden)]

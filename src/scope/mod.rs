@@ -276,6 +276,9 @@ struct Frame {
     span: u64,
     /// The thread's span word before this frame.
     span_before: u64,
+    /// Entries of the same span while it is this frame's (tracing allows entering an entered
+    /// span again): they add no frame, and their exits end nothing.
+    reentries: u32,
 }
 
 /// Private, per node: the child entered last (a loop enters the same child again).
@@ -424,6 +427,12 @@ impl Local {
         if self.generation != generation && !self.attach(generation) {
             return 0;
         }
+        if span != 0 {
+            if let Some(top) = self.frames.last_mut().filter(|f| f.span == span) {
+                top.reentries += 1;
+                return self.frames.len() as u32;
+            }
+        }
         let parent = self.frames.last().map_or(ROOT, |f| f.node);
         let node = match self.cache.get(parent as usize) {
             Some(c) if c.func == func => c.child,
@@ -433,7 +442,15 @@ impl Local {
         if span != 0 {
             self.span = span;
         }
-        self.frames.push(Frame { node, start: 0, excluded: self.excluded, children: 0, span, span_before });
+        self.frames.push(Frame {
+            node,
+            start: 0,
+            excluded: self.excluded,
+            children: 0,
+            span,
+            span_before,
+            reentries: 0,
+        });
         let depth = self.frames.len() as u32;
         // The last thing an entry does: everything before this was the profiler's.
         let start = self.now();
@@ -529,6 +546,10 @@ impl Local {
 
     fn exit_span(&mut self, span: u64, now: i64) {
         if self.generation == 0 {
+            return;
+        }
+        if let Some(top) = self.frames.last_mut().filter(|f| f.span == span && f.reentries > 0) {
+            top.reentries -= 1;
             return;
         }
         if let Some(at) = self.frames.iter().rposition(|f| f.span == span) {
