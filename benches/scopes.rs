@@ -168,7 +168,9 @@ fn main() {
         rows.push((d, ours, puffin, flame));
     }
     println!("## Scope enter+exit (ns per scope)\n");
-    println!("| depth | ours | puffin::profile_scope! | tracing-flame span | ours / floor | puffin / ours | flame / ours |");
+    println!(
+        "| depth | ours | puffin::profile_scope! | tracing-flame span | ours / floor | puffin / ours | flame / ours |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for &(d, ours, puffin, flame) in &rows {
         println!(
@@ -180,7 +182,11 @@ fn main() {
     }
     let (d1, d1000) = (rows[0].1, rows[3].1);
     println!("\nfloor (two clock reads): {floor_ns:.1} ns; no recorder running: {off_ns:.2} ns per scope");
-    println!("depth 1000 / depth 1: {:.2} (goal ≤ 1.2); ours / floor at depth 1: {:.2} (goal ≤ 2)", d1000 / d1, d1 / floor_ns);
+    println!(
+        "depth 1000 / depth 1: {:.2} (goal ≤ 1.2); ours / floor at depth 1: {:.2} (goal ≤ 2)",
+        d1000 / d1,
+        d1 / floor_ns
+    );
 
     // 3. Excluded-time clock (the recorder still runs).
     let iterations = {

@@ -61,12 +61,17 @@ fn spec<'a>(
 pub fn classes() -> Vec<Class> {
     let mut out = Vec::new();
 
-    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread).
+    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread),
+    // and ours: spanId.
     let mut sample = event_class(EventTypeSpec {
         fields: vec![
             f("sampledThread", ids::THREAD, "Thread").pooled(),
             f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
             f("state", ids::THREAD_STATE, "Thread State").pooled(),
+            f("spanId", ids::LONG, "Span Id").with(Annotation::value(
+                ids::DESCRIPTION,
+                "The tracing span the thread was in (recorder.Span spanId; 0: none)",
+            )),
         ],
         ..spec(
             EXECUTION_SAMPLE,

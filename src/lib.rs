@@ -62,6 +62,8 @@ pub mod repository;
 pub mod sampler;
 #[cfg(not(loom))]
 pub mod scope;
+#[cfg(not(loom))]
+mod span_context;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;

@@ -6,7 +6,7 @@ use crate::builtin;
 use crate::sampler::SampleRecord;
 use jfr_format::metadata::THREAD_STATE_RUNNABLE;
 
-/// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE.
+/// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE, the span.
 pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
     let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
@@ -15,6 +15,7 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
         e.thread(rec.tid);
         e.stack(key);
         e.fixed(THREAD_STATE_RUNNABLE);
+        e.long(rec.span as i64);
     });
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;
 }

@@ -53,7 +53,7 @@ macro_rules! protocol_assert {
 }
 
 /// Words in a record header (see [`RecordHeader`]).
-pub const HEADER_WORDS: usize = 5;
+pub const HEADER_WORDS: usize = 6;
 
 /// Record flag: frames were dropped (depth policy or walk limit).
 pub const FLAG_TRUNCATED: u8 = 1;
@@ -73,7 +73,8 @@ pub const SLOT_EXITED: u8 = 2;
 ///
 /// Layout, one u64 word each: w0 = nframes (bits 0..16) | flags (16..24) | kind (24..32) |
 /// fragment index k (32..48) | fragment count n (48..64); w1 = ticks; w2 = tid (low 32) | slot
-/// index (high 32); w3 = sample id; w4 = stack pointer at the sample. Then `nframes` IPs.
+/// index (high 32); w3 = sample id; w4 = stack pointer at the sample; w5 = the thread's span id
+/// (0: none). Then `nframes` IPs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     /// CLOCK_MONOTONIC ns.
@@ -90,6 +91,8 @@ pub struct RecordHeader {
     pub sample_id: u64,
     /// Stack pointer of the interrupted context.
     pub sp: u64,
+    /// The span the thread was in (its span word; 0: none).
+    pub span: u64,
 }
 
 /// One decoded record, handed to the drain callback.
@@ -110,6 +113,8 @@ pub struct SampleRecord<'a> {
     pub sample_id: u64,
     /// Stack pointer at the sample.
     pub sp: u64,
+    /// The span the thread was in (0: none).
+    pub span: u64,
     /// Always 0: callbacks receive reassembled samples only.
     pub frag_index: u16,
     /// Always 1 (see `frag_index`).
@@ -220,6 +225,9 @@ pub struct ThreadSlot {
     stack_hi: AtomicUsize,
     /// Last sampled stack pointer, so an L holder can find bounds for discovered threads.
     last_sp: AtomicUsize,
+    /// The owner's span word (`crate::span_context`): a cell that lives as long as the process
+    /// (cells are pooled, never freed), or null.
+    span_cell: AtomicPtr<AtomicU64>,
 }
 
 impl ThreadSlot {
@@ -239,6 +247,29 @@ impl ThreadSlot {
             stack_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
             last_sp: AtomicUsize::new(0),
+            span_cell: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Points the slot at its owner's span word (null: none).
+    pub fn set_span_cell(&self, cell: *const AtomicU64) {
+        // Release: pairs with the Acquire load in `span`; the cell is initialized before.
+        self.span_cell.store(cell.cast_mut(), Ordering::Release);
+    }
+
+    /// The owner's current span id (0: none or unknown).
+    ///
+    /// # Signal safety
+    /// Two atomic loads; the cell is never freed.
+    #[inline]
+    pub fn span(&self) -> u64 {
+        // Acquire: pairs with the Release store in `set_span_cell`.
+        let cell = self.span_cell.load(Ordering::Acquire);
+        // SAFETY: non-null cells come from `span_context`, which never frees them.
+        match unsafe { cell.as_ref() } {
+            // Relaxed: the owner's own word, written by the same thread the handler interrupts.
+            Some(cell) => cell.load(Ordering::Relaxed),
+            None => 0,
         }
     }
 
@@ -344,6 +375,7 @@ struct Pending {
     ticks: i64,
     flags: u8,
     sp: u64,
+    span: u64,
     frames: Vec<u64>,
     /// The last sample discarded as incomplete (already counted lost): its stray fragments are
     /// dropped without counting it again.
@@ -721,6 +753,7 @@ impl Core {
         buf.write_word(p + 2, u64::from(hdr.tid) | (u64::from(slot.index) << 32));
         buf.write_word(p + 3, hdr.sample_id);
         buf.write_word(p + 4, hdr.sp);
+        buf.write_word(p + 5, hdr.span);
         let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
         while sink.at < sink.end {
@@ -1017,6 +1050,7 @@ impl Core {
             let ticks = b.read_word(s + 1) as i64;
             let sample_id = b.read_word(s + 3);
             let sp = b.read_word(s + 4);
+            let span = b.read_word(s + 5);
             let slot = self.slots.get(slot_index);
             let LockedState { scratch, pending, .. } = &mut *locked;
             let Some(p) = pending.get_mut(slot_index) else {
@@ -1036,6 +1070,7 @@ impl Core {
                     ips: scratch,
                     sample_id,
                     sp,
+                    span,
                     frag_index: 0,
                     frag_count: 1,
                 };
@@ -1053,6 +1088,7 @@ impl Core {
                         ips: &p.frames,
                         sample_id: p.sample_id,
                         sp: p.sp,
+                        span: p.span,
                         frag_index: 0,
                         frag_count: 1,
                     };
@@ -1072,6 +1108,7 @@ impl Core {
                     p.ticks = ticks;
                     p.flags = flags;
                     p.sp = sp;
+                    p.span = span;
                     p.frames.clear();
                     p.frames.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
                 } else {
@@ -1327,6 +1364,7 @@ mod fragment_tests {
             frag_count: n,
             sample_id: id,
             sp: 0,
+            span: 0,
         };
         assert!(core.write_record(slot, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
     }

@@ -376,6 +376,24 @@ mod imp {
         }
     }
 
+    /// Points the sampler slot of thread `tid` (if it is sampled) at its span word (null: none).
+    /// Normal context; takes the lifecycle and registry locks (in that order).
+    pub(crate) fn attach_span_cell(tid: u32, cell: *const std::sync::atomic::AtomicU64) {
+        let _life = LIFECYCLE.lock();
+        // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
+        let shared = signal::SHARED.load(Ordering::Relaxed);
+        // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+        let Some(shared) = (unsafe { shared.as_ref() }) else { return };
+        let reg = shared.registry.lock();
+        for (index, entry) in reg.entries.iter().enumerate() {
+            if entry.as_ref().is_some_and(|e| e.tid == tid) {
+                if let Some(slot) = shared.core.slot(index) {
+                    slot.set_span_cell(cell);
+                }
+            }
+        }
+    }
+
     fn gettid() -> u32 {
         // SAFETY: no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
@@ -574,6 +592,7 @@ mod imp {
                     .core
                     .claim_slot(tid, lo, hi)
                     .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))?;
+                slot.set_span_cell(crate::span_context::cell_for(tid));
                 let index = slot.index() as usize;
                 // First buffer now, from the reserve; the rest come from L holders' refills.
                 if let Some(b) = shared.reserve.pop() {
@@ -675,6 +694,7 @@ mod imp {
                     let Some(slot) = shared.core.claim_slot(tid, 0, 0) else {
                         break;
                     };
+                    slot.set_span_cell(crate::span_context::cell_for(tid));
                     let index = slot.index() as usize;
                     match shared.arm(tid, index) {
                         Ok(source) => {

@@ -218,11 +218,6 @@ pub(crate) fn ticks_to_nanos(ticks: u64) -> u64 {
     crate::clock::ticks_to_nanos(i64::try_from(ticks).unwrap_or(i64::MAX)).max(0) as u64
 }
 
-/// The thread's current span (the word CPU samples carry), set by the tracing layer.
-pub(crate) fn current_span() -> u64 {
-    LOCAL.try_with(|l| l.try_borrow().map_or(0, |l| l.span)).unwrap_or(0)
-}
-
 /// Enters a span's scope: `func` its name's function index, `span` its process-unique id.
 /// Returns false when nothing was entered (no recording).
 pub(crate) fn enter_span(func: u32, span: u64) -> bool {
@@ -323,8 +318,10 @@ struct Local {
     tail: u32,
     /// The excluded-time clock: ticks of bookkeeping so far.
     excluded: i64,
-    /// The span word.
+    /// The span word (what the cell holds).
     span: u64,
+    /// Where the SIGPROF handler reads the span word (taken at the thread's first span).
+    cell: Option<(u32, &'static std::sync::atomic::AtomicU64)>,
     /// The node that paths go to once the tree is full (NONE: not created).
     overflow: u32,
 }
@@ -342,6 +339,7 @@ impl Local {
             tail: NONE,
             excluded: 0,
             span: 0,
+            cell: None,
             overflow: NONE,
         }
     }
@@ -396,7 +394,28 @@ impl Local {
             tree.set_exited();
         }
         self.frames.clear();
+        self.set_span(0);
         self.generation = 0;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_cell(&mut self) {
+        let tid = crate::thread::current_tid();
+        self.cell = Some((tid, crate::span_context::acquire(tid)));
+    }
+
+    /// Sets the span word, where CPU samples read it.
+    #[inline(always)]
+    fn set_span(&mut self, span: u64) {
+        self.span = span;
+        if span != 0 && self.cell.is_none() {
+            self.take_cell();
+        }
+        if let Some((_, cell)) = self.cell {
+            // Relaxed: read by this thread's own signal handler (program order).
+            cell.store(span, Ordering::Relaxed);
+        }
     }
 
     #[inline(always)]
@@ -440,7 +459,7 @@ impl Local {
         };
         let span_before = self.span;
         if span != 0 {
-            self.span = span;
+            self.set_span(span);
         }
         self.frames.push(Frame {
             node,
@@ -525,7 +544,9 @@ impl Local {
         if let Some(parent) = self.frames.last_mut() {
             parent.children += total;
         }
-        self.span = f.span_before;
+        if f.span != 0 {
+            self.set_span(f.span_before);
+        }
         self.count(f.node, total, self_ticks);
         self.excluded += self.pair_cost;
     }
@@ -583,6 +604,9 @@ impl Drop for Local {
     fn drop(&mut self) {
         // The thread exits: its tree's values are final (the reports keep them).
         self.detach();
+        if let Some((tid, cell)) = self.cell.take() {
+            crate::span_context::release(tid, cell);
+        }
     }
 }
 

@@ -47,7 +47,8 @@ pub fn produce(core: &Core, i: usize, id: u64) -> bool {
     if !core.admit(slot, tid) {
         return false;
     }
-    let hdr = RecordHeader { ticks: id as i64, tid, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0 };
+    let hdr =
+        RecordHeader { ticks: id as i64, tid, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0, span: 0 };
     core.write_record(slot, &hdr, 1, |s| s.push(id * 10)).committed
 }
 
