@@ -11,6 +11,11 @@ for tool in java javac jfr; do
         exit 2
     fi
 done
+# `go tool pprof` judges `recorder dump --format pprof` (cli/tests).
+if ! command -v go >/dev/null 2>&1; then
+    echo "error: 'go' is missing; install Go (e.g. apt-get install -y golang-go): go tool pprof reads our pprof output" >&2
+    exit 2
+fi
 
 cargo test --workspace --no-fail-fast
 

@@ -1,6 +1,8 @@
 //! Command-line arguments (clap derive). Each `*Args` converts into a validated `*Config`; nothing
 //! past `into_config` sees clap types.
 
+use crate::profile::ProfileKind;
+use crate::source::Recordings;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -34,6 +36,9 @@ pub enum Command {
     /// Close the chunks of a recording whose process died (kill -9, crash) so every JFR tool reads them.
     #[command(after_long_help = REPAIR_EXAMPLES, after_help = REPAIR_EXAMPLES)]
     Repair(RepairArgs),
+    /// Compare the samples of two recordings: a differential flame graph, or collapsed stacks with both counts.
+    #[command(after_long_help = DIFF_EXAMPLES, after_help = DIFF_EXAMPLES)]
+    Diff(DiffArgs),
     /// Record a built-in multi-threaded workload for a few seconds and show the result.
     #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
@@ -42,6 +47,7 @@ pub enum Command {
 const REPAIR_EXAMPLES: &str = "\
 EXAMPLES:
     recorder repair /tmp/recorder-1000/2026_11_29_16_36_53_10829/
+    recorder repair /tmp/recorder-1000/                # every recording below it; live ones are left alone
     recorder repair /tmp/recorder-1000/2026_11_29_16_36_53_10829/ && jfr summary /tmp/recorder-1000/2026_11_29_16_36_53_10829/2026_11_29_16_36_53.jfr
 
 A chunk whose writer was killed may hold bytes past its last published flush; the JDK's jfr then
@@ -52,7 +58,8 @@ recordings too.)";
 
 #[derive(Debug, Args)]
 pub struct RepairArgs {
-    /// The recording's chunk directory (`<yyyy_MM_dd_HH_mm_ss>_<pid>`).
+    /// A recording's chunk directory (`<yyyy_MM_dd_HH_mm_ss>_<pid>`), or a base directory: every
+    /// recording directory in it is repaired.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 }
@@ -117,7 +124,12 @@ EXAMPLES:
     recorder summary app.jfr
     recorder print --json app.jfr | head
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
+    recorder dump app.jfr --format flamegraph --by-thread -o cpu.svg
+    recorder diff before.jfr after.jfr -o diff.svg
     recorder demo -o demo.jfr
+
+PATH may be a .jfr file, a recording's directory, or a base directory holding recordings: the
+newest is read (the others are named on stderr), --all merges them.
 
 Exit codes: 0 ok, 1 problems found, 2 error (missing, unreadable or damaged input; what was
 readable before the damage is still printed).";
@@ -126,7 +138,13 @@ const SUMMARY_EXAMPLES: &str = "\
 EXAMPLES:
     recorder summary app.jfr
     recorder summary --json app.jfr | jq '.events[\"jdk.ExecutionSample\"].count'
-    recorder summary /tmp/2026_11_29_16_36_53_10829/";
+    recorder summary --json app.jfr | jq '.threads[] | select(.cpu_samples > 0)'
+    recorder summary /tmp/2026_11_29_16_36_53_10829/
+    recorder summary --all /tmp/recorder-1000/          # every recording of the base, merged
+
+After the event types: the threads with their CPU samples and other events (the busiest 30;
+--json lists all), and the share of CPU samples whose stack is truncated (cut at the depth
+limit) or leaf-only (one frame: code built without frame pointers).";
 
 const PRINT_EXAMPLES: &str = "\
 EXAMPLES:
@@ -139,22 +157,31 @@ const DUMP_EXAMPLES: &str = "\
 EXAMPLES:
     recorder dump app.jfr -o samples.jfr --events jdk.ExecutionSample
     recorder dump app.jfr -o small.jfr --exclude-events jdk.ObjectAllocationSample,jdk.ActiveSetting
-    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr --compress     # whole.jfr is zstd
+    recorder dump /tmp/2026_11_29_16_36_53_10829/ -o whole.jfr --compress     # writes whole.jfr.zst
     recorder dump app.jfr --format json --thread worker-1 | jq .type
     recorder dump app.jfr --format collapsed --since 30s > app.folded
     recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
+    recorder dump app.jfr --format flamegraph --by-thread -o threads.svg
+    recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
+    recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
-Output goes to -o FILE, or to stdout when -o is not given (jfr and --compress output is binary
-and is not written to a terminal). collapsed: one `outer;...;inner count` line per distinct stack
-of jdk.ExecutionSample (or of the --events types that have stack traces), frames named
-class.method. flamegraph: an interactive SVG of the same stacks (inferno).";
+Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
+binary and is not written to a terminal). collapsed: one `outer;...;inner weight` line per
+distinct stack; flamegraph: an interactive SVG of the same stacks (inferno); pprof: a gzipped
+profile.proto, each sample labelled with its thread. They fold the samples of --type: cpu
+(jdk.ExecutionSample, default), alloc (jdk.ObjectAllocationSample, weighed by its bytes), wall
+(profiler.WallClockSample), or the --events types that have stack traces. Frames are named
+class.method (JVM classes with dots); the runtime's thread-start frames (std's spawn and
+catch_unwind frames, start_thread, clone3, _start) are folded away unless
+--keep-runtime-frames.";
 
 const TOP_CMD_EXAMPLES: &str = "\
 EXAMPLES:
     recorder top /tmp/2026_11_29_16_36_53_10829/            # live, refreshed every second
     recorder top --window 30s --interval 2s -n 20 /tmp/2026_11_29_16_36_53_10829/
     recorder top --once app.jfr
+    recorder top /tmp/recorder-1000/                       # the newest recording of the base
 
 A file is a finished recording: one table of its last --window is printed. A directory is a
 repository, followed live until its recording ends (its final chunk is written), Ctrl-C, or once
@@ -164,9 +191,24 @@ table is printed per refresh, without clearing the screen.";
 /// A recording: a `.jfr` file, or a directory of chunk files.
 #[derive(Debug, Args)]
 pub struct SourceArgs {
-    /// A .jfr file (one or more chunks) or a directory of chunk files (a JDK-style repository).
+    /// A .jfr file (one or more chunks), a recording's directory of chunk files, or a base
+    /// directory holding recordings (the newest is read).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
+    /// In a base directory holding several recordings, read them all (merged in time order)
+    /// instead of the newest.
+    #[arg(long)]
+    pub all: bool,
+}
+
+impl SourceArgs {
+    fn recordings(&self) -> Recordings {
+        if self.all {
+            Recordings::All
+        } else {
+            Recordings::Newest
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -201,13 +243,31 @@ pub enum DumpFormat {
     Collapsed,
     /// An interactive flame graph SVG of the folded stacks.
     Flamegraph,
+    /// A gzipped pprof profile.proto of the samples (`go tool pprof`, Pyroscope, Speedscope).
+    Pprof,
+}
+
+impl DumpFormat {
+    /// Formats that fold stacks of samples (`--type`, `--by-thread`, `--keep-runtime-frames`).
+    pub fn is_profile(self) -> bool {
+        matches!(self, DumpFormat::Collapsed | DumpFormat::Flamegraph | DumpFormat::Pprof)
+    }
+
+    /// Formats whose output is binary (not written to a terminal).
+    fn is_binary(self) -> bool {
+        matches!(self, DumpFormat::Jfr | DumpFormat::Pprof)
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// A .jfr (or .jfr.zst) file, or a directory of chunk files (a JDK-style repository).
+    /// A .jfr (or .jfr.zst) file, a recording's directory of chunk files, or a base directory
+    /// holding recordings (the newest is read; --all for every one).
     #[arg(value_name = "SOURCE", required_unless_present = "pid", conflicts_with = "pid")]
     pub path: Option<PathBuf>,
+    /// In a base directory holding several recordings, read them all (merged in time order).
+    #[arg(long)]
+    pub all: bool,
     /// Instead of SOURCE: ask the running process PID (recording with its control socket) to
     /// write what it recorded so far, and dump that.
     #[arg(long, value_name = "PID")]
@@ -225,8 +285,21 @@ pub struct DumpArgs {
     #[arg(long, value_name = "NAME")]
     pub thread: Option<String>,
     /// Compress the output with zstd (any format; readers here decompress .zst transparently).
+    /// `-o FILE` becomes `FILE.zst` unless it ends in `.zst` already.
     #[arg(long)]
     pub compress: bool,
+    /// collapsed, flamegraph, pprof: which samples: cpu (jdk.ExecutionSample), alloc
+    /// (jdk.ObjectAllocationSample, weighed by its bytes), wall (profiler.WallClockSample).
+    #[arg(long = "type", value_enum, default_value_t = ProfileKind::Cpu, value_name = "KIND")]
+    pub kind: ProfileKind,
+    /// collapsed, flamegraph: one root per thread (the thread's name, in brackets).
+    #[arg(long)]
+    pub by_thread: bool,
+    /// collapsed, flamegraph, pprof: keep the thread-start frames of the runtime (std's thread
+    /// spawn and panic-catching frames, start_thread, clone3, _start) that are folded away by
+    /// default.
+    #[arg(long)]
+    pub keep_runtime_frames: bool,
     /// Keep only these event types (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',', conflicts_with = "exclude_events")]
     pub events: Option<Vec<String>>,
@@ -272,12 +345,14 @@ fn clean(names: Vec<String>) -> Vec<String> {
 #[derive(Debug)]
 pub struct SummaryConfig {
     pub path: PathBuf,
+    pub recordings: Recordings,
     pub json: bool,
 }
 
 #[derive(Debug)]
 pub struct PrintConfig {
     pub path: PathBuf,
+    pub recordings: Recordings,
     pub filter: TypeFilter,
     pub json: bool,
 }
@@ -286,6 +361,7 @@ pub struct PrintConfig {
 pub struct DumpConfig {
     /// The source; with `pid`, where the process's dump is written first.
     pub path: PathBuf,
+    pub recordings: Recordings,
     /// Dump the live recording of this process.
     pub pid: Option<u32>,
     /// `None`: stdout.
@@ -295,6 +371,11 @@ pub struct DumpConfig {
     pub since: Option<std::time::Duration>,
     pub thread: Option<String>,
     pub compress: bool,
+    /// `--compress` added `.zst` to the output name asked for.
+    pub zst_added: bool,
+    /// `--type` was given.
+    pub kind: Option<ProfileKind>,
+    pub fold: crate::fold::FoldOptions,
 }
 
 #[derive(Debug, Args)]
@@ -318,6 +399,7 @@ pub struct TopArgs {
 #[derive(Debug)]
 pub struct TopConfig {
     pub path: PathBuf,
+    pub recordings: Recordings,
     pub interval: std::time::Duration,
     pub window: std::time::Duration,
     pub n: usize,
@@ -330,6 +412,7 @@ impl TopArgs {
             anyhow::bail!("--interval must be more than 0");
         }
         Ok(TopConfig {
+            recordings: self.source.recordings(),
             path: self.source.path,
             interval: self.interval,
             window: self.window,
@@ -341,13 +424,14 @@ impl TopArgs {
 
 impl SummaryArgs {
     pub fn into_config(self) -> SummaryConfig {
-        SummaryConfig { path: self.source.path, json: self.json }
+        SummaryConfig { recordings: self.source.recordings(), path: self.source.path, json: self.json }
     }
 }
 
 impl PrintArgs {
     pub fn into_config(self) -> PrintConfig {
         PrintConfig {
+            recordings: self.source.recordings(),
             path: self.source.path,
             filter: match self.events {
                 Some(n) => TypeFilter::Only(clean(n)),
@@ -359,7 +443,7 @@ impl PrintArgs {
 }
 
 impl DumpArgs {
-    pub fn into_config(self) -> anyhow::Result<DumpConfig> {
+    pub fn into_config(self, matches: &clap::ArgMatches) -> anyhow::Result<DumpConfig> {
         let filter = match (self.events, self.exclude_events) {
             (Some(n), _) => TypeFilter::Only(clean(n)),
             (None, Some(n)) => TypeFilter::Except(clean(n)),
@@ -372,7 +456,41 @@ impl DumpArgs {
             }
             (None, None) => anyhow::bail!("give a SOURCE or --pid PID"),
         };
-        if let Some(output) = &self.output {
+        let explicit = |id: &str| {
+            matches
+                .subcommand_matches("dump")
+                .and_then(|m| m.value_source(id))
+                .is_some_and(|s| s == clap::parser::ValueSource::CommandLine)
+        };
+        if !self.format.is_profile() {
+            for (id, flag) in
+                [("kind", "--type"), ("by_thread", "--by-thread"), ("keep_runtime_frames", "--keep-runtime-frames")]
+            {
+                if explicit(id) {
+                    anyhow::bail!("{flag} applies to --format collapsed, flamegraph and pprof");
+                }
+            }
+        }
+        if self.format.is_profile() && explicit("kind") && matches!(filter, TypeFilter::Only(_)) {
+            anyhow::bail!("give --type or --events, not both: --type picks the sampled events, --events names them");
+        }
+        if self.format == DumpFormat::Pprof && matches!(filter, TypeFilter::Only(_)) {
+            anyhow::bail!("--format pprof writes the samples of a --type (cpu, alloc or wall), not --events");
+        }
+        if self.format == DumpFormat::Pprof && self.by_thread {
+            anyhow::bail!("--by-thread is for collapsed and flamegraph; a pprof profile labels each sample with its thread (go tool pprof -tagroot thread)");
+        }
+        let asked = self.output.clone();
+        let output = match self.output {
+            // zstd output under a name that says so: the JDK's tools refuse a compressed `.jfr`.
+            Some(o) if self.compress && !o.to_string_lossy().ends_with(".zst") && !is_special_file(&o) => {
+                let mut name = o.into_os_string();
+                name.push(".zst");
+                Some(PathBuf::from(name))
+            }
+            o => o,
+        };
+        if let Some(output) = &output {
             let same_file = *output == path
                 || matches!(
                     (output.canonicalize(), path.canonicalize()),
@@ -381,20 +499,79 @@ impl DumpArgs {
             if same_file {
                 anyhow::bail!("{}: the output would overwrite the input", output.display());
             }
-        } else if (self.format == DumpFormat::Jfr || self.compress)
-            && std::io::IsTerminal::is_terminal(&std::io::stdout())
-        {
+        } else if (self.format.is_binary() || self.compress) && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
             anyhow::bail!("binary output is not written to a terminal: give -o FILE or redirect stdout");
         }
+        let zst_added = output != asked;
         Ok(DumpConfig {
+            zst_added,
             path,
+            recordings: if self.all { Recordings::All } else { Recordings::Newest },
             pid: self.pid,
-            output: self.output,
+            output,
             format: self.format,
             filter,
             since: self.since,
             thread: self.thread,
             compress: self.compress,
+            kind: explicit("kind").then_some(self.kind),
+            fold: crate::fold::FoldOptions { by_thread: self.by_thread, keep_runtime_frames: self.keep_runtime_frames },
         })
     }
+}
+
+/// A device, pipe or socket (`-o /dev/null`): written as it is, never renamed.
+pub fn is_special_file(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// What `diff` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// A differential flame graph SVG: the frames of AFTER, colored by the change from BEFORE
+    /// (red: more, blue: less).
+    Flamegraph,
+    /// `outer;...;inner before after` lines (the input of flamegraph tools' differential mode).
+    Collapsed,
+}
+
+const DIFF_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder diff before.jfr after.jfr -o diff.svg
+    recorder diff before.jfr after.jfr --format collapsed > diff.folded
+    recorder diff --type alloc old/ new/ -o alloc-diff.svg
+
+The flame graph has the shape of AFTER; a frame is red where AFTER has more samples than BEFORE,
+blue where it has fewer. BEFORE's counts are scaled to AFTER's total first (--no-normalize keeps
+the raw counts), so recordings of different lengths compare.";
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline recording (file, recording directory or base directory).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The recording compared with it.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DiffFormat::Flamegraph)]
+    pub format: DiffFormat,
+    /// Output file (default: stdout).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Which samples: cpu, alloc or wall (as for dump).
+    #[arg(long = "type", value_enum, default_value_t = ProfileKind::Cpu, value_name = "KIND")]
+    pub kind: ProfileKind,
+    /// Keep the runtime's thread-start frames (folded away by default).
+    #[arg(long)]
+    pub keep_runtime_frames: bool,
+    /// One root per thread (threads are matched by name).
+    #[arg(long)]
+    pub by_thread: bool,
+    /// Compare raw counts instead of scaling BEFORE to AFTER's total.
+    #[arg(long)]
+    pub no_normalize: bool,
+    /// In base directories holding several recordings, read them all instead of the newest.
+    #[arg(long)]
+    pub all: bool,
 }

@@ -1,12 +1,15 @@
 //! Event selection by time and thread (`--since`, `--thread`) and stack folding (the collapsed
-//! format flame-graph tools read: `outer;...;inner count`).
+//! format flame-graph tools read: `outer;...;inner weight`).
 //!
 //! Everything here works one chunk at a time: constant keys (threads, stack traces) are chunk-local,
 //! so every cache is made for one chunk and dropped with it.
 
+use crate::frames;
+use crate::profile::{self, Weighing};
 use crate::source::SourceChunk;
 use jfr_format::{Chunk, Event, FrameInfo, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which events to keep, beyond their type.
@@ -98,104 +101,87 @@ impl ChunkSelection<'_> {
     }
 }
 
-/// A frame's name in folded output: `class.method` (or `method`), one token: `;` becomes `:` and
-/// whitespace and control characters become `_`. An `<elided:K>` marker stays one frame named so.
-pub fn frame_name(frame: &FrameInfo) -> String {
-    let raw = if frame.method.starts_with("<elided:") { frame.method.clone() } else { frame.qualified_name() };
-    if raw.is_empty() {
-        return "[unknown]".to_owned();
-    }
-    raw.chars()
-        .map(|c| match c {
-            ';' => ':',
-            c if c.is_whitespace() || c.is_control() => '_',
-            c => c,
-        })
-        .collect()
+/// How stacks are folded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FoldOptions {
+    /// One root per thread: the thread's name in brackets is the outermost frame.
+    pub by_thread: bool,
+    /// Keep the thread-start boilerplate frames ([`frames::runtime_frames`]).
+    pub keep_runtime_frames: bool,
 }
 
-/// Folded stacks and their counts, aggregated over chunks.
+/// Folded stacks and their weights, aggregated over chunks.
 #[derive(Debug, Default)]
 pub struct Folded {
-    /// Folded stack → events.
+    /// Folded stack → summed weight.
     pub counts: BTreeMap<String, u64>,
     /// Events counted.
     pub events: u64,
 }
 
 impl Folded {
-    /// Adds the stacks of the events of `chunk` whose type is in `types` (type ids) and that
-    /// `selection` keeps.
-    pub fn add_chunk(&mut self, chunk: &Chunk, types: &[u64], selection: &Selection) -> jfr_format::Result<()> {
-        let mut select = selection.for_chunk(chunk);
-        let mut cache: HashMap<u64, String> = HashMap::new();
-        for event in chunk.events() {
-            let event = event?;
-            if !types.contains(&event.type_id) || !select.keeps(&event)? {
-                continue;
+    /// Adds the stacks of the events of `chunk` that `weighing` names and `selection` keeps.
+    pub fn add_chunk(
+        &mut self,
+        chunk: &Chunk,
+        weighing: &Weighing,
+        selection: &Selection,
+        options: FoldOptions,
+    ) -> jfr_format::Result<()> {
+        let mut folded: HashMap<u64, Arc<str>> = HashMap::new();
+        let mut line = String::new();
+        profile::for_each_sample(chunk, weighing, selection, |sample| {
+            let stack = folded
+                .entry(sample.stack_key)
+                .or_insert_with(|| Arc::from(fold_frames(&sample.stack.frames, options.keep_runtime_frames)));
+            line.clear();
+            if options.by_thread {
+                line.push('[');
+                line.push_str(&frames::token(sample.thread.map_or("unknown thread", |t| &**t)));
+                line.push_str("];");
             }
-            let stack = match chunk.event_field(&event, "stackTrace") {
-                Some(v @ Value::Ref { key, .. }) => match cache.get(key) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = fold_stack(chunk, v)?;
-                        cache.insert(*key, s.clone());
-                        s
-                    }
-                },
-                Some(v) => fold_stack(chunk, v)?,
-                None => continue,
-            };
-            *self.counts.entry(stack).or_default() += 1;
+            line.push_str(stack);
+            match self.counts.get_mut(line.as_str()) {
+                Some(n) => *n += sample.weight,
+                None => {
+                    self.counts.insert(line.clone(), sample.weight);
+                }
+            }
             self.events += 1;
-        }
-        Ok(())
+        })
     }
 
     /// The collapsed lines, sorted by stack.
     pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
         self.counts.iter().map(|(s, n)| format!("{s} {n}"))
     }
+
+    /// The summed weight.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
 }
 
-/// The folded form of a stack trace value: outermost frame first. A missing or empty stack is
-/// the single frame `[no stack]` (the event is still counted).
-pub fn fold_stack(chunk: &Chunk, value: &Value) -> jfr_format::Result<String> {
-    let frames = match chunk.stack_trace_info(value)? {
-        Some(t) if !t.frames.is_empty() => t.frames,
-        _ => return Ok("[no stack]".to_owned()),
-    };
+/// The folded form of a stack (frames innermost first): outermost frame first, runtime frames
+/// dropped unless kept. A stack without frames is the single frame `[no stack]` (the event is
+/// still counted).
+pub fn fold_frames(stack: &[FrameInfo], keep_runtime_frames: bool) -> String {
+    if stack.is_empty() {
+        return "[no stack]".to_owned();
+    }
+    let kept = fold_runtime(stack, keep_runtime_frames);
     let mut out = String::new();
-    for (i, f) in frames.iter().rev().enumerate() {
+    for (i, f) in kept.iter().rev().enumerate() {
         if i > 0 {
             out.push(';');
         }
-        out.push_str(&frame_name(f));
+        out.push_str(&frames::folded_name(f));
     }
-    Ok(out)
+    out
 }
 
-/// The type ids of `chunk` among `names` that have a `stackTrace` field.
-pub fn stack_type_ids(chunk: &Chunk, names: &[String]) -> Vec<u64> {
-    chunk
-        .types()
-        .classes()
-        .iter()
-        .filter(|c| c.is_event() && names.contains(&c.name) && c.field_index("stackTrace").is_some())
-        .map(|c| c.id)
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frame_names_are_one_token() {
-        let f = FrameInfo { method: "call once;x".into(), class: "<T as Fn>".into(), ..FrameInfo::default() };
-        assert_eq!(frame_name(&f), "<T_as_Fn>.call_once:x");
-        let e = FrameInfo { method: "<elided:7>".into(), class: "[elided]".into(), ..FrameInfo::default() };
-        assert_eq!(frame_name(&e), "<elided:7>");
-        assert_eq!(frame_name(&FrameInfo::default()), "[unknown]");
-    }
+/// `stack` (innermost first) without its runtime frames, unless they are kept.
+pub fn fold_runtime(stack: &[FrameInfo], keep_runtime_frames: bool) -> &[FrameInfo] {
+    let drop = if keep_runtime_frames { 0 } else { frames::runtime_frames(stack) };
+    &stack[..stack.len() - drop]
 }

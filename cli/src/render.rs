@@ -415,7 +415,7 @@ impl<'c> HumanRenderer<'c> {
                 s.push_str("[\n");
                 for f in &trace.frames {
                     pad(&mut s, indent + 1);
-                    s.push_str(&f.qualified_name().replace('/', "."));
+                    s.push_str(&crate::frames::display_name(f));
                     if f.line >= 0 {
                         let _ = write!(s, " line: {}", f.line);
                     }

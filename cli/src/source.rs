@@ -41,7 +41,7 @@ pub struct Damage {
 
 impl fmt::Display for Damage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {:#}", self.file.display(), self.problem)
+        write!(f, "{}: {}", self.file.display(), crate::error_text(&self.problem))
     }
 }
 
@@ -70,13 +70,24 @@ impl Source {
     }
 }
 
-/// Loads `path`: a file of chunks, or a directory of chunk files. A path that cannot be opened at
-/// all is an error; damage inside files is collected in [`Source::damage`].
-pub fn load(path: &Path) -> anyhow::Result<Source> {
+/// Which recordings of a directory a command reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recordings {
+    /// The newest recording (the others are named on stderr), as the JDK's tools and our consumer
+    /// follow the newest recording of a repository.
+    Newest,
+    /// Every recording, merged in start-time order (`--all`).
+    All,
+}
+
+/// Loads `path`: a file of chunks, or a directory of chunk files (a recording directory, or a
+/// base directory holding recordings: `which` says which of them). A path that cannot be opened
+/// at all is an error; damage inside files is collected in [`Source::damage`].
+pub fn load(path: &Path, which: Recordings) -> anyhow::Result<Source> {
     let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
     let mut source = Source::default();
     if meta.is_dir() {
-        let files = repository_files(path)?;
+        let files = chunk_files(path, which)?;
         for file in files {
             load_file(&file, true, &mut source);
         }
@@ -101,36 +112,124 @@ pub fn load(path: &Path) -> anyhow::Result<Source> {
     Ok(source)
 }
 
-/// The `.jfr` files of a directory and of its JDK repository subdirectories, sorted by name.
-pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
+/// The chunk files to read in `dir`: those of its newest recording, or of all of them. When the
+/// directory holds several recordings and only the newest is read, a note on stderr names the
+/// others and `--all`.
+pub fn chunk_files(dir: &Path, which: Recordings) -> anyhow::Result<Vec<PathBuf>> {
+    let mut recordings = recordings_in(dir)?;
+    if which == Recordings::All || recordings.len() < 2 {
+        let mut files: Vec<PathBuf> = recordings.into_iter().flat_map(|r| r.files).collect();
+        files.sort();
+        return Ok(files);
+    }
+    order_by_start(&mut recordings);
+    let newest = recordings.len() - 1;
+    let name = |r: &RecordingDir| {
+        if r.dir == dir {
+            format!("{} (its own chunk files)", dir.display())
+        } else {
+            r.dir.file_name().map_or_else(|| r.dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+        }
+    };
+    let others: Vec<String> = recordings[..newest].iter().rev().map(name).collect();
+    eprintln!(
+        "note: {} holds {} recordings; reading the newest, {}. --all reads them all. The others: {}",
+        dir.display(),
+        recordings.len(),
+        name(&recordings[newest]),
+        others.join(", ")
+    );
+    Ok(recordings.into_iter().nth(newest).map(|r| r.files).unwrap_or_default())
+}
+
+/// The recording directory `dir` stands for: `dir` itself, or its newest recording when it is a
+/// base directory holding several (see [`chunk_files`]).
+pub fn recording_dir(dir: &Path, which: Recordings) -> anyhow::Result<PathBuf> {
+    let mut recordings = recordings_in(dir)?;
+    if which == Recordings::All || recordings.len() < 2 {
+        return Ok(dir.to_path_buf());
+    }
+    chunk_files(dir, which)?; // the note
+    order_by_start(&mut recordings);
+    Ok(recordings.last().map_or_else(|| dir.to_path_buf(), |r| r.dir.clone()))
+}
+
+/// One recording: a directory and its chunk files.
+#[derive(Debug)]
+struct RecordingDir {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+    /// The earliest chunk start found in its headers (`i64::MIN` when none is readable).
+    start_ns: i64,
+}
+
+/// The recordings in `dir`: the directory's own chunk files, and each JDK-named recording
+/// subdirectory with chunk files.
+fn recordings_in(dir: &Path) -> anyhow::Result<Vec<RecordingDir>> {
+    let mut own = Vec::new();
     let mut subdirs = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
         let entry = entry.with_context(|| format!("{}", dir.display()))?;
-        let path = entry.path();
         let Ok(kind) = entry.file_type() else {
             continue;
         };
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if kind.is_dir() && is_repository_dir_name(&name) {
-            subdirs.push(path);
+            subdirs.push(entry.path());
         } else if !kind.is_dir() && is_chunk_file_name(&name) {
-            files.push(path);
+            own.push(entry.path());
         }
+    }
+    let mut recordings = Vec::new();
+    if !own.is_empty() {
+        recordings.push(RecordingDir { dir: dir.to_path_buf(), files: own, start_ns: 0 });
     }
     for sub in subdirs {
+        let mut files = Vec::new();
         for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
             let entry = entry.with_context(|| format!("{}", sub.display()))?;
-            let path = entry.path();
             if entry.file_type().is_ok_and(|k| !k.is_dir()) && is_chunk_file_name(&entry.file_name().to_string_lossy())
             {
-                files.push(path);
+                files.push(entry.path());
             }
         }
+        if !files.is_empty() {
+            recordings.push(RecordingDir { dir: sub, files, start_ns: 0 });
+        }
     }
-    files.sort();
-    Ok(files)
+    for r in &mut recordings {
+        r.files.sort();
+    }
+    Ok(recordings)
+}
+
+/// Oldest first: a recording's age is its first chunk's start (from the headers).
+fn order_by_start(recordings: &mut [RecordingDir]) {
+    for r in recordings.iter_mut() {
+        r.start_ns = r.files.iter().filter_map(|f| header_start(f)).min().unwrap_or(i64::MIN);
+    }
+    recordings.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then_with(|| a.dir.cmp(&b.dir)));
+}
+
+/// The start time in the first chunk header of a (possibly zstd-compressed) chunk file.
+fn header_start(path: &Path) -> Option<i64> {
+    let mut head = [0u8; HEADER_SIZE];
+    let file = File::open(path).ok()?;
+    let mut magic = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).ok()?;
+    if magic == ZSTD_MAGIC {
+        let mut decoder = zstd::stream::read::Decoder::new(file).ok()?;
+        std::io::Read::read_exact(&mut decoder, &mut head).ok()?;
+    } else {
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).ok()?;
+    }
+    jfr_format::ChunkHeader::parse(&head, 0).ok().map(|h| h.start_nanos)
+}
+
+/// The chunk files of a directory and of its JDK recording subdirectories, sorted by name.
+pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    chunk_files(dir, Recordings::All)
 }
 
 /// A chunk file of a repository: `*.jfr`, or `*.jfr.zst` (compressed finished chunk).
@@ -160,23 +259,16 @@ pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {
     }
 }
 
-/// `yyyy_MM_dd_HH_mm_ss_<pid>`: the JVM's repository directory names.
-fn is_repository_dir_name(name: &str) -> bool {
+/// `yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`: the recording directory names of the JVM and of ours (a
+/// second recording of one process in the same second gets `_<n>`). Only the time stamp prefix is
+/// checked, as our consumer does.
+pub fn is_repository_dir_name(name: &str) -> bool {
     let b = name.as_bytes();
-    if b.len() < 21 {
-        return false;
-    }
-    let date_ok =
-        b[..19].iter().enumerate().all(
-            |(i, &c)| {
-                if matches!(i, 4 | 7 | 10 | 13 | 16) {
-                    c == b'_'
-                } else {
-                    c.is_ascii_digit()
-                }
-            },
-        );
-    date_ok && b[19] == b'_' && b[20..].iter().all(u8::is_ascii_digit)
+    b.len() > 20
+        && b[..20].iter().enumerate().all(|(i, &c)| match i {
+            4 | 7 | 10 | 13 | 16 | 19 => c == b'_',
+            _ => c.is_ascii_digit(),
+        })
 }
 
 /// Maps a file into `Bytes` that own the mapping.
@@ -316,6 +408,40 @@ pub fn check_type_names(wanted: &[String], chunks: &[SourceChunk]) -> anyhow::Re
     )
 }
 
+/// The names of the recording's threads (Java and OS names), sorted.
+pub fn thread_names(chunks: &[SourceChunk]) -> Vec<String> {
+    let mut names = Vec::new();
+    for c in chunks {
+        let chunk = &c.chunk;
+        let Some(thread_type) = chunk.metadata().class_by_name("java.lang.Thread").map(|t| t.id) else {
+            continue;
+        };
+        for key in chunk.pool_keys(thread_type) {
+            let value = jfr_format::Value::Ref { type_id: thread_type, key };
+            if let Ok(Some(t)) = chunk.thread_info(&value) {
+                names.extend(t.java_name);
+                names.extend(t.os_name);
+            }
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Checks that some thread of the recording has the name `wanted`; the error lists the names.
+pub fn check_thread_name(wanted: &str, chunks: &[SourceChunk]) -> anyhow::Result<()> {
+    let names = thread_names(chunks);
+    if names.iter().any(|n| n == wanted) {
+        return Ok(());
+    }
+    if names.is_empty() {
+        anyhow::bail!("no thread named {wanted:?}: the recording names no threads");
+    }
+    anyhow::bail!("no thread named {wanted:?}; threads: {}", names.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,8 +449,9 @@ mod tests {
     #[test]
     fn repository_dir_names_follow_the_jvm_pattern() {
         assert!(is_repository_dir_name("2026_11_29_16_36_53_10829"));
+        assert!(is_repository_dir_name("2026_11_29_16_36_53_10829_2"));
         assert!(!is_repository_dir_name("2026_11_29_16_36_53"));
+        assert!(!is_repository_dir_name("2026_11_29_16_36_53_"));
         assert!(!is_repository_dir_name("2026-11-29_16_36_53_10829"));
-        assert!(!is_repository_dir_name("2026_11_29_16_36_53_10x29"));
     }
 }

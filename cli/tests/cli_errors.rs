@@ -231,3 +231,43 @@ fn empty_directory_is_an_error() {
     let out = recorder(&["summary", dir.to_str().unwrap()]);
     assert_one_line_error(&out, &dir, &["no readable .jfr"]);
 }
+
+// Issue 11 §2: no empty summary table (or top table) printed before an error when nothing could
+// be read.
+#[test]
+fn unreadable_input_prints_the_error_and_no_empty_table() {
+    let path = scratch_dir().join("not-jfr-table.jfr");
+    std::fs::write(&path, "this is plain text, not a flight recording\n".repeat(4)).unwrap();
+    for args in [vec!["summary"], vec!["summary", "--json"], vec!["top", "--once"]] {
+        let mut args = args.clone();
+        args.push(path.to_str().unwrap());
+        let out = recorder(&args);
+        assert_one_line_error(&out, &path, &["offset 0x0"]);
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} prints nothing but the error: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+// Issue 11 §2: error messages say each thing once ("X: X") and name the file the user asked for
+// (not the temporary `x.jfr.part`).
+#[test]
+fn errors_say_each_thing_once_and_name_the_file_asked_for() {
+    let rec = jvm_recording().to_str().unwrap();
+    let missing = scratch_dir().join("no-such-dir");
+    let _ = std::fs::remove_dir_all(&missing);
+    let out_path = missing.join("out.jfr");
+    let out = recorder(&["dump", rec, "-o", out_path.to_str().unwrap()]);
+    let err = assert_one_line_error(&out, &out_path, &["No such file or directory"]);
+    assert!(!err.contains(".part"), "names the file asked for: {err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "said once: {err}");
+    // A library error that includes its cause, and returns it as its source too.
+    let file = scratch_dir().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let repo = file.join("repo");
+    let out = recorder(&["demo", "--seconds", "1", "--repository", repo.to_str().unwrap()]);
+    let err = assert_one_line_error(&out, &repo, &["Not a directory"]);
+    assert_eq!(err.matches("Not a directory").count(), 1, "said once: {err}");
+}

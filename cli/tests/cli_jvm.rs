@@ -6,7 +6,9 @@ use common::*;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 const CUSTOM: &str = "recorder.test.AllKinds,recorder.test.Work,recorder.test.NoStack";
 
@@ -41,7 +43,12 @@ fn our_summary(path: &str) -> Json {
 }
 
 fn jfr_events(path: &str, types: &str) -> Vec<Json> {
-    let text = jfr_ok(&["print", "--json", "--stack-depth", "10000", "--events", types, path]);
+    jfr_events_depth(path, types, 10_000)
+}
+
+fn jfr_events_depth(path: &str, types: &str, stack_depth: usize) -> Vec<Json> {
+    let depth = stack_depth.to_string();
+    let text = jfr_ok(&["print", "--json", "--stack-depth", &depth, "--events", types, path]);
     let mut doc: Json = serde_json::from_str(&text).expect("jfr print --json is JSON");
     match doc["recording"]["events"].take() {
         Json::Array(events) => events,
@@ -110,12 +117,75 @@ fn same_value(path: &str, ours: &Json, jdk: &Json, float32: bool) -> Result<(), 
     }
 }
 
-/// Start times agree to within a microsecond. We convert ticks with each chunk's own header
-/// (startNanos, startTicks); the JDK keeps using the converter of the chunk where its event
-/// parsers were built while the metadata does not change, and HotSpot samples the two header
-/// clocks a few ns apart, so later chunks can differ by some ns.
-fn assert_same_time(ours: i64, jdk: i64, what: &str) {
-    assert!((ours - jdk).abs() <= 1_000, "{what}: ours {ours}, jdk {jdk}");
+/// The recording's chunks, each in a file of its own (made once).
+fn chunk_files_of_jvm_recording() -> &'static [PathBuf] {
+    static FILES: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let rec = jvm_recording();
+        let data = std::fs::read(rec).unwrap();
+        let spans = chunk_spans(&data);
+        assert!(spans.len() >= 2, "the workload should make several chunks, made {}", spans.len());
+        spans
+            .iter()
+            .enumerate()
+            .map(|(i, &(at, len))| {
+                let file = rec.with_file_name(format!("chunk-{i}.jfr"));
+                std::fs::write(&file, &data[at..at + len]).unwrap();
+                file
+            })
+            .collect()
+    })
+}
+
+/// What `jfr print` shows for the events of `types`, with the times of each chunk as that chunk's
+/// own header gives them; each event tagged with its chunk's index. The events are those of
+/// `jfr print` of the whole file (fields, threads, stacks); their start times are those of the
+/// first chunk as shown there (asserted equal to the chunk read alone), and those of each later
+/// chunk as `jfr print` shows that chunk alone.
+///
+/// Each chunk's ticks are converted with that chunk's own header (startNanos, startTicks,
+/// ticksPerSecond); we do that (jfr_format's `ChunkHeader::ticks_to_epoch_nanos`, the JDK's
+/// arithmetic). JDK 17's `jfr print` of a whole file does not: jdk.jfr.internal.consumer.
+/// ChunkParser's constructor `ChunkParser(ChunkHeader header, ChunkParser previous,
+/// ParserConfiguration pc)` makes a new `TimeConverter(chunkHeader, ...)` for each chunk but
+/// hands it to a new `ParserFactory` only when `metadata != previousMetadata`; otherwise it keeps
+/// `previous.parsers`, whose `EventParser`s hold the converter of the chunk that built them, and
+/// `ChunkHeader.readMetadata(previous)` returns the previous descriptor when the metadata id is
+/// unchanged, as it is for a JVM's later chunks. (Read in JDK 17.0.15's bytecode, `javap -c -p
+/// --module jdk.jfr jdk.jfr.internal.consumer.ChunkParser`, and in openjdk/jdk's
+/// src/jdk.jfr/share/classes/jdk/jfr/internal/consumer/ChunkParser.java at 1e60ff35a8a0, the
+/// same code.) HotSpot samples a
+/// chunk's two header clocks some time apart (ms on a loaded machine), so the first chunk's pair
+/// is that far off for the later chunks; a chunk read alone gets its own converter.
+///
+/// `jfr print` orders events by end time within each chunk; two converters of one chunk differ
+/// by a constant, so the chunk's events come in the same order whole or alone.
+fn jdk_events_by_own_header(types: &str) -> Vec<(usize, Json)> {
+    let mut whole = jfr_events(jvm_recording().to_str().unwrap(), types).into_iter();
+    let mut out = Vec::new();
+    for (i, file) in chunk_files_of_jvm_recording().iter().enumerate() {
+        // Only the times are taken from here: one frame per stack keeps the document small.
+        for alone in jfr_events_depth(file.to_str().unwrap(), types, 1) {
+            let mut event = whole.next().expect("the whole file has the events of every chunk");
+            let (w, a) = (&event["values"], &alone["values"]);
+            assert_eq!(event["type"], alone["type"], "chunk {i}: same event order whole and alone");
+            for field in ["eventThread", "sampledThread", "intValue", "iteration", "sequence"] {
+                assert_eq!(w.get(field).map(thread_or_value), a.get(field).map(thread_or_value), "chunk {i}: {field}");
+            }
+            if i == 0 {
+                assert_eq!(w["startTime"], a["startTime"], "the first chunk's times are the same whole or alone");
+            }
+            event["values"]["startTime"] = a["startTime"].clone();
+            out.push((i, event));
+        }
+    }
+    assert!(whole.next().is_none(), "every event of the file is in one chunk");
+    out
+}
+
+/// A thread's Java id, or the value itself.
+fn thread_or_value(v: &Json) -> Json {
+    v.get("javaThreadId").cloned().unwrap_or_else(|| v.clone())
 }
 
 fn thread_id(thread: &Json) -> i64 {
@@ -162,28 +232,30 @@ fn summary_text_has_the_jfr_layout() {
 #[test]
 fn print_json_custom_fields_match_jfr_print() {
     let rec = jvm_recording().to_str().unwrap();
-    let jdk = jfr_events(rec, CUSTOM);
+    let jdk = jdk_events_by_own_header(CUSTOM);
     let ours = our_events(rec, CUSTOM);
     assert_eq!(ours.len(), jdk.len(), "number of custom events");
     assert!(ours.len() > 10_000);
 
     let mut jdk_by_key = BTreeMap::new();
-    for e in &jdk {
+    for (chunk, e) in &jdk {
         let v = &e["values"];
         let key = custom_key(e["type"].as_str().unwrap(), &v["eventThread"], v);
-        assert!(jdk_by_key.insert(key, e).is_none(), "unique keys");
+        assert!(jdk_by_key.insert(key, (chunk, e)).is_none(), "unique keys");
     }
     let mut types_seen = BTreeMap::new();
+    let mut chunks_seen = std::collections::BTreeSet::new();
     for o in &ours {
         let kind = o["type"].as_str().unwrap();
         *types_seen.entry(kind.to_owned()).or_insert(0) += 1;
         let key = custom_key(kind, &o["thread"], &o["fields"]);
-        let j = jdk_by_key.remove(&key).unwrap_or_else(|| panic!("no jfr event for {key:?}"));
+        let (chunk, j) = jdk_by_key.remove(&key).unwrap_or_else(|| panic!("no jfr event for {key:?}"));
+        chunks_seen.insert(*chunk);
         let jv = &j["values"];
-        assert_same_time(
+        assert_eq!(
             o["start_ns"].as_i64().unwrap(),
             parse_iso_nanos(jv["startTime"].as_str().unwrap()),
-            &format!("start of {key:?}"),
+            "start of {key:?} (chunk {chunk})"
         );
         assert_eq!(
             o["duration_ns"].as_i64().unwrap(),
@@ -210,6 +282,7 @@ fn print_json_custom_fields_match_jfr_print() {
     }
     assert!(jdk_by_key.is_empty());
     assert_eq!(types_seen.len(), 3, "all three custom types: {types_seen:?}");
+    assert!(chunks_seen.len() >= 2, "custom events in several chunks: {chunks_seen:?}");
 }
 
 fn assert_frames_match(ours: &Json, jdk: &Json, what: &str) {
@@ -237,7 +310,7 @@ fn assert_frames_match(ours: &Json, jdk: &Json, what: &str) {
 #[test]
 fn execution_sample_stacks_match_jfr_print() {
     let rec = jvm_recording().to_str().unwrap();
-    let mut jdk = jfr_events(rec, "jdk.ExecutionSample");
+    let mut jdk = jdk_events_by_own_header("jdk.ExecutionSample");
     let mut ours = our_events(rec, "jdk.ExecutionSample");
     assert_eq!(ours.len(), jdk.len(), "number of samples");
     assert!(ours.len() >= 20, "the workload should be sampled: {}", ours.len());
@@ -245,13 +318,11 @@ fn execution_sample_stacks_match_jfr_print() {
         (parse_iso_nanos(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
     };
     let our_key = |e: &Json| (e["start_ns"].as_i64().unwrap(), thread_id(&e["thread"]));
-    jdk.sort_by_key(jdk_key);
+    jdk.sort_by_key(|(_, e)| jdk_key(e));
     ours.sort_by_key(our_key);
     let mut workload_frames = 0;
-    for (o, j) in ours.iter().zip(&jdk) {
-        let ((ot, othread), (jt, jthread)) = (our_key(o), jdk_key(j));
-        assert_eq!(othread, jthread, "same sampled thread");
-        assert_same_time(ot, jt, "sample time");
+    for (o, (chunk, j)) in ours.iter().zip(&jdk) {
+        assert_eq!(our_key(o), jdk_key(j), "sample time and thread (chunk {chunk})");
         assert_eq!(o["fields"]["state"], j["values"]["state"]);
         assert_frames_match(&o["stack"], &j["values"]["stackTrace"], "sample");
         workload_frames +=
@@ -417,4 +488,59 @@ fn print_rejects_unknown_types_and_lists_the_known_ones() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unknown event type jdk.NoSuchEvent; known types: "));
     assert!(err.contains("recorder.test.Work"));
+}
+
+// Issue 11 §2: JVM frames use the same separator in print, collapsed and top (the JDK's dotted
+// class names: java.lang.Thread.run, not java/lang/Thread.run).
+#[test]
+fn jvm_frames_are_named_alike_in_print_collapsed_and_top() {
+    let rec = jvm_recording().to_str().unwrap();
+    let frame = "java.lang.Thread.run";
+    let printed = recorder_ok(&["print", "--events", "jdk.ExecutionSample", rec]);
+    let collapsed = recorder_ok(&["dump", rec, "--format", "collapsed"]);
+    let top = recorder_ok(&["top", "--once", "-n", "1000", "--window", "1h", rec]);
+    for (view, text) in [("print", &printed), ("collapsed", &collapsed), ("top", &top)] {
+        assert!(text.contains(frame), "{view} names {frame}:\n{text}");
+        assert!(!text.contains("java/lang/"), "{view} uses one separator:\n{text}");
+    }
+    let jdk = jfr_ok(&["print", "--events", "jdk.ExecutionSample", rec]);
+    assert!(jdk.contains(&format!("{frame}()")), "the JDK's own naming");
+}
+
+/// `jfr print --json` of jdk.ObjectAllocationSample: the sum of `weight`.
+fn jdk_allocation_weight(rec: &str) -> u64 {
+    jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).iter().map(|e| e["values"]["weight"].as_u64().unwrap()).sum()
+}
+
+// Issue 11 §2: allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
+// `weight` (bytes), not one per sample.
+#[test]
+fn allocation_views_weigh_samples_by_their_bytes() {
+    let rec = jvm_recording().to_str().unwrap();
+    let bytes = jdk_allocation_weight(rec);
+    let events = jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).len() as u64;
+    assert!(bytes > events, "weights are bytes: {bytes} over {events} samples");
+    let total =
+        |text: &str| -> u64 { text.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum() };
+    let by_type = recorder_ok(&["dump", rec, "--format", "collapsed", "--type", "alloc"]);
+    assert_eq!(total(&by_type), bytes, "--type alloc");
+    let by_events = recorder_ok(&["dump", rec, "--format", "collapsed", "--events", "jdk.ObjectAllocationSample"]);
+    assert_eq!(total(&by_events), bytes, "--events jdk.ObjectAllocationSample");
+    let svg = recorder_ok(&["dump", rec, "--format", "flamegraph", "--type", "alloc"]);
+    assert!(svg.contains("bytes"), "the flame graph counts bytes");
+    // pprof: alloc_space in bytes, alloc_samples one per sample.
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("alloc.pb.gz");
+    recorder_ok(&["dump", rec, "--format", "pprof", "--type", "alloc", "-o", profile.to_str().unwrap()]);
+    let space = go_pprof(&["-top", "-sample_index=alloc_space", "-unit=B", profile.to_str().unwrap()]);
+    assert_eq!(pprof_total(&space), format!("{bytes}B"), "{space}");
+    let count = go_pprof(&["-top", "-sample_index=alloc_samples", profile.to_str().unwrap()]);
+    assert_eq!(pprof_total(&count), events.to_string(), "{count}");
+    // CPU is the default and counts samples.
+    let cpu = recorder_ok(&["dump", rec, "--format", "collapsed"]);
+    assert_eq!(total(&cpu), jfr_events_depth(rec, "jdk.ExecutionSample", 1).len() as u64);
+    // No wall-clock samples in a JVM recording: said, not an empty graph.
+    let out = recorder(&["dump", rec, "--format", "flamegraph", "--type", "wall"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no wall-clock samples"), "{out:?}");
 }

@@ -56,7 +56,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
     }
     out.flush()?;
     drop(out);
-    crate::commands::summary::run(&SummaryConfig { path: repository.clone(), json: false })?;
+    crate::commands::summary::run(&SummaryConfig {
+        path: repository.clone(),
+        recordings: source::Recordings::All,
+        json: false,
+    })?;
     print_top(&repository, args.top)?;
     // The flame graph goes next to the recording: `FILE.svg` for `-o FILE`, else into the
     // repository directory (whose readers only look at `*.jfr` files).
@@ -95,19 +99,18 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
 
 /// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.
 fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyhow::Result<()> {
-    let source = source::load(repository)?;
+    let source = source::load(repository, source::Recordings::All)?;
     let selection = crate::fold::Selection::default();
     let mut folded = crate::fold::Folded::default();
-    let names = ["jdk.ExecutionSample".to_owned()];
+    let weighing = crate::profile::ProfileKind::Cpu.weighing();
     for sc in &source.chunks {
-        let ids = crate::fold::stack_type_ids(&sc.chunk, &names);
-        folded.add_chunk(&sc.chunk, &ids, &selection)?;
+        folded.add_chunk(&sc.chunk, &weighing, &selection, crate::fold::FoldOptions::default())?;
     }
     if folded.counts.is_empty() {
         anyhow::bail!("no CPU samples were recorded");
     }
     let mut out = std::io::BufWriter::new(std::fs::File::create(svg).with_context(|| format!("{}", svg.display()))?);
-    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", &mut out)?;
+    crate::commands::dump::write_flamegraph(&folded, "recorder demo: CPU samples", "samples", &mut out)?;
     out.flush().with_context(|| format!("{}", svg.display()))?;
     Ok(())
 }
@@ -115,7 +118,7 @@ fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path) -> anyh
 /// The hottest functions of the recording's CPU samples: self (innermost frame) and total (anywhere
 /// in the stack) shares.
 fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
-    let source = source::load(path)?;
+    let source = source::load(path, source::Recordings::All)?;
     let mut self_counts: HashMap<String, u64> = HashMap::new();
     let mut total_counts: HashMap<String, u64> = HashMap::new();
     let mut samples = 0u64;
@@ -132,7 +135,7 @@ fn print_top(path: &std::path::Path, top: usize) -> anyhow::Result<()> {
             let Some(Value::Ref { key, .. }) = event.values.get(stack_index) else { continue };
             if !names_by_stack.contains_key(key) {
                 let frames = match chunk.stack_trace_info(&event.values[stack_index]) {
-                    Ok(Some(trace)) => trace.frames.iter().map(|f| f.qualified_name()).collect(),
+                    Ok(Some(trace)) => trace.frames.iter().map(crate::frames::display_name).collect(),
                     _ => Vec::new(),
                 };
                 names_by_stack.insert(*key, frames);

@@ -7,20 +7,29 @@
 //!   new header is written (state finished, final flag on the last chunk only). Chunks are
 //!   written back to back with no trailing bytes.
 //! - `json`: one JSON object per event and line, as `print --json`.
-//! - `collapsed`: folded stacks `outer;...;inner count` of `jdk.ExecutionSample` (or of the
-//!   `--events` types that have a stack trace), identical stacks aggregated.
+//! - `collapsed`: folded stacks `outer;...;inner weight`, identical stacks aggregated.
 //! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
+//! - `pprof`: a gzipped profile.proto of the samples (see `pprof.rs`).
+//!
+//! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
+//! or of the `--events` types with a stack trace, each event weighed as its kind says
+//! (jdk.ObjectAllocationSample by its bytes). Thread-start frames of the runtime are folded away
+//! unless `--keep-runtime-frames`; `--by-thread` roots each stack at its thread.
 //!
 //! Chunks are processed one at a time, in recording order, on this thread; every cache is per
-//! chunk (constant keys are chunk-local). `--compress` wraps the output in a zstd stream. A file
-//! output is written under a temporary name and renamed, so it is never half-written.
+//! chunk (constant keys are chunk-local). `--compress` wraps the output in a zstd stream (and a
+//! file output's name gets `.zst`, see `args.rs`). A file output is written under a temporary
+//! name and renamed, so it is never half-written; errors name the file asked for.
 
 use crate::args::{DumpConfig, DumpFormat, TypeFilter};
 use crate::fold::{self, Folded, Selection};
+use crate::pprof;
+use crate::profile::{ProfileKind, Unit, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
 use crate::source::{self, Damage, SourceChunk};
 use crate::Outcome;
 use anyhow::Context;
+use clap::ValueEnum;
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE};
 use jfr_format::{varint, write, Item};
 use std::io::{IsTerminal, Write};
@@ -44,53 +53,79 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
         }
         None => None,
     };
-    let mut source = source::load(&cfg.path)?;
+    let mut source = source::load(&cfg.path, cfg.recordings)?;
     source::check_type_names(cfg.filter.names(), &source.chunks)?;
+    if let Some(thread) = &cfg.thread {
+        source::check_thread_name(thread, &source.chunks)?;
+    }
     let selection = Selection::new(&source.chunks, cfg.since, cfg.thread.clone());
-    let stack_types = match cfg.format {
-        DumpFormat::Collapsed | DumpFormat::Flamegraph => Some(stack_type_names(cfg, &source.chunks)?),
-        _ => None,
-    };
     let progress = progress_bar(&source.chunks);
-    let mut sink = Sink::open(cfg)?;
-    let mut folded = Folded::default();
     let mut chunk_damage = None;
-    let result = (|| -> anyhow::Result<bool> {
-        match cfg.format {
-            DumpFormat::Jfr => write_jfr(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
-            DumpFormat::Json => write_json(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
-            DumpFormat::Collapsed | DumpFormat::Flamegraph => {
-                let names = stack_types.as_deref().unwrap_or_default();
-                for sc in &source.chunks {
-                    let ids = fold::stack_type_ids(&sc.chunk, names);
-                    if let Err(e) = folded.add_chunk(&sc.chunk, &ids, &selection) {
-                        chunk_damage = Some(Damage::in_chunk(&sc.file, e));
-                        break;
-                    }
-                    progress.inc(sc.chunk.size());
+    // Profile formats read everything first: a selection with no samples is an error about the
+    // input, and no output file is made.
+    let mut profile_output: Option<WriteProfile> = None;
+    if cfg.format.is_profile() {
+        let weighing = weighing(cfg, &source.chunks)?;
+        let nothing = |what: &str| {
+            let mut text = format!("{}: no {what} were selected", cfg.path.display());
+            if cfg.thread.is_some() || cfg.since.is_some() {
+                text.push_str(" (--thread and --since narrow the selection)");
+            }
+            anyhow::anyhow!("{text}: nothing to write")
+        };
+        if cfg.format == DumpFormat::Pprof {
+            let kind = cfg.kind.unwrap_or(ProfileKind::Cpu);
+            let (builder, damage) =
+                pprof::build(&source.chunks, kind, cfg.fold.keep_runtime_frames, &selection, |n| progress.inc(n));
+            chunk_damage = damage.map(|(i, e)| Damage::in_chunk(&source.chunks[i].file, e));
+            if builder.events == 0 {
+                progress.finish_and_clear();
+                return nothing_to_write(source, chunk_damage, nothing(&weighing.what));
+            }
+            profile_output = Some(Box::new(move |sink: &mut Sink| Ok(builder.write(sink)?)));
+        } else {
+            let mut folded = Folded::default();
+            for sc in &source.chunks {
+                if let Err(e) = folded.add_chunk(&sc.chunk, &weighing, &selection, cfg.fold) {
+                    chunk_damage = Some(Damage::in_chunk(&sc.file, e));
+                    break;
                 }
-                if cfg.format == DumpFormat::Collapsed {
+                progress.inc(sc.chunk.size());
+            }
+            if cfg.format == DumpFormat::Flamegraph {
+                if folded.counts.is_empty() {
+                    progress.finish_and_clear();
+                    return nothing_to_write(source, chunk_damage, nothing(&weighing.what));
+                }
+                let title = format!("recorder: {} ({})", cfg.path.display(), weighing.what);
+                let count_name = count_name(weighing.unit);
+                profile_output =
+                    Some(Box::new(move |sink: &mut Sink| write_flamegraph(&folded, &title, count_name, sink)));
+            } else {
+                profile_output = Some(Box::new(move |sink: &mut Sink| {
                     for line in folded.lines() {
                         writeln!(sink, "{line}")?;
                     }
-                    Ok(true)
-                } else if folded.counts.is_empty() {
-                    anyhow::bail!(
-                        "{}: no events with stack traces were selected ({}): nothing to draw",
-                        cfg.path.display(),
-                        names.join(", ")
-                    )
-                } else {
-                    let title = format!("recorder: {}", cfg.path.display());
-                    write_flamegraph(&folded, &title, &mut sink)?;
-                    Ok(true)
-                }
+                    Ok(())
+                }));
             }
         }
-    })();
+    }
+    let mut sink = Sink::open(cfg).with_context(|| sink_name(cfg))?;
+    let result = match (cfg.format, profile_output) {
+        (DumpFormat::Jfr, _) => write_jfr(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
+        (DumpFormat::Json, _) => write_json(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
+        (_, Some(write)) => write(&mut sink).map(|()| true),
+        (_, None) => Ok(true),
+    };
     progress.finish_and_clear();
     match result {
-        Ok(true) => sink.finish().with_context(|| sink_name(cfg))?,
+        Ok(true) => {
+            sink.finish().with_context(|| sink_name(cfg))?;
+            if cfg.zst_added {
+                eprintln!("note: wrote {} (--compress writes zstd; the name says so)", sink_name(cfg));
+            }
+        }
         Ok(false) => sink.abandon(),
         Err(e) => {
             sink.abandon();
@@ -104,13 +139,33 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
 }
 
+/// No samples to write: the damage that stopped the reading, if any (no output), else `error`.
+fn nothing_to_write(
+    mut source: source::Source,
+    damage: Option<Damage>,
+    error: anyhow::Error,
+) -> anyhow::Result<Outcome> {
+    if let Some(d) = damage {
+        source.damage.insert(0, d);
+    }
+    if source.damage.is_empty() {
+        return Err(error);
+    }
+    source.report_damage();
+    Ok(Outcome::Damaged)
+}
+
+/// Writes a profile format's output, once its samples are gathered.
+type WriteProfile = Box<dyn FnOnce(&mut Sink) -> anyhow::Result<()>>;
+
 fn sink_name(cfg: &DumpConfig) -> String {
     cfg.output.as_ref().map_or_else(|| "stdout".to_owned(), |o| o.display().to_string())
 }
 
-/// The event types whose stacks are folded: `jdk.ExecutionSample`, or the `--events` types that
-/// have a stack trace.
-fn stack_type_names(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Vec<String>> {
+/// What the profile formats fold: the `--events` types that have a stack trace, or the samples of
+/// the `--type` (cpu by default).
+fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing> {
+    let kind = cfg.kind.unwrap_or(ProfileKind::Cpu);
     match &cfg.filter {
         TypeFilter::Only(names) => {
             let with_stacks: Vec<String> = names
@@ -125,20 +180,45 @@ fn stack_type_names(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<
             if with_stacks.is_empty() {
                 anyhow::bail!("none of the event types {} has a stack trace: nothing to fold", names.join(", "));
             }
-            Ok(with_stacks)
+            Ok(Weighing::of_events(&with_stacks))
         }
-        TypeFilter::Except(names) if names.iter().any(|n| n == "jdk.ExecutionSample") => {
-            anyhow::bail!("--format collapsed/flamegraph folds jdk.ExecutionSample, which --exclude-events removes")
+        TypeFilter::Except(names) if kind.contributors().iter().any(|c| names.iter().any(|n| n == c.event)) => {
+            anyhow::bail!(
+                "--type {} folds {}, which --exclude-events removes",
+                kind.to_possible_value().map_or_else(String::new, |v| v.get_name().to_owned()),
+                kind.weighing().names().join(", ")
+            )
         }
-        _ => Ok(vec!["jdk.ExecutionSample".to_owned()]),
+        _ => {
+            let weighing = kind.weighing();
+            let declared =
+                weighing.names().iter().any(|n| chunks.iter().any(|c| c.chunk.metadata().class_by_name(n).is_some()));
+            if !declared && !chunks.is_empty() {
+                anyhow::bail!(
+                    "{}: the recording has no {} (no {} events)",
+                    cfg.path.display(),
+                    weighing.what,
+                    weighing.names().join(", ")
+                );
+            }
+            Ok(weighing)
+        }
+    }
+}
+
+/// The flame graph's name for what a frame's width counts.
+pub fn count_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Samples => "samples",
+        Unit::Bytes => "bytes",
     }
 }
 
 /// Draws `folded` as an interactive flame graph SVG (inferno).
-pub fn write_flamegraph(folded: &Folded, title: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn write_flamegraph(folded: &Folded, title: &str, count_name: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
-    options.count_name = "samples".to_owned();
+    options.count_name = count_name.to_owned();
     let lines: Vec<String> = folded.lines().collect();
     inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
         .context("drawing the flame graph")
@@ -177,11 +257,8 @@ impl Sink {
     fn open(cfg: &DumpConfig) -> anyhow::Result<Sink> {
         let (base, file): (Box<dyn Write>, _) = match &cfg.output {
             // A device or pipe (`-o /dev/null`, a FIFO) is written directly.
-            Some(path) if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .with_context(|| format!("{}", path.display()))?;
+            Some(path) if crate::args::is_special_file(path) => {
+                let f = std::fs::OpenOptions::new().write(true).open(path)?;
                 (Box::new(std::io::BufWriter::with_capacity(1 << 16, f)) as Box<dyn Write>, None)
             }
             Some(path) => {
@@ -199,8 +276,7 @@ impl Sink {
                         .write(true)
                         .create_new(true)
                         .custom_flags(libc::O_NOFOLLOW)
-                        .open(&partial)
-                        .with_context(|| format!("{}", partial.display()))?
+                        .open(&partial)?
                 };
                 let sync = f.try_clone()?;
                 (Box::new(std::io::BufWriter::with_capacity(1 << 20, f)), Some((sync, partial, path.clone())))

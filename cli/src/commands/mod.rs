@@ -1,6 +1,7 @@
 //! One module per subcommand; each sees only its validated config.
 
 pub mod demo;
+pub mod diff;
 pub mod dump;
 pub mod print;
 pub mod repair;

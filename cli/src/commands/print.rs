@@ -29,7 +29,7 @@ enum Msg {
 }
 
 pub fn run(cfg: &PrintConfig) -> anyhow::Result<Outcome> {
-    let mut source = source::load(&cfg.path)?;
+    let mut source = source::load(&cfg.path, cfg.recordings)?;
     source::check_type_names(cfg.filter.names(), &source.chunks)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());

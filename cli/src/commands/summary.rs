@@ -1,10 +1,19 @@
 //! `recorder summary`: chunks, start, duration, and count and bytes per event type (the
-//! `jdk.Metadata` and `jdk.CheckPoint` rows included, as `jfr summary` shows them).
+//! `jdk.Metadata` and `jdk.CheckPoint` rows included, as `jfr summary` shows them); then the
+//! threads with their CPU samples and other events, and what share of the CPU samples' stacks is
+//! truncated (cut at the depth limit) or leaf-only (one frame: the frame-pointer walk stopped at
+//! once, the mark of code built without frame pointers).
+//!
+//! Only each event's thread and stack keys are read, straight from the record's leading varints
+//! when the fields before them are integers or constant references (every JFR writer puts
+//! `startTime`, `duration`, `eventThread`, `stackTrace` first); other layouts are decoded in full.
 
 use crate::args::SummaryConfig;
-use crate::source::{self, Damage};
+use crate::source::{self, Damage, SourceChunk};
 use crate::{json, time, Outcome};
-use std::collections::HashMap;
+use jfr_format::header::FLAG_COMPRESSED_INTS;
+use jfr_format::{Chunk, Item, Value};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -13,8 +22,33 @@ struct Stat {
     bytes: u64,
 }
 
+/// A thread's row: CPU samples and other events.
+#[derive(Debug, Default, Clone, Copy)]
+struct ThreadCounts {
+    cpu_samples: u64,
+    events: u64,
+}
+
+/// The stacks of the CPU samples.
+#[derive(Debug, Default, Clone, Copy)]
+struct StackShares {
+    samples: u64,
+    /// Cut at the depth limit (the trace's `truncated` flag).
+    truncated: u64,
+    /// Exactly one frame.
+    leaf_only: u64,
+    /// No stack at all.
+    no_stack: u64,
+}
+
+/// A thread as the rows group it: name, OS and Java thread ids.
+type ThreadKey = (String, i64, i64);
+
+/// Threads shown in the text table; `--json` lists all.
+const THREAD_ROWS: usize = 30;
+
 pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
-    let mut source = source::load(&cfg.path)?;
+    let mut source = source::load(&cfg.path, cfg.recordings)?;
     let mut stats: HashMap<String, Stat> = HashMap::new();
     for name in ["jdk.Metadata", "jdk.CheckPoint"] {
         stats.insert(name.to_owned(), Stat::default());
@@ -22,39 +56,20 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
     for name in source::known_event_types(&source.chunks) {
         stats.entry(name).or_default();
     }
+    let mut threads: BTreeMap<ThreadKey, ThreadCounts> = BTreeMap::new();
+    let mut stacks = StackShares::default();
     let mut record_damage = Vec::new();
     for sc in &source.chunks {
-        let types = sc.chunk.types();
-        let mut by_id: HashMap<u64, Stat> = HashMap::new();
-        for record in sc.chunk.records() {
-            match record {
-                Ok(r) => {
-                    let s = by_id.entry(r.type_id).or_default();
-                    s.count += 1;
-                    s.bytes += r.bytes.len() as u64;
-                }
-                Err(e) => {
-                    record_damage.push(Damage::in_chunk(&sc.file, e));
-                    break;
-                }
-            }
-        }
-        for (id, s) in by_id {
-            let name = match id {
-                0 => "jdk.Metadata",
-                1 => "jdk.CheckPoint",
-                _ => match types.class(id) {
-                    Some(c) => c.name.as_str(),
-                    // Records of undeclared types are skipped by readers; not an event type.
-                    None => continue,
-                },
-            };
-            let e = stats.entry(name.to_owned()).or_default();
-            e.count += s.count;
-            e.bytes += s.bytes;
+        if let Err(e) = count_chunk(sc, &mut stats, &mut threads, &mut stacks) {
+            record_damage.push(Damage::in_chunk(&sc.file, e));
         }
     }
     source.damage.splice(0..0, record_damage);
+    // Nothing readable: the errors alone, no empty table.
+    if source.chunks.is_empty() && !source.damage.is_empty() {
+        source.report_damage();
+        return Ok(Outcome::Damaged);
+    }
 
     let start = source.chunks.iter().map(|c| c.chunk.header().start_nanos).min().unwrap_or(0);
     let end = source
@@ -69,11 +84,14 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
     let duration = end.saturating_sub(start).max(0);
     let mut rows: Vec<(String, Stat)> = stats.into_iter().collect();
     rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(b.1.bytes.cmp(&a.1.bytes)).then(a.0.cmp(&b.0)));
+    let mut thread_rows: Vec<(ThreadKey, ThreadCounts)> = threads.into_iter().collect();
+    thread_rows
+        .sort_by(|a, b| (b.1.cpu_samples, b.1.events).cmp(&(a.1.cpu_samples, a.1.events)).then_with(|| a.0.cmp(&b.0)));
 
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if cfg.json {
-        let mut buf = Vec::with_capacity(64 * rows.len() + 128);
+        let mut buf = Vec::with_capacity(64 * (rows.len() + thread_rows.len()) + 256);
         buf.extend_from_slice(b"{\"chunks\": ");
         json::uint(&mut buf, source.chunks.len() as u64);
         buf.extend_from_slice(b", \"start_ns\": ");
@@ -92,6 +110,31 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             json::uint(&mut buf, s.bytes);
             buf.push(b'}');
         }
+        buf.extend_from_slice(b"}, \"threads\": [");
+        for (i, ((name, os_id, java_id), t)) in thread_rows.iter().enumerate() {
+            if i > 0 {
+                buf.extend_from_slice(b", ");
+            }
+            buf.extend_from_slice(b"{\"name\": ");
+            json::string(&mut buf, name);
+            buf.extend_from_slice(b", \"os_thread_id\": ");
+            json::int(&mut buf, *os_id);
+            buf.extend_from_slice(b", \"java_thread_id\": ");
+            json::int(&mut buf, *java_id);
+            buf.extend_from_slice(b", \"cpu_samples\": ");
+            json::uint(&mut buf, t.cpu_samples);
+            buf.extend_from_slice(b", \"events\": ");
+            json::uint(&mut buf, t.events);
+            buf.push(b'}');
+        }
+        buf.extend_from_slice(b"], \"cpu_sample_stacks\": {\"samples\": ");
+        json::uint(&mut buf, stacks.samples);
+        buf.extend_from_slice(b", \"truncated\": ");
+        json::uint(&mut buf, stacks.truncated);
+        buf.extend_from_slice(b", \"leaf_only\": ");
+        json::uint(&mut buf, stacks.leaf_only);
+        buf.extend_from_slice(b", \"no_stack\": ");
+        json::uint(&mut buf, stacks.no_stack);
         buf.extend_from_slice(b"}}\n");
         out.write_all(&buf)?;
     } else {
@@ -114,9 +157,243 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         for (name, s) in &rows {
             writeln!(out, " {:<width$} {:>11} {:>13}", name, s.count, s.bytes)?;
         }
+        if !thread_rows.is_empty() {
+            writeln!(out)?;
+            let width = thread_rows.iter().map(|r| r.0 .0.len() + 2).max().unwrap_or(10).clamp(40, 60);
+            writeln!(out, " {:<width$} {:>11} {:>13}", "Thread", "CPU samples", "Other events")?;
+            writeln!(out, "{}", "=".repeat(width + 27))?;
+            for ((name, _, _), t) in thread_rows.iter().take(THREAD_ROWS) {
+                let name = if name.is_empty() { "(unnamed)" } else { name.as_str() };
+                writeln!(out, " {:<width$} {:>11} {:>13}", name, t.cpu_samples, t.events)?;
+            }
+            if thread_rows.len() > THREAD_ROWS {
+                writeln!(
+                    out,
+                    " ... {} more threads (summary --json lists every one)",
+                    thread_rows.len() - THREAD_ROWS
+                )?;
+            }
+        }
+        if stacks.samples > 0 {
+            let pct = |n: u64| 100.0 * n as f64 / stacks.samples as f64;
+            writeln!(out)?;
+            writeln!(
+                out,
+                " CPU sample stacks: {} samples; {:.1} % truncated (depth limit), {:.1} % leaf-only (one frame){}",
+                stacks.samples,
+                pct(stacks.truncated),
+                pct(stacks.leaf_only),
+                if stacks.no_stack > 0 {
+                    format!(", {:.1} % without a stack", pct(stacks.no_stack))
+                } else {
+                    String::new()
+                }
+            )?;
+        }
     }
     out.flush()?;
     drop(out);
     source.report_damage();
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
+}
+
+/// How the fields before an event's thread and stack fields are encoded, when it is simple.
+#[derive(Debug, Clone, Copy)]
+enum Encoding {
+    Varint,
+    Fixed(usize),
+}
+
+/// Per event type: where its thread and stack keys are.
+struct TypePlan {
+    name_index: usize,
+    thread: Option<usize>,
+    stack: Option<usize>,
+    cpu_sample: bool,
+    /// Encodings of fields `0..=max(thread, stack)`, when they are all simple.
+    lead: Option<Vec<Encoding>>,
+}
+
+fn encoding(chunk: &Chunk, field: &jfr_format::metadata::Field, compressed: bool) -> Option<Encoding> {
+    if field.array {
+        return None;
+    }
+    if field.constant_pool {
+        return Some(Encoding::Varint);
+    }
+    let name = chunk.types().class(field.type_id)?.name.as_str();
+    let fixed = |n| if compressed { Encoding::Varint } else { Encoding::Fixed(n) };
+    Some(match name {
+        "long" => fixed(8),
+        "int" => fixed(4),
+        "short" | "char" => fixed(2),
+        "byte" | "boolean" => Encoding::Fixed(1),
+        "float" => Encoding::Fixed(4),
+        "double" => Encoding::Fixed(8),
+        _ => return None,
+    })
+}
+
+/// Counts one chunk's records by type, its threads' events and its CPU samples' stacks.
+fn count_chunk(
+    sc: &SourceChunk,
+    stats: &mut HashMap<String, Stat>,
+    threads: &mut BTreeMap<ThreadKey, ThreadCounts>,
+    stacks: &mut StackShares,
+) -> jfr_format::Result<()> {
+    let chunk = &sc.chunk;
+    let types = chunk.types();
+    let compressed = chunk.header().flags & FLAG_COMPRESSED_INTS != 0;
+    let mut plans: HashMap<u64, TypePlan> = HashMap::new();
+    let mut names: Vec<&str> = Vec::new();
+    for class in types.classes().iter().filter(|c| c.is_event()) {
+        let thread = class.field_index("eventThread").or_else(|| class.field_index("sampledThread"));
+        let stack = class.field_index("stackTrace");
+        let last = thread.max(stack);
+        let lead = last.and_then(|last| class.fields[..=last].iter().map(|f| encoding(chunk, f, compressed)).collect());
+        names.push(class.name.as_str());
+        plans.insert(
+            class.id,
+            TypePlan {
+                name_index: names.len() - 1,
+                thread,
+                stack,
+                cpu_sample: class.name == "jdk.ExecutionSample",
+                lead,
+            },
+        );
+    }
+    let mut by_id: HashMap<u64, Stat> = HashMap::new();
+    let mut per_thread: HashMap<u64, ThreadCounts> = HashMap::new();
+    let mut per_stack: HashMap<u64, u64> = HashMap::new();
+    let mut failure = None;
+    for record in chunk.records() {
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let s = by_id.entry(record.type_id).or_default();
+        s.count += 1;
+        s.bytes += record.bytes.len() as u64;
+        let Some(plan) = plans.get(&record.type_id) else { continue };
+        if plan.thread.is_none() && !plan.cpu_sample {
+            continue;
+        }
+        let keys = match &plan.lead {
+            Some(lead) => lead_keys(&record.bytes, lead, plan.thread, plan.stack),
+            None => None,
+        };
+        let (thread_key, stack_key) = match keys {
+            Some(k) => k,
+            None => match chunk.items(record.offset).next() {
+                Some(Ok(Item::Event(event))) => {
+                    let key = |i: Option<usize>| match i.and_then(|i| event.values.get(i)) {
+                        Some(Value::Ref { key, .. }) => *key,
+                        _ => 0,
+                    };
+                    (key(plan.thread), key(plan.stack))
+                }
+                Some(Err(e)) => {
+                    failure = Some(e);
+                    break;
+                }
+                _ => continue,
+            },
+        };
+        let t = per_thread.entry(thread_key).or_default();
+        if plan.cpu_sample {
+            t.cpu_samples += 1;
+            *per_stack.entry(stack_key).or_default() += 1;
+        } else {
+            t.events += 1;
+        }
+    }
+    for (id, s) in by_id {
+        let name = match id {
+            0 => "jdk.Metadata",
+            1 => "jdk.CheckPoint",
+            _ => match plans.get(&id) {
+                Some(p) => names[p.name_index],
+                // Records of undeclared types are skipped by readers; not an event type.
+                None => match types.class(id) {
+                    Some(c) => c.name.as_str(),
+                    None => continue,
+                },
+            },
+        };
+        let e = stats.entry(name.to_owned()).or_default();
+        e.count += s.count;
+        e.bytes += s.bytes;
+    }
+    let thread_type = chunk.metadata().class_by_name("java.lang.Thread").map(|c| c.id);
+    for (key, counts) in per_thread {
+        let info = match (thread_type, key) {
+            (Some(type_id), k) if k != 0 => chunk.thread_info(&Value::Ref { type_id, key: k })?,
+            _ => None,
+        };
+        // Events without a thread (periodic events of the recorder itself) have no row.
+        let Some(info) = info else { continue };
+        let row = threads.entry((info.name().to_owned(), info.os_thread_id, info.java_thread_id)).or_default();
+        row.cpu_samples += counts.cpu_samples;
+        row.events += counts.events;
+    }
+    let stack_type = chunk.metadata().class_by_name("jdk.types.StackTrace").map(|c| c.id);
+    for (key, n) in per_stack {
+        stacks.samples += n;
+        let trace = match (stack_type, key) {
+            (Some(type_id), k) if k != 0 => chunk.stack_trace_info(&Value::Ref { type_id, key: k })?,
+            _ => None,
+        };
+        match trace {
+            Some(t) if !t.frames.is_empty() => {
+                if t.truncated {
+                    stacks.truncated += n;
+                }
+                if t.frames.len() == 1 {
+                    stacks.leaf_only += n;
+                }
+            }
+            _ => stacks.no_stack += n,
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The thread and stack keys of an event record whose leading fields are `lead`; `None` when the
+/// bytes do not fit (the caller decodes the event instead, which reports the damage precisely).
+fn lead_keys(bytes: &[u8], lead: &[Encoding], thread: Option<usize>, stack: Option<usize>) -> Option<(u64, u64)> {
+    let mut pos = 0;
+    for _ in 0..2 {
+        // size, type id
+        let (_, n) = jfr_format::varint::read_u64(bytes.get(pos..)?)?;
+        pos += n;
+    }
+    let (mut thread_key, mut stack_key) = (0, 0);
+    for (i, enc) in lead.iter().enumerate() {
+        let value = match enc {
+            Encoding::Varint => {
+                let (v, n) = jfr_format::varint::read_u64(bytes.get(pos..)?)?;
+                pos += n;
+                v
+            }
+            Encoding::Fixed(n) => {
+                bytes.get(pos..pos + n)?;
+                pos += n;
+                0
+            }
+        };
+        if Some(i) == thread {
+            thread_key = value;
+        }
+        if Some(i) == stack {
+            stack_key = value;
+        }
+    }
+    Some((thread_key, stack_key))
 }

@@ -82,18 +82,9 @@ impl ChunkReader {
     }
 }
 
-/// A frame's name in the table: `class.method`, or the `<elided:K>` marker as it is.
-fn display_name(f: &jfr_format::FrameInfo) -> String {
-    if f.method.starts_with("<elided:") {
-        f.method.clone()
-    } else {
-        f.qualified_name()
-    }
-}
-
 fn frames(chunk: &Chunk, value: &Value) -> jfr_format::Result<Arc<[Arc<str>]>> {
     Ok(match chunk.stack_trace_info(value)? {
-        Some(t) => t.frames.iter().map(|f| Arc::from(display_name(f))).collect(),
+        Some(t) => t.frames.iter().map(|f| Arc::from(crate::frames::display_name(f))).collect(),
         None => Arc::from(Vec::new()),
     })
 }
@@ -103,7 +94,8 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
     if !meta.is_dir() {
         return run_file(cfg);
     }
-    let mut repo = Repository { dir: cfg.path.clone(), files: BTreeMap::new(), damage: Vec::new() };
+    let dir = source::recording_dir(&cfg.path, cfg.recordings)?;
+    let mut repo = Repository { dir: dir.clone(), files: BTreeMap::new(), damage: Vec::new() };
     let mut samples = Samples::default();
     let terminal = std::io::stdout().is_terminal();
     loop {
@@ -111,7 +103,7 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
         for d in repo.damage.drain(..) {
             eprintln!("error: {d}");
         }
-        let table = table(&samples, cfg, &cfg.path);
+        let table = table(&samples, cfg, &dir);
         let mut out = std::io::stdout().lock();
         if terminal {
             // Clear the screen and home the cursor: the table replaces the previous one.
@@ -132,7 +124,7 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
 
 /// A finished file: one table.
 fn run_file(cfg: &TopConfig) -> anyhow::Result<Outcome> {
-    let mut source = source::load(&cfg.path)?;
+    let mut source = source::load(&cfg.path, cfg.recordings)?;
     let mut samples = Samples::default();
     let mut damage = Vec::new();
     for sc in &source.chunks {
@@ -142,10 +134,12 @@ fn run_file(cfg: &TopConfig) -> anyhow::Result<Outcome> {
             break;
         }
     }
-    let mut out = std::io::stdout().lock();
-    out.write_all(table(&samples, cfg, &cfg.path).as_bytes())?;
-    out.flush()?;
-    drop(out);
+    // Nothing readable: the error alone, no empty table.
+    if !source.chunks.is_empty() {
+        let mut out = std::io::stdout().lock();
+        out.write_all(table(&samples, cfg, &cfg.path).as_bytes())?;
+        out.flush()?;
+    }
     source.damage.splice(0..0, damage);
     source.report_damage();
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })

@@ -79,6 +79,33 @@ pub fn chunk_spans(data: &[u8]) -> Vec<(usize, usize)> {
     spans
 }
 
+/// `go tool pprof -symbolize=none ARGS` (Go is required: `apt-get install golang-go`; CI installs
+/// it in .ci/run); returns stdout.
+pub fn go_pprof(args: &[&str]) -> String {
+    let go = ["/usr/bin/go", "/usr/lib/go/bin/go", "/usr/local/go/bin/go"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect::<Vec<_>>()))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`go` was not found: the pprof tests read our profiles with `go tool pprof` (apt-get install golang-go)")
+        });
+    let out = std::process::Command::new(go)
+        .args(["tool", "pprof", "-symbolize=none"])
+        .args(args)
+        .output()
+        .expect("running go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// The `N` of `of N total` in `go tool pprof -top` output.
+pub fn pprof_total(top: &str) -> String {
+    let line = top.lines().find(|l| l.starts_with("Showing nodes accounting for")).unwrap_or_else(|| panic!("{top}"));
+    line.rsplit_once(" of ").unwrap().1.trim_end_matches(" total").to_owned()
+}
+
 /// `2026-11-29T16:59:14.957127984Z` (as `jfr print --json` writes) to ns since the epoch.
 pub fn parse_iso_nanos(s: &str) -> i64 {
     let b = s.as_bytes();
