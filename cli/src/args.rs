@@ -295,6 +295,14 @@ pub struct DumpArgs {
     /// collapsed, flamegraph: one root per thread (the thread's name, in brackets).
     #[arg(long)]
     pub by_thread: bool,
+    /// collapsed, flamegraph: each CPU sample under the path of the tracing span it was taken in
+    /// (`span:outer;span:inner;frames...`; from jdk.ExecutionSample.spanId and recorder.Span).
+    #[arg(long)]
+    pub by_span: bool,
+    /// collapsed, flamegraph: what a stack weighs: samples (the default), or self-time: the
+    /// instrumented scope tree (recorder.ScopeTiming) in nanoseconds of self time.
+    #[arg(long, value_enum, default_value_t = DumpWeight::Samples, value_name = "WEIGHT")]
+    pub weight: DumpWeight,
     /// collapsed, flamegraph, pprof: keep the thread-start frames of the runtime (std's thread
     /// spawn and panic-catching frames, start_thread, clone3, _start) that are folded away by
     /// default.
@@ -306,6 +314,15 @@ pub struct DumpArgs {
     /// Keep every event type except these (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
     pub exclude_events: Option<Vec<String>>,
+}
+
+/// What `dump --format collapsed|flamegraph` weighs a stack by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DumpWeight {
+    /// The samples of the `--type` (or the `--events`).
+    Samples,
+    /// Self time of the instrumented scopes (recorder.ScopeTiming), in nanoseconds.
+    SelfTime,
 }
 
 /// Which event types a command works on.
@@ -376,6 +393,8 @@ pub struct DumpConfig {
     /// `--type` was given.
     pub kind: Option<ProfileKind>,
     pub fold: crate::fold::FoldOptions,
+    /// What collapsed and flamegraph weigh.
+    pub weight: DumpWeight,
 }
 
 #[derive(Debug, Args)]
@@ -394,6 +413,10 @@ pub struct TopArgs {
     /// Print one table and exit.
     #[arg(long)]
     pub once: bool,
+    /// List the hottest tracing spans (by the CPU samples taken inside them: self = innermost
+    /// span, total = anywhere in the span path) instead of functions.
+    #[arg(long)]
+    pub by_span: bool,
 }
 
 #[derive(Debug)]
@@ -404,6 +427,7 @@ pub struct TopConfig {
     pub window: std::time::Duration,
     pub n: usize,
     pub once: bool,
+    pub by_span: bool,
 }
 
 impl TopArgs {
@@ -418,6 +442,7 @@ impl TopArgs {
             window: self.window,
             n: self.n.max(1),
             once: self.once,
+            by_span: self.by_span,
         })
     }
 }
@@ -463,9 +488,13 @@ impl DumpArgs {
                 .is_some_and(|s| s == clap::parser::ValueSource::CommandLine)
         };
         if !self.format.is_profile() {
-            for (id, flag) in
-                [("kind", "--type"), ("by_thread", "--by-thread"), ("keep_runtime_frames", "--keep-runtime-frames")]
-            {
+            for (id, flag) in [
+                ("kind", "--type"),
+                ("by_thread", "--by-thread"),
+                ("by_span", "--by-span"),
+                ("keep_runtime_frames", "--keep-runtime-frames"),
+                ("weight", "--weight"),
+            ] {
                 if explicit(id) {
                     anyhow::bail!("{flag} applies to --format collapsed, flamegraph and pprof");
                 }
@@ -476,6 +505,20 @@ impl DumpArgs {
         }
         if self.format == DumpFormat::Pprof && matches!(filter, TypeFilter::Only(_)) {
             anyhow::bail!("--format pprof writes the samples of a --type (cpu, alloc or wall), not --events");
+        }
+        if self.format == DumpFormat::Pprof && (self.by_span || explicit("weight")) {
+            anyhow::bail!("--by-span and --weight are for collapsed and flamegraph");
+        }
+        if self.weight == DumpWeight::SelfTime {
+            for (id, flag) in
+                [("kind", "--type"), ("by_thread", "--by-thread"), ("by_span", "--by-span"), ("events", "--events")]
+            {
+                if explicit(id) {
+                    anyhow::bail!(
+                        "--weight self-time draws the scope tree (recorder.ScopeTiming); {flag} applies to samples"
+                    );
+                }
+            }
         }
         if self.format == DumpFormat::Pprof && self.by_thread {
             anyhow::bail!("--by-thread is for collapsed and flamegraph; a pprof profile labels each sample with its thread (go tool pprof -tagroot thread)");
@@ -515,7 +558,12 @@ impl DumpArgs {
             thread: self.thread,
             compress: self.compress,
             kind: explicit("kind").then_some(self.kind),
-            fold: crate::fold::FoldOptions { by_thread: self.by_thread, keep_runtime_frames: self.keep_runtime_frames },
+            fold: crate::fold::FoldOptions {
+                by_thread: self.by_thread,
+                keep_runtime_frames: self.keep_runtime_frames,
+                by_span: self.by_span,
+            },
+            weight: self.weight,
         })
     }
 }

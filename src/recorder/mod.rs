@@ -125,6 +125,9 @@ impl Recorder {
             metadata_registry::set_settings(name, *s);
         }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        // Scopes of this recording start with empty trees (before the first flush, which would
+        // otherwise write the previous recording's).
+        crate::scope::start(generation, settings.deterministic);
         let shared = Arc::new(Shared {
             generation,
             stacks: StackTable::new(settings.stack_table_capacity),
@@ -175,8 +178,6 @@ impl Recorder {
             let _ = std::fs::remove_dir_all(&inner.dir);
             return Err(e);
         }
-        // Scopes of this recording start with empty trees.
-        crate::scope::start(generation, settings.deterministic);
         reservation.publish(shared);
         crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
         Ok(Recorder { inner })
