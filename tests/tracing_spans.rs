@@ -182,7 +182,7 @@ fn bad_input_is_handled() {
     let dir = tempfile::tempdir().unwrap();
     let rec = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
     let dispatch = tracing::Dispatch::new(subscriber());
-    let (moved, reentered) = tracing::dispatcher::with_default(&dispatch, || {
+    let moved = tracing::dispatcher::with_default(&dispatch, || {
         // Closed on another thread.
         let moved = tracing::info_span!("moved");
         moved.in_scope(|| spin(Duration::from_millis(1)));
@@ -198,15 +198,13 @@ fn bad_input_is_handled() {
         drop(twice);
         // Open when the recording stops.
         let open = tracing::info_span!("open_at_stop");
-        let entered = open.entered();
-        (entered, ())
+        open.entered()
     });
     let file = dir.path().join("bad.jfr");
     rec.dump(&file).unwrap();
     let report = rec.scope_report();
     rec.stop().unwrap();
     tracing::dispatcher::with_default(&dispatch, || drop(moved));
-    let _ = reentered;
     let spans = read_events(&file, "recorder.Span");
     let names: Vec<&str> = spans.iter().map(|e| e.field("name").as_str().unwrap()).collect();
     assert!(names.contains(&"moved") && names.contains(&"reentered"), "{names:?}");

@@ -57,12 +57,12 @@ pub fn profile(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
     let name = args.name.unwrap_or_else(|| LitStr::new(&function.sig.ident.to_string(), function.sig.ident.span()));
     let body = &function.block;
-    function.block = Box::new(syn::parse_quote!({
+    *function.block = syn::parse_quote!({
         let _recorder_profile_guard = {
             static SITE: ::recorder::scope::Site = ::recorder::scope::Site::new(#name);
             ::recorder::scope::enter(&SITE)
         };
         #body
-    }));
+    });
     quote!(#function).into()
 }

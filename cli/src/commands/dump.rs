@@ -293,7 +293,7 @@ pub fn write_flamegraph_lines<'a>(
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
     options.count_name = count_name.to_owned();
-    inferno::flamegraph::from_lines(&mut options, lines.into_iter(), out).context("drawing the flame graph")
+    inferno::flamegraph::from_lines(&mut options, lines, out).context("drawing the flame graph")
 }
 
 /// Draws `folded` as an interactive flame graph SVG (inferno).
