@@ -162,6 +162,8 @@ EXAMPLES:
     recorder dump app.jfr --format collapsed --since 30s > app.folded
     recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
     recorder dump app.jfr --format flamegraph --by-thread -o threads.svg
+    recorder dump app.jfr --format collapsed --by-span > spans.folded     # span:outer;span:inner;frames...
+    recorder dump app.jfr --format flamegraph --weight self-time -o scopes.svg
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
