@@ -163,7 +163,9 @@ fn main() {
         let flame = {
             let (layer, _guard) = tracing_flame::FlameLayer::with_file(flame_dir.path().join("flame.folded")).unwrap();
             let subscriber = tracing_subscriber::registry().with(layer);
-            tracing::subscriber::with_default(subscriber, || measure(reps, n / 10, |n| tracing_at(d, n)))
+            // tracing-flame writes the whole stack at each exit: fewer operations at depth.
+            let flame_n = (n / 10 / u64::from(d)).max(50);
+            tracing::subscriber::with_default(subscriber, || measure(reps.min(3), flame_n, |n| tracing_at(d, n)))
         };
         rows.push((d, ours, puffin, flame));
     }
