@@ -250,8 +250,8 @@ where
         }
         let meta = span.metadata();
         let now = crate::clock::ticks();
-        // Relaxed: the span is closing; no entry is in progress.
-        let active = data.active.load(Ordering::Relaxed);
+        // Relaxed: the span is closing; no entry is in progress. Deterministic mode: no real time.
+        let active = if scope::deterministic() { 0 } else { data.active.load(Ordering::Relaxed) };
         let event = SpanEvent {
             name: meta.name(),
             target: meta.target(),

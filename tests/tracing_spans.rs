@@ -279,3 +279,30 @@ fn jdk_event_stream_receives_spans_live() {
     let _ = child.wait();
     assert_eq!(seen, 3);
 }
+
+/// Deterministic mode: a span's times are logical (no duration, no busy time), its fields and
+/// nesting are kept, so a recording of the same spans does not vary with the machine's speed.
+#[test]
+fn deterministic_spans_carry_no_real_time() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).no_sampling().deterministic(true).start().unwrap();
+    tracing::subscriber::with_default(subscriber(), || {
+        let outer = tracing::info_span!("outer", k = 1);
+        let _o = outer.enter();
+        let _i = tracing::info_span!("inner").entered();
+        spin(Duration::from_millis(5));
+    });
+    let file = dir.path().join("deterministic.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    let spans = read_events(&file, "recorder.Span");
+    assert_eq!(spans.len(), 2);
+    for span in &spans {
+        assert_eq!(span.field_i64("activeNanos"), 0, "{span:?}");
+    }
+    let outer = spans.iter().find(|e| e.field("name").as_str() == Some("outer")).unwrap();
+    let inner = spans.iter().find(|e| e.field("name").as_str() == Some("inner")).unwrap();
+    assert_eq!(outer.field("fields").as_str(), Some("k=1"));
+    assert_eq!(inner.field_i64("parentSpanId"), outer.field_i64("spanId"));
+}

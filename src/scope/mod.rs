@@ -173,7 +173,17 @@ pub(crate) fn start(generation: u64, deterministic: bool) {
     if !deterministic {
         calibrate();
     }
+    // Relaxed: read by L holders and span closes of this recording, which start after this.
+    DETERMINISTIC.store(deterministic, Ordering::Relaxed);
     report::reset(generation, deterministic);
+}
+
+static DETERMINISTIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The latest recording is deterministic (times must not vary from run to run).
+pub(crate) fn deterministic() -> bool {
+    // Relaxed: see `start`.
+    DETERMINISTIC.load(Ordering::Relaxed)
 }
 
 /// Measures the fast path's cost with the code the application runs (a private tree, the same
