@@ -7,8 +7,12 @@
 //!   committing concurrently (per thread);
 //! - `jvm_commit_no_stack_ns`, `jvm_commit_stack_ns` (and `_2threads`): the same loops in Java
 //!   (`benches/java/CommitBench.java`, compiled with `javac` and run under an active recording);
-//! - `ratio_no_stack`, `ratio_stack` (and `_2threads`): ours / JVM (the goal is at most 0.25);
-//! - `events_lost`: events the recorder lost (must be 0).
+//! - `ratio_no_stack`, `ratio_stack` (and `_2threads`): ours / JVM (issue 10 §5: at most 1/3 without a stack);
+//! - `events_lost`: events the recorder lost (must be 0);
+//! - the floor, same loop and clock: `floor_empty_call_ns` (an `#[inline(never)]` call that does
+//!   nothing), `floor_tick_ns` (`recorder::clock::ticks()`: one `rdtsc` where the TSC is the
+//!   clock), `floor_clock_gettime_ns` (CLOCK_MONOTONIC through the vDSO, the JVM's clock), and
+//!   `clock_source`, `clock_ticks_per_second`, `clock_calibration_error_ppm`.
 //!
 //! Environment: `COMMIT_BENCH_N` (events per no-stack repetition, default 5,000,000),
 //! `COMMIT_BENCH_STACK_N` (per stack repetition, default 1,000,000), `COMMIT_BENCH_REPS` (default
@@ -32,6 +36,31 @@ const DEPTH: usize = 20;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.replace('_', "").parse().ok()).unwrap_or(default)
+}
+
+#[inline(never)]
+fn empty_call(i: u64) -> u64 {
+    black_box(i)
+}
+
+fn clock_gettime_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// CPU ns per iteration of `f` over `n` iterations (the loop's own cost included, as in the
+/// commit loops).
+fn floor(n: u64, mut f: impl FnMut(u64) -> u64) -> PerEvent {
+    let (c0, w0) = (thread_cpu_time(), Instant::now());
+    let mut sum = 0u64;
+    for i in 0..n {
+        sum = sum.wrapping_add(f(i));
+    }
+    black_box(sum);
+    let wall = w0.elapsed();
+    (ns_per_event(thread_cpu_time() - c0, n), ns_per_event(wall, n))
 }
 
 #[inline(never)]
@@ -166,15 +195,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .event("bench.Small", settings(false))
         .start()?;
 
+    let empty = median(reps, || floor(n, empty_call));
+    let tick = median(reps, || floor(n, |_| recorder::clock::ticks() as u64));
+    let gettime = median(reps, || floor(n, |_| clock_gettime_ns() as u64));
+
     // Warm-up: attaches this thread, registers the type, faults in the first buffers.
     time_one(n / 10);
-    let no_stack = median(reps, || time_one(n));
-    let no_stack_2 = median(reps, || time_two(n));
+    // A flush after each repetition (not timed): the recorder then never holds more than one
+    // repetition's records, whatever the flusher's share of a busy machine.
+    let flushed = |per_event: PerEvent| {
+        rec.flush();
+        per_event
+    };
+    let no_stack = median(reps, || flushed(time_one(n)));
+    let no_stack_2 = median(reps, || flushed(time_two(n)));
 
     rec.set_event_settings("bench.Small", settings(true));
     time_one(stack_n / 10);
-    let stack = median(reps, || time_one(stack_n));
-    let stack_2 = median(reps, || time_two(stack_n));
+    let stack = median(reps, || flushed(time_one(stack_n)));
+    let stack_2 = median(reps, || flushed(time_two(stack_n)));
 
     rec.flush();
     let stats = rec.stats();
@@ -188,6 +227,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("commit_stack_ns_wall: {:.1}", stack.1);
     println!("commit_no_stack_ns_2threads_wall: {:.1}", no_stack_2.1);
     println!("commit_stack_ns_2threads_wall: {:.1}", stack_2.1);
+    let clock = recorder::clock::calibration();
+    println!("floor_empty_call_ns: {:.1}", empty.0);
+    println!("floor_tick_ns: {:.1}", tick.0);
+    println!("floor_clock_gettime_ns: {:.1}", gettime.0);
+    println!("clock_source: {:?}", clock.source);
+    println!("clock_ticks_per_second: {}", clock.ticks_per_second);
+    println!("clock_calibration_error_ppm: {:.2}", clock.error * 1e6);
     println!("events_written: {}", stats.events_written);
     println!("events_lost: {}", stats.events_lost);
 

@@ -2,8 +2,9 @@
 //!
 //! `soak record BASE SECONDS [EVENTS_PER_SEC] [MAX_SIZE_MB]`: records with 1 kHz sampling while
 //! four threads commit numbered `soak.Tick` events at the given total rate (default 100 000/s) and
-//! burn some CPU (so they are sampled). Every 5 s it prints RSS, repository size against its
-//! limit, and the counters; the repository size is also checked every 100 ms. At the end it
+//! burn some CPU (so they are sampled). Every 5 s it prints RSS, the allocator's bytes in use and
+//! held free (glibc's `mallinfo2`: growth of the first is live data, of the second fragmentation),
+//! repository size against its limit, and the counters; the repository size is also checked every 100 ms. At the end it
 //! writes `BASE/committed.txt` (per-thread counts, recorder loss) for the consumer.
 //!
 //! `soak consume BASE`: follows the recording in BASE with our own reader, polling: every chunk
@@ -30,6 +31,20 @@ fn rss_kib() -> u64 {
             s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The allocator's view (glibc): bytes in live allocations, and bytes it holds free (RSS the
+/// heap keeps without live data in it).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_kib() -> (u64, u64) {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) as u64 >> 10, m.fordblks as u64 >> 10)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_kib() -> (u64, u64) {
+    (0, 0)
 }
 
 fn dir_size(dir: &Path) -> u64 {
@@ -99,9 +114,10 @@ fn record(base: &Path, seconds: u64, rate: u64, max_size: u64) {
                 let st = rec.stats();
                 let sampler = rec.sampler_stats().unwrap_or_default();
                 let rss = rss_kib();
+                let (heap, heap_free) = heap_kib();
                 rss_series.push((start.elapsed().as_secs(), rss));
                 println!(
-                    "t={:>4}s rss={rss} KiB repo={} KiB (max {} KiB, limit {} KiB) committed={} written={} lost={} \
+                    "t={:>4}s rss={rss} KiB heap={heap} KiB (free {heap_free} KiB) repo={} KiB (max {} KiB, limit {} KiB) committed={} written={} lost={} \
                      samples written={} lost={} (sampler taken={} lost={}) chunks={} write_failures={}",
                     start.elapsed().as_secs(),
                     dir_size(&dir) >> 10,

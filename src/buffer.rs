@@ -83,6 +83,15 @@ impl EventBuffer {
         std::alloc::Layout::array::<u8>(capacity.max(1)).expect("buffer size fits the address space")
     }
 
+    /// Makes a drained, retired buffer (no other reference left) new again, for owner `tid`.
+    #[cfg(not(loom))]
+    pub fn reset(&mut self, tid: u32) {
+        *self.committed.get_mut() = 0;
+        *self.flushed.get_mut() = 0;
+        *self.retired.get_mut() = false;
+        self.tid = tid;
+    }
+
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -109,6 +118,32 @@ impl EventBuffer {
         // `EventBuffer::drain` (L holder).
         self.committed.store(at + records.len(), Ordering::Release);
         true
+    }
+
+    /// Owner only: the free space `[committed, capacity)`, for encoding records in place. Only the
+    /// owner writes there (E2) until it publishes with [`Self::publish_to`].
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn free_space(&self) -> (*mut u8, *mut u8) {
+        // Relaxed: only the owner stores `committed`, so it reads its own last value.
+        let at = self.committed.load(Ordering::Relaxed);
+        // SAFETY: `at <= capacity` (E1): both pointers are inside the allocation or one past it.
+        unsafe { (self.ptr.add(at), self.ptr.add(self.capacity)) }
+    }
+
+    /// Owner only: publishes the records the owner wrote in place up to `end`.
+    ///
+    /// # Safety
+    /// `end` lies in `[committed, capacity]` of this buffer (from [`Self::free_space`]) and every
+    /// byte below it is a written, complete record.
+    #[cfg(not(loom))]
+    #[inline]
+    pub unsafe fn publish_to(&self, end: *mut u8) {
+        let at = end as usize - self.ptr as usize;
+        debug_assert!(at >= self.committed.load(Ordering::Relaxed) && at <= self.capacity);
+        // Release: publishes the bytes written in place; pairs with the Acquire load of
+        // `committed` in `EventBuffer::drain` (L holder).
+        self.committed.store(at, Ordering::Release);
     }
 
     /// Owner only: the buffer will not be written again.

@@ -22,8 +22,11 @@ pub const JDK_DATA_LOSS: u64 = 107;
 pub const DATA_LOSS: u64 = 108;
 /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
 pub const SAMPLER_STATISTICS: u64 = 109;
-/// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative.
-pub const SCOPE_TIMING: u64 = 110;
+/// `recorder.Diagnostic`: a problem with the recording's quality and its fix (`diagnostics.rs`).
+pub const DIAGNOSTIC: u64 = 110;
+/// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative. (Ids after 110 are taken
+/// by branches merged in parallel; 120 keeps clear of them.)
+pub const SCOPE_TIMING: u64 = 120;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -200,13 +203,35 @@ pub fn classes() -> Vec<Class> {
             f("taken", ids::LONG, "Samples Taken"),
             f("lost", ids::LONG, "Samples Lost"),
             f("threads", ids::LONG, "Sampled Threads"),
+            // Since the previous statistics event, like `rate`: sums over any span of a recording.
+            f("samplesWritten", ids::LONG, "Samples Written"),
+            f("leafOnlyStacks", ids::LONG, "Leaf-Only Stacks"),
+            f("truncatedStacks", ids::LONG, "Truncated Stacks"),
         ],
         ..spec(
             SAMPLER_STATISTICS,
             "recorder.SamplerStatistics",
             "Sampler Statistics",
             &["Flight Recorder"],
-            "How the CPU sampler is triggered and the samples per second it delivered since the previous flush",
+            "How the CPU sampler is triggered, the samples per second it delivered since the previous flush, and \
+             how many of those samples' stacks hold only their innermost frame (missing frame pointers, stack \
+             bounds not known yet) or were cut by the depth limit",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("code", ids::STRING, "Code"),
+            f("message", ids::STRING, "Message"),
+            f("fix", ids::STRING, "Fix"),
+        ],
+        ..spec(
+            DIAGNOSTIC,
+            "recorder.Diagnostic",
+            "Recorder Diagnostic",
+            &["Flight Recorder"],
+            "A problem with the recording's quality that the user can fix (also said once on stderr); code \
+             missing-frame-pointers: stacks lose their frames because the code keeps no frame pointers",
         )
     }));
 

@@ -189,9 +189,53 @@ fn prepare_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Removes the sockets that recordings of dead processes left in this process's socket directory
+/// (a process killed with SIGKILL never removes its own). `Recorder::start` does this; so can
+/// `recorder repair`. Returns the sockets removed.
+pub fn remove_dead_sockets() -> Vec<PathBuf> {
+    remove_dead_sockets_in(&socket_dir())
+}
+
+/// A socket `<pid>.sock` of ours is dead when no process `pid` exists and nobody answers on it
+/// (a live process of another pid namespace sharing the directory still does). Anything else is
+/// left alone: other files, sockets of other users, a live pid (maybe reused: its owner replaces
+/// the socket when it records, and the next sweep after it exits removes it).
+fn remove_dead_sockets_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(pid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+            .filter(|&p| p > 0)
+        else {
+            continue;
+        };
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid());
+        if !ours || pid_exists(pid) {
+            continue;
+        }
+        let refused = matches!(UnixStream::connect(&path), Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED));
+        if refused && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+fn pid_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener, String> {
     let dir = socket_dir();
     prepare_dir(&dir)?;
+    remove_dead_sockets_in(&dir);
     let pid = std::process::id();
     let path = dir.join(format!("{pid}.sock"));
     match std::fs::symlink_metadata(&path) {

@@ -6,18 +6,17 @@
 //! nothing on this path takes a lock or waits for the flusher (a thread's first commit in a
 //! recording, and the first commit of an event type in the process, take a one-time slow path).
 
-use crate::commit::put_u64;
+use crate::encoder::Encoder;
 pub use crate::metadata_registry::EventType;
 use crate::metadata_registry::TypeRegistry;
 use jfr_format::metadata::{ids, label_annotation, Annotation, Field};
-use jfr_format::write;
 
 /// A value that can be a field of an event.
 pub trait FieldType {
     /// The field's metadata; may register the classes it needs (nested structs).
     fn describe(name: &str, registry: &mut TypeRegistry) -> Field;
-    /// Appends the value's encoding.
-    fn encode(&self, out: &mut Vec<u8>);
+    /// Appends the value's encoding. May run more than once for one commit (see [`Encoder`]).
+    fn encode(&self, out: &mut Encoder<'_>);
 }
 
 macro_rules! primitive {
@@ -29,34 +28,34 @@ macro_rules! primitive {
                 $( f.annotations.push($ann); )*
                 f
             }
-            #[inline]
-            fn encode(&self, out: &mut Vec<u8>) {
-                let put: fn(&mut Vec<u8>, $t) = $put;
+            #[inline(always)]
+            fn encode(&self, out: &mut Encoder<'_>) {
+                let put: fn(&mut Encoder<'_>, $t) = $put;
                 put(out, *self)
             }
         }
     };
 }
 
-primitive!(bool, ids::BOOLEAN, write::put_bool);
-primitive!(i8, ids::BYTE, write::put_byte);
+primitive!(bool, ids::BOOLEAN, |o, v| o.put_bool(v));
+primitive!(i8, ids::BYTE, |o, v| o.put_byte(v as u8));
 // Unsigned Rust integers widen to the next JFR type, so every reader shows their true value (the JDK
 // prints an `@Unsigned byte` of 200 as -56). u64 keeps its bits in a long marked `@Unsigned`.
-primitive!(u8, ids::SHORT, |o, v| put_u64(o, u64::from(v)));
-primitive!(i16, ids::SHORT, |o, v| put_u64(o, u64::from(v as u16)));
-primitive!(u16, ids::INT, |o, v| put_u64(o, u64::from(v)));
-primitive!(i32, ids::INT, |o, v| put_u64(o, u64::from(v as u32)));
-primitive!(u32, ids::LONG, |o, v| put_u64(o, u64::from(v)));
-primitive!(i64, ids::LONG, |o, v| put_u64(o, v as u64));
-primitive!(u64, ids::LONG, put_u64, Annotation::marker(ids::UNSIGNED));
-primitive!(usize, ids::LONG, |o, v| put_u64(o, v as u64), Annotation::marker(ids::UNSIGNED));
-primitive!(isize, ids::LONG, |o, v| put_u64(o, v as u64));
-primitive!(f32, ids::FLOAT, write::put_float);
-primitive!(f64, ids::DOUBLE, write::put_double);
+primitive!(u8, ids::SHORT, |o, v| o.put_varint(u64::from(v)));
+primitive!(i16, ids::SHORT, |o, v| o.put_varint(u64::from(v as u16)));
+primitive!(u16, ids::INT, |o, v| o.put_varint(u64::from(v)));
+primitive!(i32, ids::INT, |o, v| o.put_varint(u64::from(v as u32)));
+primitive!(u32, ids::LONG, |o, v| o.put_varint(u64::from(v)));
+primitive!(i64, ids::LONG, |o, v| o.put_varint(v as u64));
+primitive!(u64, ids::LONG, |o, v| o.put_varint(v), Annotation::marker(ids::UNSIGNED));
+primitive!(usize, ids::LONG, |o, v| o.put_varint(v as u64), Annotation::marker(ids::UNSIGNED));
+primitive!(isize, ids::LONG, |o, v| o.put_varint(v as u64));
+primitive!(f32, ids::FLOAT, |o, v| o.put_float(v));
+primitive!(f64, ids::DOUBLE, |o, v| o.put_double(v));
 primitive!(char, ids::CHAR, |o, v| {
     let mut units = [0u16; 2];
     // A JFR char is one UTF-16 code unit; characters outside the BMP keep their first unit.
-    put_u64(o, u64::from(v.encode_utf16(&mut units)[0]))
+    o.put_varint(u64::from(v.encode_utf16(&mut units)[0]))
 });
 
 impl FieldType for String {
@@ -64,8 +63,8 @@ impl FieldType for String {
         Field::new(name, ids::STRING)
     }
     #[inline]
-    fn encode(&self, out: &mut Vec<u8>) {
-        write::put_string(out, Some(self))
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_string(Some(self))
     }
 }
 
@@ -74,8 +73,8 @@ impl FieldType for &'static str {
         Field::new(name, ids::STRING)
     }
     #[inline]
-    fn encode(&self, out: &mut Vec<u8>) {
-        write::put_string(out, Some(self))
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_string(Some(self))
     }
 }
 
@@ -83,8 +82,8 @@ impl FieldType for Option<String> {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::STRING)
     }
-    fn encode(&self, out: &mut Vec<u8>) {
-        write::put_string(out, self.as_deref())
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_string(self.as_deref())
     }
 }
 
@@ -100,8 +99,8 @@ impl FieldType for std::time::Duration {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESPAN, "NANOSECONDS"))
     }
-    fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, i64::try_from(self.as_nanos()).unwrap_or(i64::MAX) as u64)
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_varint(i64::try_from(self.as_nanos()).unwrap_or(i64::MAX) as u64)
     }
 }
 
@@ -110,12 +109,12 @@ impl FieldType for std::time::SystemTime {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::LONG).with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH"))
     }
-    fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, out: &mut Encoder<'_>) {
         let ms = match self.duration_since(std::time::UNIX_EPOCH) {
             Ok(d) => d.as_millis() as i64,
             Err(e) => -(e.duration().as_millis() as i64),
         };
-        put_u64(out, ms as u64)
+        out.put_varint(ms as u64)
     }
 }
 
@@ -127,8 +126,8 @@ impl FieldType for Bytes {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::LONG).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
     }
-    fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.0)
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_varint(self.0)
     }
 }
 
@@ -140,8 +139,8 @@ impl FieldType for Percentage {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::FLOAT).with(Annotation::marker(ids::PERCENTAGE))
     }
-    fn encode(&self, out: &mut Vec<u8>) {
-        write::put_float(out, self.0)
+    fn encode(&self, out: &mut Encoder<'_>) {
+        out.put_float(self.0)
     }
 }
 
@@ -161,9 +160,9 @@ impl FieldType for ThreadRef {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {
         Field::new(name, ids::THREAD).pooled()
     }
-    fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, out: &mut Encoder<'_>) {
         crate::commit::note_thread_ref(self.0);
-        put_u64(out, u64::from(self.0))
+        out.put_varint(u64::from(self.0))
     }
 }
 
@@ -188,7 +187,7 @@ pub trait Event {
     /// The type's static description and settings.
     fn event_type() -> &'static EventType;
     /// Appends the type's own fields (not the implicit ones).
-    fn write_fields(&self, out: &mut Vec<u8>);
+    fn write_fields(&self, out: &mut Encoder<'_>);
 
     /// Records the event now, as an instant (duration 0).
     #[inline(always)]
@@ -196,7 +195,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), crate::clock::ticks(), 0);
+        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), None);
     }
 
     /// Records the event as having lasted from `span`'s start until now.
@@ -205,13 +204,7 @@ pub trait Event {
     where
         Self: Sized,
     {
-        let now = crate::clock::ticks();
-        crate::commit::commit_event(
-            Self::event_type(),
-            |out| self.write_fields(out),
-            span.start_ticks,
-            now - span.start_ticks,
-        );
+        crate::commit::commit_event(Self::event_type(), |out| self.write_fields(out), Some(span.start_ticks));
     }
 
     /// Starts a duration event: the returned guard commits it (with the time elapsed) when it is
@@ -375,8 +368,8 @@ macro_rules! event {
                 &TYPE
             }
 
-            #[inline]
-            fn write_fields(&self, _out: &mut ::std::vec::Vec<u8>) {
+            #[inline(always)]
+            fn write_fields(&self, _out: &mut $crate::Encoder<'_>) {
                 $( $crate::FieldType::encode(&self.$fname, _out); )*
             }
         }
@@ -419,7 +412,7 @@ macro_rules! event_struct {
                 $crate::__jfr::metadata::Field::new(name, id)
             }
             #[inline]
-            fn encode(&self, _out: &mut ::std::vec::Vec<u8>) {
+            fn encode(&self, _out: &mut $crate::Encoder<'_>) {
                 $( $crate::FieldType::encode(&self.$fname, _out); )*
             }
         }

@@ -25,8 +25,9 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `unwind`, `clock`, `repository` (two libc calls), `sync` and
-//!   `control` (poll, `SO_PEERCRED`, `kill(pid, 0)`).
+//! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
+//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
+//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,6 +38,7 @@ mod chunk;
 #[allow(unsafe_code)]
 pub mod clock;
 #[cfg(not(loom))]
+#[allow(unsafe_code)]
 mod commit;
 #[cfg(not(loom))]
 mod compress;
@@ -45,6 +47,11 @@ pub mod consumer;
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 pub mod control;
+#[cfg(not(loom))]
+mod diagnostics;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod encoder;
 #[cfg(not(loom))]
 mod event;
 #[cfg_attr(loom, allow(dead_code))]
@@ -69,7 +76,7 @@ mod stack;
 pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
-#[cfg(not(loom))]
+#[cfg_attr(loom, allow(dead_code))]
 #[allow(unsafe_code)]
 mod thread;
 #[cfg(all(feature = "tracing", not(loom)))]
@@ -77,6 +84,8 @@ pub mod tracing;
 #[cfg(not(loom))]
 mod unwind;
 
+#[cfg(not(loom))]
+pub use encoder::Encoder;
 #[cfg(not(loom))]
 pub use event::{Bytes, Event, EventType, FieldType, Percentage, Span, ThreadRef, Timed};
 #[cfg(not(loom))]
@@ -101,6 +110,11 @@ pub use event::__field;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use jfr_format as __jfr;
+
+/// The README's Rust blocks, compiled as doc tests so that none of them goes stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// Internals for the loom models in `loom-tests` (only under `--cfg loom`).
 #[cfg(loom)]

@@ -46,6 +46,9 @@ pub struct EventType {
     pub(crate) enabled: AtomicBool,
     pub(crate) threshold_ticks: AtomicI64,
     pub(crate) stack_trace: AtomicBool,
+    /// The id, while the settings are the plain ones (enabled, no threshold, no stack trace): the
+    /// commit path then checks one word instead of four. 0 otherwise.
+    pub(crate) fast_id: AtomicU64,
 }
 
 impl std::fmt::Debug for EventType {
@@ -74,6 +77,7 @@ impl EventType {
             enabled: AtomicBool::new(true),
             threshold_ticks: AtomicI64::new(0),
             stack_trace: AtomicBool::new(true),
+            fast_id: AtomicU64::new(0),
         }
     }
 
@@ -145,6 +149,7 @@ pub(crate) fn register(ty: &'static EventType) -> u64 {
     if let Some(other) = reg.events.iter().find(|e| e.name == ty.name) {
         // Two declarations with one name: share the id (the first declaration's fields win).
         let id = other.id.load(Ordering::Relaxed);
+        // (`fast_id` stays 0: its commits check the settings one by one.)
         ty.id.store(id, Ordering::Release);
         return id;
     }
@@ -166,18 +171,23 @@ pub(crate) fn register(ty: &'static EventType) -> u64 {
     reg.events.push(ty);
     reg.version += 1;
     let settings = reg.settings.get(ty.name).copied().unwrap_or_default();
-    apply(ty, settings);
+    apply(ty, settings, id);
     // Release: publishes the settings stored by `apply`; pairs with the Acquire load in
     // `EventType::id`.
     ty.id.store(id, Ordering::Release);
     id
 }
 
-fn apply(ty: &EventType, s: EventSettings) {
+fn apply(ty: &EventType, s: EventSettings, id: u64) {
     // Relaxed: settings; commits racing with a change may see either value.
     ty.enabled.store(s.enabled, Ordering::Relaxed);
-    ty.threshold_ticks.store(i64::try_from(s.threshold.as_nanos()).unwrap_or(i64::MAX), Ordering::Relaxed);
+    let threshold_ticks = crate::clock::nanos_to_ticks(i64::try_from(s.threshold.as_nanos()).unwrap_or(i64::MAX));
+    ty.threshold_ticks.store(threshold_ticks, Ordering::Relaxed);
     ty.stack_trace.store(s.stack_trace, Ordering::Relaxed);
+    let plain = s.enabled && threshold_ticks <= 0 && !s.stack_trace;
+    // Release: a commit that sees the id here (Acquire load in `commit::commit_event`) also sees
+    // the registration it belongs to, as through `EventType::id`.
+    ty.fast_id.store(if plain { id } else { 0 }, Ordering::Release);
 }
 
 /// Sets the settings of the event type called `name`, now if it is registered and at its
@@ -186,7 +196,8 @@ pub(crate) fn set_settings(name: &str, settings: EventSettings) {
     let mut reg = REGISTRY.lock();
     reg.settings.insert(name.to_owned(), settings);
     if let Some(ty) = reg.events.iter().find(|e| e.name == name) {
-        apply(ty, settings);
+        // Relaxed: under the registry lock, which orders registrations.
+        apply(ty, settings, ty.id.load(Ordering::Relaxed));
     }
 }
 

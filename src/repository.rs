@@ -189,6 +189,12 @@ pub(crate) struct FinishedChunk {
 
 /// Deletes the oldest finished chunks until the total size (including `live_size`) is at most
 /// `max_size` and none ended before `oldest_end_nanos`. Returns the paths removed.
+///
+/// The size limit never deletes the newest finished chunk (nor the live one, which is not in
+/// `chunks`): when it alone, or with the live chunk, passes the limit, the repository keeps it
+/// rather than the newest data being lost (late flushes make chunks grow past their rotation size;
+/// the JDK's `trimToSize` keeps its last chunk too). The age limit deletes whatever ended before
+/// it (the final chunk ends at the stop, so it never empties a stopped recording).
 pub(crate) fn apply_retention(
     chunks: &mut Vec<FinishedChunk>,
     live_size: u64,
@@ -198,7 +204,7 @@ pub(crate) fn apply_retention(
     let mut removed = Vec::new();
     let mut total: u64 = chunks.iter().map(|c| c.size).sum::<u64>() + live_size;
     while let Some(first) = chunks.first() {
-        let too_big = total > max_size;
+        let too_big = total > max_size && chunks.len() > 1;
         let too_old = oldest_end_nanos.is_some_and(|limit| first.end_nanos < limit);
         if !too_big && !too_old {
             break;

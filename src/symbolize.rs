@@ -238,14 +238,20 @@ impl Symbolizer {
     pub fn symbolize(&mut self, ip: u64, is_return_address: bool) -> &[SymbolizedFrame] {
         let key = (ip, is_return_address);
         if !self.cache.contains_key(&key) {
-            // The parsers are meant not to panic on bad input; if one does anyway, the address
-            // gets the hex fallback rather than taking the L holder down.
-            let resolved =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resolve(ip, is_return_address)));
-            let frames = resolved.unwrap_or_else(|_| Box::new([unknown(ip, "")]));
+            let frames = self.symbolize_uncached(ip, is_return_address);
             self.cache.insert(key, frames);
         }
         &self.cache[&key]
+    }
+
+    /// As [`Symbolizer::symbolize`], without keeping the result: for a caller that keeps its own
+    /// per-address result (the recorder keeps the serialized frames), where this cache would
+    /// only grow, by about 2 KiB per address ever seen.
+    pub fn symbolize_uncached(&mut self, ip: u64, is_return_address: bool) -> Box<[SymbolizedFrame]> {
+        // The parsers are meant not to panic on bad input; if one does anyway, the address gets
+        // the hex fallback rather than taking the L holder down.
+        let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resolve(ip, is_return_address)));
+        resolved.unwrap_or_else(|_| Box::new([unknown(ip, "")]))
     }
 
     /// Number of cached addresses.

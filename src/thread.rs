@@ -1,10 +1,20 @@
 //! Thread identity: OS thread ids and names.
+//!
+//! A thread's name is captured while the thread is alive: when it first commits or registers for
+//! sampling (it reports itself), and at each thread-discovery pass (the kernel's `comm`, read from
+//! the `/proc/self/task/TID/stat` the discovery reads anyway). Reading it when a chunk is written
+//! would be too late for a thread that has exited by then. [`ThreadNames`] keeps what was seen
+//! and notices renames (`prctl(PR_SET_NAME)`, `pthread_setname_np`) by a change of `comm`.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 
 thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
 }
+
+/// The kernel keeps 15 bytes of a thread's name (`TASK_COMM_LEN` 16 with the terminator).
+const COMM_LEN: usize = 15;
 
 /// The calling thread's OS thread id (cached per thread).
 pub fn current_tid() -> u32 {
@@ -26,15 +36,131 @@ fn rustix_free_gettid() -> u32 {
 
 /// The kernel's name for thread `tid` of this process (`comm`), if it still exists.
 pub fn os_thread_name(tid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
-    Some(comm.trim_end_matches('\n').to_owned())
+    let comm = std::fs::read(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(String::from_utf8_lossy(comm.strip_suffix(b"\n").unwrap_or(&comm)).into_owned())
 }
 
-/// The calling thread's name: its Rust name if it has one, else the kernel's.
-pub fn current_thread_name() -> String {
+/// The calling thread's `comm` (one `prctl`, no file).
+pub fn current_comm() -> String {
+    match RawComm::current() {
+        Some(raw) => raw.to_string_lossy(),
+        None => os_thread_name(current_tid()).unwrap_or_default(),
+    }
+}
+
+/// A thread's `comm` as the kernel keeps it (NUL-terminated, 16 bytes): compared without
+/// allocating.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawComm([u8; COMM_LEN + 1]);
+
+impl RawComm {
+    /// No name (before the first look).
+    pub const EMPTY: RawComm = RawComm([0; COMM_LEN + 1]);
+
+    /// The calling thread's (one `prctl`); `None` if the kernel refuses.
+    #[allow(unsafe_code)]
+    pub fn current() -> Option<RawComm> {
+        let mut buf = [0u8; COMM_LEN + 1];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
+        let rc = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+        (rc == 0).then_some(RawComm(buf))
+    }
+
+    /// As text (invalid UTF-8 replaced).
+    pub fn to_string_lossy(self) -> String {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        String::from_utf8_lossy(&self.0[..len]).into_owned()
+    }
+}
+
+/// The `comm` field of a `/proc/.../stat` line (between the first `(` and the last `)`: a name
+/// may contain both).
+pub fn stat_comm(stat: &str) -> Option<&str> {
+    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
+}
+
+/// What the calling thread is called, and its `comm` now: its Rust name when it has one that the
+/// kernel still holds (the kernel's copy is cut to 15 bytes; the main thread's is the program's
+/// name), else the kernel's name (the thread renamed itself, or was never named in Rust).
+pub fn current_thread_name() -> (String, String) {
+    let comm = current_comm();
+    (preferred_name(&comm), comm)
+}
+
+/// What the calling thread is called, given its `comm` now (see [`current_thread_name`]).
+pub fn preferred_name(comm: &str) -> String {
     match std::thread::current().name() {
-        Some(name) => name.to_owned(),
-        None => os_thread_name(current_tid()).unwrap_or_else(|| format!("thread-{}", current_tid())),
+        Some(name) if holds(comm, name) => name.to_owned(),
+        Some("main") if current_tid() == std::process::id() && comm == program_comm() => "main".to_owned(),
+        _ if comm.is_empty() => format!("thread-{}", current_tid()),
+        _ => comm.to_owned(),
+    }
+}
+
+/// `comm` is what the kernel keeps of `name`.
+fn holds(comm: &str, name: &str) -> bool {
+    let kept = &name.as_bytes()[..name.len().min(COMM_LEN)];
+    String::from_utf8_lossy(kept) == comm
+}
+
+/// The `comm` the kernel gave the main thread at exec: the program file's name, cut to 15 bytes.
+fn program_comm() -> String {
+    let exe = std::env::args_os().next().map(std::path::PathBuf::from);
+    let name = exe.as_deref().and_then(std::path::Path::file_name).map(|n| n.to_string_lossy().into_owned());
+    let name = name.unwrap_or_default();
+    String::from_utf8_lossy(&name.as_bytes()[..name.len().min(COMM_LEN)]).into_owned()
+}
+
+/// The names of the threads a recording has seen.
+#[derive(Debug, Default)]
+pub struct ThreadNames {
+    names: HashMap<u32, Named>,
+}
+
+#[derive(Debug)]
+struct Named {
+    /// The name to write.
+    display: String,
+    /// The kernel's name when last seen: a change means the thread was renamed.
+    comm: String,
+}
+
+impl ThreadNames {
+    /// Takes in a sighting of thread `tid`: its `comm` now and, when the thread reported itself,
+    /// the name it prefers ([`current_thread_name`]). A new `comm` is a rename: the thread is
+    /// called by it from then on (by its preferred name if it reported one). Returns whether the
+    /// name to write changed.
+    pub fn observe(&mut self, tid: u32, comm: &str, preferred: Option<&str>) -> bool {
+        let display = preferred.filter(|p| !p.is_empty()).unwrap_or(comm);
+        match self.names.get_mut(&tid) {
+            None => {
+                self.names.insert(tid, Named { display: display.to_owned(), comm: comm.to_owned() });
+                true
+            }
+            Some(named) => {
+                if named.comm != comm {
+                    named.comm = comm.to_owned();
+                } else if preferred.is_none() {
+                    // Same kernel name, and nothing better to offer than it.
+                    return false;
+                }
+                if named.display == display {
+                    return false;
+                }
+                named.display = display.to_owned();
+                true
+            }
+        }
+    }
+
+    /// The name to write for `tid`, if it was seen.
+    pub fn get(&self, tid: u32) -> Option<&str> {
+        self.names.get(&tid).map(|n| n.display.as_str())
+    }
+
+    /// Forgets `tid` (its id may be reused by a new thread).
+    pub fn forget(&mut self, tid: u32) {
+        self.names.remove(&tid);
     }
 }
 
@@ -69,4 +195,61 @@ pub(crate) fn process_barrier() {
         return;
     }
     std::thread::sleep(std::time::Duration::from_millis(10));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comm_is_read_between_the_outer_parentheses() {
+        assert_eq!(stat_comm("12 (worker (1)) S 1 2"), Some("worker (1)"));
+        assert_eq!(stat_comm("12 () R 1"), Some(""));
+        assert_eq!(stat_comm("garbage"), None);
+    }
+
+    #[test]
+    fn a_new_comm_is_a_rename_and_a_self_report_may_lengthen_a_cut_name() {
+        let mut names = ThreadNames::default();
+        // Discovery sees the kernel's 15 bytes first; the thread's own report gives the whole name.
+        assert!(names.observe(7, "pool-worker-num", None));
+        assert_eq!(names.get(7), Some("pool-worker-num"));
+        assert!(names.observe(7, "pool-worker-num", Some("pool-worker-number-3")));
+        assert_eq!(names.get(7), Some("pool-worker-number-3"));
+        // Discovery passes that see the same comm change nothing.
+        assert!(!names.observe(7, "pool-worker-num", None));
+        assert_eq!(names.get(7), Some("pool-worker-number-3"));
+        // The thread renames itself: the next sighting, by anyone, carries the new name.
+        assert!(names.observe(7, "busy", None));
+        assert_eq!(names.get(7), Some("busy"));
+        assert!(!names.observe(7, "busy", Some("busy")));
+        names.forget(7);
+        assert_eq!(names.get(7), None);
+    }
+
+    #[test]
+    fn the_calling_thread_reports_its_rust_name_and_a_rename() {
+        let (name, comm) = std::thread::Builder::new()
+            .name("a-rather-long-thread-name".into())
+            .spawn(current_thread_name)
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!((name.as_str(), comm.as_str()), ("a-rather-long-thread-name", "a-rather-long-t"));
+        let renamed = std::thread::Builder::new()
+            .name("before".into())
+            .spawn(|| {
+                let new = std::ffi::CString::new("after").unwrap();
+                // SAFETY: names the calling thread; the string is NUL-terminated and short.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::pthread_setname_np(libc::pthread_self(), new.as_ptr())
+                };
+                current_thread_name()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(renamed, ("after".to_owned(), "after".to_owned()));
+    }
 }

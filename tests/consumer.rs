@@ -187,7 +187,8 @@ fn live_recording_across_rotations_every_event_once_in_order_with_latency() {
 
     // Flush-to-consumer latency: producer tick right after `flush()` returned, consumer tick when
     // the callback got the round's last event. Negative = the flusher thread published it first.
-    let mut lat: Vec<i64> = events.iter().filter_map(|e| flush_ticks.get(&e.seq).map(|&t| e.tick - t)).collect();
+    let mut lat: Vec<i64> =
+        events.iter().filter_map(|e| flush_ticks.get(&e.seq).map(|&t| clock::ticks_to_nanos(e.tick - t))).collect();
     lat.sort_unstable();
     let ms = |ns: i64| ns as f64 / 1e6;
     eprintln!(
@@ -520,7 +521,8 @@ fn another_process_is_followed_live() {
             Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
         })
         .collect();
-    let mut lat: Vec<i64> = got.iter().filter_map(|s| flush_ticks.get(&s.seq).map(|&t| s.tick - t)).collect();
+    let mut lat: Vec<i64> =
+        got.iter().filter_map(|s| flush_ticks.get(&s.seq).map(|&t| clock::ticks_to_nanos(s.tick - t))).collect();
     assert_eq!(lat.len(), 200);
     lat.sort_unstable();
     let ms = |ns: i64| ns as f64 / 1e6;

@@ -25,6 +25,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 const CHILD_ENV: &str = "RECORDER_CONTROL_TEST_CHILD";
+const RECORDING_CHILD_ENV: &str = "RECORDER_CONTROL_TEST_RECORDING_CHILD";
 
 /// `jfr summary` must succeed (a missing `jfr` fails the test); returns the count of `type_name`.
 fn jfr_summary_count(path: &Path, type_name: &str) -> u64 {
@@ -253,4 +254,84 @@ fn child_mode_other_user() {
         other => panic!("expected PermissionDenied for PING, got {other:?}"),
     }
     std::thread::sleep(Duration::from_millis(1));
+}
+
+/// The pid of a process that existed and is gone.
+fn dead_pid() -> u32 {
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    pid
+}
+
+#[test]
+fn sockets_of_dead_processes_are_removed_at_the_next_start() {
+    let _guard = serial();
+    let sockets = tempfile::tempdir().unwrap();
+    std::env::set_var(control::ENV_DIR, sockets.path());
+    let base = tempfile::tempdir().unwrap();
+    let socket_of = |pid: u32| sockets.path().join(format!("{pid}.sock"));
+
+    // A recording process killed with SIGKILL leaves its socket behind.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_records_until_killed", "--exact", "--nocapture", "--test-threads=1"])
+        .env(RECORDING_CHILD_ENV, base.path())
+        .env(control::ENV_DIR, sockets.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let killed = socket_of(child.id());
+    let waiting_since = std::time::Instant::now();
+    while control::ping(child.id()).is_err() {
+        assert!(waiting_since.elapsed() < Duration::from_secs(120), "the child never served its socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(killed.exists(), "a killed process cannot remove its socket");
+
+    // Left alone: a dead pid's socket that someone still serves (a process of another pid
+    // namespace), a socket of a live process that nobody serves (a reused pid), and files that
+    // are not sockets.
+    let served = socket_of(dead_pid());
+    let _listener = std::os::unix::net::UnixListener::bind(&served).unwrap();
+    let mut sleeping = sleeper();
+    let unserved_live = socket_of(sleeping.id());
+    drop(std::os::unix::net::UnixListener::bind(&unserved_live).unwrap());
+    let not_a_socket = socket_of(dead_pid());
+    std::fs::write(&not_a_socket, b"not a socket").unwrap();
+    let other_name = sockets.path().join("notes.sock");
+    drop(std::os::unix::net::UnixListener::bind(&other_name).unwrap());
+
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    assert!(!killed.exists(), "the dead recording's socket is still there");
+    for kept in [&served, &unserved_live, &not_a_socket, &other_name] {
+        assert!(kept.exists(), "{} was removed", kept.display());
+    }
+    assert_eq!(control::ping(std::process::id()).unwrap().0, std::process::id());
+    rec.stop().unwrap();
+
+    // Without starting a recording (what `recorder repair` can call).
+    let later = socket_of(dead_pid());
+    drop(std::os::unix::net::UnixListener::bind(&later).unwrap());
+    assert_eq!(control::remove_dead_sockets(), vec![later.clone()]);
+    assert!(!later.exists() && served.exists() && unserved_live.exists());
+
+    sleeping.kill().unwrap();
+    sleeping.wait().unwrap();
+    std::env::remove_var(control::ENV_DIR);
+}
+
+/// Runs only in the child of `sockets_of_dead_processes_are_removed_at_the_next_start`: records
+/// until it is killed.
+#[test]
+fn child_records_until_killed() {
+    let Some(base) = std::env::var_os(RECORDING_CHILD_ENV) else {
+        return;
+    };
+    let _rec = Recorder::builder().repository(base).no_sampling().start().unwrap();
+    loop {
+        Ctl { seq: 0 }.commit();
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

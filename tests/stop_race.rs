@@ -20,7 +20,7 @@ impl FieldType for Straggler {
     fn describe(name: &str, registry: &mut TypeRegistry) -> jfr_format::metadata::Field {
         u64::describe(name, registry)
     }
-    fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, out: &mut recorder::Encoder<'_>) {
         ENCODED.fetch_add(1, Ordering::SeqCst);
         while Late::is_enabled() {
             std::thread::sleep(Duration::from_millis(1));

@@ -5,7 +5,7 @@
 //! and the header updates to publish, so the caller owns all I/O.
 
 use crate::header::{
-    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,
+    next_generation, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, NANOS_PER_SECOND, STATE_FINISHED,
 };
 use crate::metadata::{Annotation, Class, Metadata};
 use crate::value::Value;
@@ -515,9 +515,14 @@ pub struct ChunkWriter {
 }
 
 impl ChunkWriter {
-    /// Starts a chunk: the header (state 1, size 68) is the first pending bytes.
+    /// Starts a chunk with ns ticks: the header (state 1, size 68) is the first pending bytes.
     pub fn new(start_nanos: i64, start_ticks: i64) -> ChunkWriter {
-        let header = ChunkHeader::new(start_nanos, start_ticks);
+        ChunkWriter::with_ticks_per_second(start_nanos, start_ticks, NANOS_PER_SECOND)
+    }
+
+    /// Starts a chunk whose ticks run at `ticks_per_second` (e.g. a CPU's time-stamp counter).
+    pub fn with_ticks_per_second(start_nanos: i64, start_ticks: i64, ticks_per_second: i64) -> ChunkWriter {
+        let header = ChunkHeader { ticks_per_second, ..ChunkHeader::new(start_nanos, start_ticks) };
         ChunkWriter {
             pending: header.encode().to_vec(),
             header,

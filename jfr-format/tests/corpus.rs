@@ -153,9 +153,11 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
 fn seed_corpus_parses() {
     let update = std::env::var_os("UPDATE_CORPUS").is_some();
     for (target, name, bytes) in seeds() {
-        assert!(bytes.len() < 64 * 1024, "{target}/{name} is {} bytes", bytes.len());
         let path = corpus_dir(target).join(name);
         if update {
+            // Seeds stay small for the fuzzer. (Only what is written counts: a fresh JVM
+            // recording's first chunk varies with the machine's load.)
+            assert!(bytes.len() < 64 * 1024, "{target}/{name} is {} bytes", bytes.len());
             std::fs::create_dir_all(corpus_dir(target)).unwrap();
             std::fs::write(&path, &bytes).unwrap();
         }

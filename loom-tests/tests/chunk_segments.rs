@@ -99,7 +99,7 @@ impl Recording {
 
     fn open_chunk_if_needed(&mut self) {
         if !self.chunk.is_open() {
-            self.chunk.open(ClockPair { epoch_nanos: self.now, ticks: self.now });
+            self.chunk.open(ClockPair::logical(self.now));
             self.settings_changed = true;
         }
     }

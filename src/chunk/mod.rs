@@ -170,7 +170,7 @@ impl ChunkWriter {
     pub fn open(&mut self, start: ClockPair) {
         debug_assert!(self.live.is_none(), "a chunk is still live");
         self.live = Some(Live {
-            out: write::ChunkWriter::new(start.epoch_nanos, start.ticks),
+            out: write::ChunkWriter::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
             start,
             defined: Defined::default(),
             refs: Refs::default(),
@@ -231,16 +231,21 @@ impl ChunkWriter {
         }
     }
 
-    /// The name of thread `tid`, captured when it was first seen.
+    /// The name of thread `tid`, captured while it ran.
     pub fn thread_name(&self, tid: u32) -> Option<&str> {
-        self.pools.thread_names.get(&tid).map(String::as_str)
+        self.pools.thread_names.get(tid)
     }
 
-    /// Records the name of thread `tid` (a thread that reported itself).
-    pub fn set_thread_name(&mut self, tid: u32, name: &str) {
-        if self.pools.thread_names.get(&tid).map(String::as_str) != Some(name) {
-            self.pools.thread_names.insert(tid, name.to_owned());
-        }
+    /// Takes in a sighting of thread `tid` (`ThreadNames::observe`): its kernel name now and, if
+    /// the thread reported itself, the name it prefers. A rename shows in the chunks that follow
+    /// (a chunk defines each thread once).
+    pub fn observe_thread(&mut self, tid: u32, comm: &str, preferred: Option<&str>) {
+        self.pools.thread_names.observe(tid, comm, preferred);
+    }
+
+    /// Forgets the name of `tid`: a new thread reported itself with that id.
+    pub fn forget_thread(&mut self, tid: u32) {
+        self.pools.thread_names.forget(tid);
     }
 
     /// What the next checkpoint needs that only slow work gives: addresses of the segment's new
@@ -262,7 +267,7 @@ impl ChunkWriter {
             .threads
             .iter()
             .copied()
-            .filter(|t| !live.defined.threads.contains(t) && !self.pools.thread_names.contains_key(t))
+            .filter(|&t| !live.defined.threads.contains(&t) && self.pools.thread_names.get(t).is_none())
             .collect();
         out
     }
@@ -273,7 +278,9 @@ impl ChunkWriter {
             self.pools.add_frames(address, names);
         }
         for (tid, name) in resolved.threads {
-            self.pools.thread_names.entry(tid).or_insert(name);
+            if self.pools.thread_names.get(tid).is_none() {
+                self.pools.thread_names.observe(tid, &name, None);
+            }
         }
     }
 
@@ -366,7 +373,11 @@ impl ChunkWriter {
             if !defined.threads.insert(tid) {
                 continue;
             }
-            let name = pools.thread_names.entry(tid).or_insert_with(|| fallback.thread_name(tid));
+            if pools.thread_names.get(tid).is_none() {
+                let name = fallback.thread_name(tid);
+                pools.thread_names.observe(tid, &name, None);
+            }
+            let name = pools.thread_names.get(tid).unwrap_or_default();
             cp.add(ids::THREAD, u64::from(tid), |o| {
                 write::put_string(o, Some(name));
                 write::put_long(o, i64::from(tid));
@@ -515,7 +526,7 @@ mod tests {
         let stacks = StackTable::new(1024);
         let key = stacks.intern(&[3, 2, 1], false);
         let mut w = ChunkWriter::new();
-        w.open(ClockPair { epoch_nanos: 0, ticks: 0 });
+        w.open(ClockPair::logical(0));
         let mut file = Vec::new();
         for segment in 0..3u32 {
             w.event(crate::builtin::EXECUTION_SAMPLE, |e| {
@@ -523,6 +534,7 @@ mod tests {
                 e.thread(7 + segment);
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
+                e.long(0); // spanId
             });
             let unresolved = w.unresolved(&stacks);
             if segment == 0 {

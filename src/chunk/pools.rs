@@ -25,6 +25,9 @@ pub struct FrameName {
     pub inlined: bool,
 }
 
+/// Addresses whose serialized frames the pools keep (about 100 bytes each).
+const MAX_CACHED_ADDRESSES: usize = 1 << 16;
+
 /// What the checkpoint needs from outside the chunk writer: names of addresses and of threads.
 /// The flusher answers it with L released (`ChunkWriter::unresolved` / `resolved`); this trait
 /// is the fallback for what is still missing when the checkpoint is written.
@@ -87,8 +90,8 @@ pub(super) struct Pools {
     /// Classes and methods of the recorder's own commit path (see `OWN_CLASS_PREFIXES`).
     own_classes: HashSet<u64>,
     own_frames: HashSet<u64>,
-    /// Thread names, captured when a thread is first seen.
-    pub thread_names: HashMap<u32, String>,
+    /// Thread names, captured while the threads run (and their renames).
+    pub thread_names: crate::thread::ThreadNames,
     scratch: Vec<u64>,
 }
 
@@ -107,7 +110,7 @@ impl Pools {
             frames: HashMap::new(),
             own_classes: HashSet::new(),
             own_frames: HashSet::new(),
-            thread_names: HashMap::new(),
+            thread_names: Default::default(),
             scratch: Vec::new(),
         }
     }
@@ -191,6 +194,15 @@ impl Pools {
                 frame_type: if f.inlined { FRAME_TYPE_INLINED } else { FRAME_TYPE_NATIVE },
             });
         }
+        self.cache_frames(address, refs);
+    }
+
+    /// Keeps the frames of `address`, within [`MAX_CACHED_ADDRESSES`]: a process that keeps
+    /// reaching new addresses has old ones symbolized again rather than a cache that only grows.
+    fn cache_frames(&mut self, address: Address, refs: Vec<FrameRef>) {
+        if self.frames.len() >= MAX_CACHED_ADDRESSES {
+            self.frames.clear();
+        }
         self.frames.insert(address, refs);
     }
 
@@ -204,7 +216,7 @@ impl Pools {
             let class = self.class("", "");
             let method = self.method(class, &format!("<elided:{k}>"));
             let refs = vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }];
-            self.frames.insert(address, refs.clone());
+            self.cache_frames(address, refs.clone());
             return refs;
         }
         let names = fallback.frames(address.0, address.1);

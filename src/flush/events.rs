@@ -3,7 +3,6 @@
 use super::Segment;
 use crate::buffer::EventBuffer;
 use crate::commit::Shared;
-use crate::sync::statics::Ordering;
 use std::sync::Arc;
 
 /// The event buffers of one recording: adopted from the commit path's queue, copied at every
@@ -32,15 +31,12 @@ impl EventBuffers {
                 seg.tally.events += seg.chunk.records(bytes);
             });
         }
-        let shared = &self.shared;
-        self.buffers.retain(|b| {
-            let done = b.is_retired() && b.is_drained();
-            if done {
-                // Relaxed: budget counter.
-                shared.allocated.fetch_sub(b.capacity(), Ordering::Relaxed);
-            }
-            !done
-        });
+        // Drained buffers their threads let go of: kept as spares (pages already in memory) or
+        // freed.
+        for done in self.buffers.extract_if(.., |b| b.is_retired() && b.is_drained()) {
+            self.shared.recycle(done);
+        }
+        self.shared.trim_spare_buffers();
         // Threads referenced from fields, noted before their records were committed.
         while let Some(tid) = self.shared.thread_refs.pop() {
             seg.chunk.reference_thread(tid);

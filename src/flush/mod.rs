@@ -95,8 +95,9 @@ pub trait SampleSource: Send + std::fmt::Debug {
     /// The recorder thread's pass between flushes: records that are ready without a flush
     /// (full buffers), so that buffers come back to the pool early.
     fn drain_ready(&mut self, seg: &mut Segment<'_>);
-    /// The recorder thread's periodic housekeeping; returns the losses to report.
-    fn maintain(&mut self) -> Vec<LossReport>;
+    /// The recorder thread's periodic housekeeping (it tells `chunk` the names of the threads it
+    /// sees, while they run); returns the losses to report.
+    fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport>;
     /// The `jdk.ActiveSetting` rows that describe the source.
     fn settings(&self) -> Vec<SettingRow>;
     /// The source's statistics event, once per flush, with the recorder's own events.

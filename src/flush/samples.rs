@@ -10,6 +10,8 @@ use jfr_format::metadata::THREAD_STATE_RUNNABLE;
 pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
     let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+    #[cfg(not(loom))]
+    crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
     seg.chunk.event(builtin::EXECUTION_SAMPLE, |e| {
         e.long(rec.ticks);
         e.thread(rec.tid);
@@ -111,11 +113,15 @@ mod cpu {
             self.samples_since_rate += written;
         }
 
-        fn maintain(&mut self) -> Vec<LossReport> {
+        fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport> {
             let Some(sampler) = self.sampler.clone() else { return Vec::new() };
             // TODO(sampler-fix): `discover_threads` without L (review finding 9); the recorder
-            // thread then calls it before taking L and this line goes.
-            sampler.discover_threads(&mut self.locked);
+            // thread then calls it before taking L and this line goes (its names then go to
+            // `chunk` under L).
+            // The kernel's names of every live thread: first names of new ones, renames of others.
+            for (tid, comm) in sampler.discover_threads(&mut self.locked) {
+                chunk.observe_thread(tid, &comm, None);
+            }
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
             self.losses(lost, unattributed)
@@ -143,6 +149,7 @@ mod cpu {
             let stats = sampler.stats();
             let period_ns = sampler.period().as_nanos() as i64;
             let mode = self.mode_name(false);
+            let (written, leaf_only, truncated) = crate::diagnostics::take_stack_shapes();
             chunk.event(builtin::SAMPLER_STATISTICS, |e| {
                 e.long(now);
                 e.string(mode);
@@ -151,6 +158,9 @@ mod cpu {
                 e.long(stats.taken as i64);
                 e.long(stats.lost as i64);
                 e.long(stats.slots_in_use as i64);
+                e.long(written as i64);
+                e.long(leaf_only as i64);
+                e.long(truncated as i64);
             });
         }
 

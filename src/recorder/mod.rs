@@ -119,11 +119,12 @@ impl Recorder {
         crate::thread::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
-        let start = if settings.deterministic { ClockPair { epoch_nanos: 0, ticks: 0 } } else { wall };
+        let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
         let dir = create_recording_dir(&settings.repository, wall)?;
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
+        crate::diagnostics::recording_started();
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         // Scopes of this recording start with empty trees (before the first flush, which would
         // otherwise write the previous recording's).
@@ -138,6 +139,9 @@ impl Recorder {
             buffer_bytes: settings.buffer_size,
             memory_budget: settings.memory_budget,
             allocated: Default::default(),
+            spare_buffers: crossbeam_queue::ArrayQueue::new((settings.memory_budget / settings.buffer_size).max(1)),
+            spares_taken: Default::default(),
+            spares_trimmed: Default::default(),
             lost_events: Default::default(),
             lost_bytes: Default::default(),
             wakeup: Default::default(),
@@ -217,6 +221,8 @@ impl Recorder {
     /// discovered automatically, within about 100 ms, with bounds from `/proc/self/maps`).
     pub fn register_current_thread(&self) -> io::Result<()> {
         self.inner.owner().map_err(io::Error::other)?;
+        // The thread's name now, while it runs (and a ThreadStart, and a ThreadEnd at its exit).
+        crate::commit::attach_current_thread();
         let sampler = self.inner.sampler.lock().clone();
         match sampler {
             Some(s) => s.register_current_thread(),
@@ -357,6 +363,8 @@ impl Inner {
     /// and the publish. Every source reports the threads and stacks it references to the chunk
     /// writer, whose checkpoint defines them in this segment.
     fn flush_locked<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
+        // Committing threads check their names once after each flush (a rename shows up).
+        crate::commit::next_name_epoch();
         l.open_chunk_if_needed();
         let now = l.now_ticks();
         l.drain_event_buffers(); // 1. application events

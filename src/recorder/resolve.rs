@@ -32,7 +32,7 @@ pub(super) fn resolve(missing: &Unresolved) -> Resolved {
             missing
                 .addresses
                 .iter()
-                .map(|&(ip, ret)| ((ip, ret), s.symbolize(ip, ret).iter().map(frame_name).collect()))
+                .map(|&(ip, ret)| ((ip, ret), s.symbolize_uncached(ip, ret).iter().map(frame_name).collect()))
                 .collect()
         })
     };
@@ -46,7 +46,7 @@ pub(super) struct UnderLock;
 
 impl Resolve for UnderLock {
     fn frames(&mut self, ip: u64, is_return_address: bool) -> Vec<FrameName> {
-        with_process_symbolizer(|s| s.symbolize(ip, is_return_address).iter().map(frame_name).collect())
+        with_process_symbolizer(|s| s.symbolize_uncached(ip, is_return_address).iter().map(frame_name).collect())
     }
     fn thread_name(&mut self, tid: u32) -> String {
         os_thread_name(tid)

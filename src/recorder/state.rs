@@ -8,7 +8,7 @@ use super::RecorderStats;
 use crate::builtin;
 use crate::chunk::{ChunkWriter, Resolved, Unresolved};
 use crate::clock::{self, ClockPair};
-use crate::commit::{Shared, ThreadNote};
+use crate::commit::{NoteKind, Shared, ThreadNote};
 use crate::flush::events::EventBuffers;
 use crate::flush::own::{self, Losses, RecordingInfo};
 use crate::flush::scopes::ScopeTimings;
@@ -75,7 +75,7 @@ pub(super) struct PeriodicReading {
 impl PeriodicReading {
     /// Reads `/proc` (call without L).
     pub fn now() -> PeriodicReading {
-        PeriodicReading { now: clock::ticks(), cpu: read_cpu_times(), rss: read_rss() }
+        PeriodicReading { now: clock::ticks_ordered(), cpu: read_cpu_times(), rss: read_rss() }
     }
 }
 
@@ -119,7 +119,7 @@ impl State {
     pub fn now_ticks(&self) -> i64 {
         match &self.shared.logical {
             Some(l) => l.now(),
-            None => clock::ticks(),
+            None => clock::ticks_ordered(),
         }
     }
 
@@ -131,7 +131,7 @@ impl State {
         let now = self.now_ticks();
         let start = self.next_start.take().unwrap_or_else(|| {
             if self.shared.logical.is_some() {
-                ClockPair { epoch_nanos: now, ticks: now }
+                ClockPair::logical(now)
             } else {
                 ClockPair::now()
             }
@@ -166,7 +166,7 @@ impl State {
     /// The recorder thread's housekeeping: each source's (thread discovery, lost samples).
     pub fn maintain_sources(&mut self) {
         for source in &mut self.samplers {
-            for loss in source.maintain() {
+            for loss in source.maintain(&mut self.chunk) {
                 self.losses.note(loss);
             }
         }
@@ -182,10 +182,10 @@ impl State {
     pub fn write_own_events(&mut self, now: i64) {
         self.take_thread_notes();
         for note in std::mem::take(&mut self.pending_notes) {
-            if note.started {
-                own::write_thread_start(&mut self.chunk, note.ticks, note.tid);
-            } else {
-                own::write_thread_end(&mut self.chunk, note.ticks, note.tid);
+            match note.kind {
+                NoteKind::Start => own::write_thread_start(&mut self.chunk, note.ticks, note.tid),
+                NoteKind::End => own::write_thread_end(&mut self.chunk, note.ticks, note.tid),
+                NoteKind::Name => {}
             }
         }
         // Relaxed: statistics.
@@ -202,6 +202,7 @@ impl State {
             self.reported_bytes = bytes;
         }
         self.losses.write(&mut self.chunk, now);
+        crate::diagnostics::write_pending(&mut self.chunk, now);
         if self.settings_changed {
             self.write_settings(now);
             self.settings_changed = false;
@@ -216,8 +217,12 @@ impl State {
     /// next flush.
     fn take_thread_notes(&mut self) {
         while let Some(note) = self.shared.thread_notes.pop() {
-            if note.started {
-                self.chunk.set_thread_name(note.tid, &note.name);
+            if note.kind == NoteKind::Start {
+                // A new thread, possibly with the id of one that ended.
+                self.chunk.forget_thread(note.tid);
+            }
+            if note.kind != NoteKind::End {
+                self.chunk.observe_thread(note.tid, &note.comm, Some(&note.name));
             }
             self.pending_notes.push(note);
         }
@@ -233,10 +238,9 @@ impl State {
         let deterministic = self.shared.logical.is_some();
         let tid = if deterministic { 0 } else { crate::thread::current_tid() };
         if tid != 0 && self.chunk.thread_name(tid).is_none() {
-            // A named thread names itself for free; others are read from /proc without L.
-            if let Some(name) = std::thread::current().name() {
-                self.chunk.set_thread_name(tid, name);
-            }
+            // The flushing thread names itself (one prctl).
+            let (name, comm) = crate::thread::current_thread_name();
+            self.chunk.observe_thread(tid, &comm, Some(&name));
         }
         let recording = RecordingInfo {
             name: self.settings.name.clone(),
@@ -245,7 +249,7 @@ impl State {
             flush_interval_ms: self.settings.flush_interval.as_millis() as i64,
             max_size: self.settings.max_size as i64,
             start_ms: self.recording_start.epoch_nanos / 1_000_000,
-            duration_ms: (now - self.recording_start.ticks) / 1_000_000,
+            duration_ms: self.recording_start.nanos_until(now) / 1_000_000,
         };
         let rows = self.settings_rows();
         own::write_settings(&mut self.chunk, now, tid, &recording, &rows);
@@ -302,7 +306,7 @@ impl State {
     /// Writes the segment and publishes the header; applies retention.
     pub fn publish(&mut self, now: i64) {
         let Some(start) = self.chunk.start() else { return };
-        if let Some(p) = self.chunk.publish(now - start.ticks) {
+        if let Some(p) = self.chunk.publish(start.nanos_until(now)) {
             if let Err(e) = self.storage.publish(start, &p) {
                 return self.write_failed(e);
             }
@@ -327,7 +331,7 @@ impl State {
     /// Rotates the chunk when it reached its size or age limit.
     pub fn rotate_if_due(&mut self) {
         let Some(start) = self.chunk.start() else { return };
-        let age = Duration::from_nanos((self.now_ticks() - start.ticks).max(0) as u64);
+        let age = Duration::from_nanos(start.nanos_until(self.now_ticks()).max(0) as u64);
         if self.chunk.position() >= self.settings.max_chunk_size || age >= self.settings.max_chunk_age {
             let _ = self.finish_chunk(false);
         }
@@ -342,10 +346,10 @@ impl State {
             let now = self.now_ticks();
             self.close_segment(now);
         }
-        let duration = (self.now_ticks() - start.ticks).max(1);
+        let duration = start.nanos_until(self.now_ticks()).max(1);
         self.next_start = Some(start.plus(duration));
         let Some(p) = self.chunk.finish(duration, final_chunk) else { return Ok(()) };
-        match self.storage.finish(start, &p) {
+        match self.storage.finish(start, &p, final_chunk) {
             Ok(()) => {
                 self.stats.chunks_finished += 1;
                 self.segment_written();
@@ -378,7 +382,7 @@ impl State {
         for (thread, samples) in tally.samples {
             self.losses.note(LossReport { reason: reason.clone(), samples, thread, ..LossReport::default() });
         }
-        let duration = (self.now_ticks() - start.ticks).max(1);
+        let duration = start.nanos_until(self.now_ticks()).max(1);
         self.chunk.abandon();
         self.storage.close_failed(start, duration);
         self.next_start = Some(start.plus(duration));

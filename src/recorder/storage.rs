@@ -89,8 +89,9 @@ impl Storage {
     }
 
     /// Writes the last bytes and the final header of the live chunk and files it with the
-    /// finished ones (queued for compression if asked), then applies retention.
-    pub fn finish(&mut self, start: ClockPair, p: &Publish) -> io::Result<()> {
+    /// finished ones (queued for compression if asked), then applies retention; `final_chunk`:
+    /// the recording ends with it.
+    pub fn finish(&mut self, start: ClockPair, p: &Publish, final_chunk: bool) -> io::Result<()> {
         let file = self.live_file(start)?;
         file.write_at(p.offset, &p.bytes)?;
         file.publish(&p.header)?;
@@ -107,8 +108,9 @@ impl Storage {
             start_nanos: start.epoch_nanos,
             end_nanos: start.epoch_nanos + duration,
         });
-        // Leave room for the live chunk, so the repository stays under its limit at all times.
-        self.apply_retention(self.policy.max_chunk_size);
+        // Leave room for the next live chunk, so the repository stays under its limit at all
+        // times; after the final chunk no other comes.
+        self.apply_retention(if final_chunk { 0 } else { self.policy.max_chunk_size });
         Ok(())
     }
 
@@ -138,7 +140,8 @@ impl Storage {
     }
 
     /// Retention: deletes the oldest finished chunks beyond the size and age limits, counting
-    /// `live` bytes for the chunk being written. The one place that deletes recorded data.
+    /// `live` bytes for the chunk being written, never the newest finished chunk for size (see
+    /// `repository::apply_retention`). The one place that deletes recorded data.
     pub fn apply_retention(&mut self, live: u64) {
         let oldest = self.policy.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
         repository::apply_retention(&mut self.finished, live, self.policy.max_size, oldest);
@@ -246,4 +249,83 @@ pub(super) fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()>
         let _ = std::fs::remove_file(&temp);
     }
     result
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use jfr_format::header::FLAG_FINAL_CHUNK;
+
+    const KIB: u64 = 1024;
+
+    fn storage(dir: &Path) -> Storage {
+        let policy = Policy { max_size: 256 * KIB, max_age: None, max_chunk_size: 64 * KIB, compress: false };
+        Storage::new(dir.to_owned(), policy)
+    }
+
+    /// Finishes a chunk of `size` bytes that starts at `start` s (the final one if `final_chunk`).
+    fn finish(storage: &mut Storage, start: i64, size: u64, final_chunk: bool) {
+        let at = ClockPair {
+            epoch_nanos: start * 1_000_000_000,
+            ticks: start * 1_000_000_000,
+            ticks_per_second: 1_000_000_000,
+        };
+        let mut header = ChunkHeader::new(at.epoch_nanos, at.ticks);
+        header.chunk_size = size as i64;
+        header.duration_nanos = 1_000_000_000;
+        header.state = STATE_FINISHED;
+        header.flags = FLAG_COMPRESSED_INTS | if final_chunk { FLAG_FINAL_CHUNK } else { 0 };
+        let p = Publish { offset: 0, bytes: vec![0; size as usize], header };
+        storage.finish(at, &p, final_chunk).unwrap();
+    }
+
+    fn files(dir: &Path) -> Vec<(String, u64)> {
+        let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// The data loss the interop helper found: at `stop`, `finish` kept room for a live chunk
+    /// that will never come, and retention deleted the newest chunk when it alone passed the
+    /// limit, so a recording whose flushes came late (large chunks) left nothing behind.
+    #[test]
+    fn the_final_chunk_reserves_no_room_and_the_newest_chunk_is_never_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = storage(dir.path());
+        finish(&mut s, 1, 100 * KIB, false);
+        // 100 + 150 KiB fit in 256: nothing is deleted at the stop.
+        finish(&mut s, 2, 150 * KIB, true);
+        let sizes: Vec<u64> = files(dir.path()).iter().map(|f| f.1).collect();
+        assert_eq!(sizes, [100 * KIB, 150 * KIB], "both chunks fit the limit: {:?}", files(dir.path()));
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = storage(dir.path());
+        finish(&mut s, 1, 100 * KIB, false);
+        finish(&mut s, 2, 300 * KIB, true);
+        let sizes: Vec<u64> = files(dir.path()).iter().map(|f| f.1).collect();
+        assert_eq!(sizes, [300 * KIB], "the older chunk goes, the newest stays although it passes the limit alone");
+    }
+
+    /// While recording: the live chunk's size counts, the oldest chunks go first, and neither the
+    /// newest finished chunk nor the live one is deleted, however large they are.
+    #[test]
+    fn retention_deletes_oldest_first_and_stops_before_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = storage(dir.path());
+        for start in 1..=4 {
+            finish(&mut s, start, 60 * KIB, false);
+        }
+        assert_eq!(files(dir.path()).len(), 3, "4 * 60 KiB and 64 KiB of room: the oldest goes");
+        s.apply_retention(100 * KIB);
+        assert_eq!(files(dir.path()).len(), 2, "2 * 60 + 100 KiB fit");
+        s.apply_retention(1024 * KIB);
+        let left = files(dir.path());
+        assert_eq!(left.len(), 1, "the newest finished chunk stays: {left:?}");
+        assert_eq!(s.finished.len(), 1);
+        assert_eq!(s.finished[0].start_nanos, 4_000_000_000, "the newest: {:?}", s.finished);
+    }
 }

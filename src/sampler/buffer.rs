@@ -100,7 +100,7 @@ pub struct RecordHeader {
 pub struct SampleRecord<'a> {
     /// Kernel thread id of the sampled thread (not the drainer's).
     pub tid: u32,
-    /// CLOCK_MONOTONIC ns at capture (`crate::clock::ticks`).
+    /// The tick at capture (`crate::clock::ticks_in_signal_handler`).
     pub ticks: i64,
     /// Frames were dropped (depth policy, walk limit); `ips` may hold an elided marker.
     pub truncated: bool,
@@ -1440,23 +1440,24 @@ mod fragment_tests {
 
     #[test]
     fn sample_larger_than_every_buffer_together_is_lost() {
-        // 16-word buffers hold 11 frames each; active + 2 spares.
+        // 16-word buffers hold `per` frames each; active + 2 spares.
+        let per = 16 - HEADER_WORDS;
         let (c, mut l) = core(1, 6, 16, 2);
         let slot = c.slot(0).unwrap();
         let hdr = RecordHeader { tid: TID, sample_id: 1, ..RecordHeader::default() };
         assert!(c.admit(slot, TID));
-        // Nothing active yet, so at most 2 spares * 11 frames.
-        let o = c.write_sample(slot, &hdr, 23, |i| i as u64);
+        // Nothing active yet, so at most 2 spares * `per` frames.
+        let o = c.write_sample(slot, &hdr, 2 * per + 1, |i| i as u64);
         assert!(!o.committed);
         assert!(drain(&c, &mut l).is_empty());
         exact(&c, 0, 0, 1);
         // The same sample with one frame fewer fits two buffers exactly.
         assert!(c.admit(slot, TID));
         let hdr = RecordHeader { sample_id: 2, flags: FLAG_TRUNCATED, ..hdr };
-        assert!(c.write_sample(slot, &hdr, 22, |i| 1000 + i as u64).committed);
+        assert!(c.write_sample(slot, &hdr, 2 * per, |i| 1000 + i as u64).committed);
         let out = drain(&c, &mut l);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].2, (1000..1022).collect::<Vec<u64>>());
+        assert_eq!(out[0].2, (1000..1000 + 2 * per as u64).collect::<Vec<u64>>());
         exact(&c, 0, 1, 1);
     }
 

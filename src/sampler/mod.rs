@@ -401,10 +401,15 @@ mod imp {
 
     /// Start time (field 22 of /proc/self/task/TID/stat), 0 if unreadable.
     fn start_time(tid: u32) -> u64 {
-        std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
-            .ok()
-            .and_then(|s| parse_start_time(&s))
-            .unwrap_or(0)
+        start_time_and_name(tid).0
+    }
+
+    /// Start time, as [`start_time`], and the thread's name (`comm`) from the same read.
+    fn start_time_and_name(tid: u32) -> (u64, Option<String>) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+            return (0, None);
+        };
+        (parse_start_time(&stat).unwrap_or(0), crate::thread::stat_comm(&stat).map(str::to_owned))
     }
 
     fn parse_start_time(stat: &str) -> Option<u64> {
@@ -479,6 +484,8 @@ mod imp {
         /// truncated. Each end is clamped to 2048; both 0 keeps the innermost frame only.
         /// `config.max_depth` is ignored.
         pub fn start_with_depth(config: SamplerConfig, depth: DepthPolicy) -> io::Result<(Sampler, SamplerLocked)> {
+            // The handler reads ticks and must not be the one to choose the clock.
+            crate::clock::init();
             let mut life = LIFECYCLE.lock();
             // Relaxed: under LIFECYCLE.
             if !signal::SHARED.load(Ordering::Relaxed).is_null() {
@@ -651,14 +658,18 @@ mod imp {
         /// Scans /proc/self/task (L held): arms sampling for new threads, retires the slots of
         /// vanished ones (tid reuse told apart by start time; their buffers go to the full queue
         /// and the next `drain_full` processes and reaps them), finds stack bounds of discovered
-        /// threads from /proc/self/maps, refills spares.
-        pub fn discover_threads(&self, locked: &mut SamplerLocked) {
+        /// threads from /proc/self/maps, refills spares. Returns the name (`comm`) of every thread
+        /// listed, read with its start time, for the recorder to name threads while they run.
+        pub fn discover_threads(&self, locked: &mut SamplerLocked) -> Vec<(u32, String)> {
             let shared = self.shared();
             let mut live: Vec<(u32, u64)> = Vec::new();
+            let mut names = Vec::new();
             if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
                 for e in dir.flatten() {
                     if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                        live.push((tid, start_time(tid)));
+                        let (start, name) = start_time_and_name(tid);
+                        live.push((tid, start));
+                        names.extend(name.map(|n| (tid, n)));
                     }
                 }
             }
@@ -719,6 +730,7 @@ mod imp {
             }
             shared.core.refill_spares(&mut locked.inner);
             shared.top_up_reserve(locked);
+            names
         }
 
         /// Flusher pass (L held): the full queue (processed oldest first, recycled), reaping and

@@ -239,7 +239,7 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     // record follows the convention "frame 0 lies inside its instruction" (as `unwind.rs` does).
     let first_is_return = layout.dropped() > 0 && depth.inner == 0;
     let hdr = RecordHeader {
-        ticks: crate::clock::ticks(),
+        ticks: crate::clock::ticks_in_signal_handler(),
         tid,
         flags,
         frag_index: 0,

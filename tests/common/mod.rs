@@ -148,3 +148,37 @@ pub fn jfr_ok(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).expect("jfr output is UTF-8")
 }
+
+/// A UTC timestamp as `jfr print --json` writes it (`2026-11-29T16:59:14.957127984Z`, fraction
+/// optional) to ns since the epoch.
+pub fn epoch_nanos_of_iso(s: &str) -> i64 {
+    let field = |from: usize, len: usize| -> i64 { s[from..from + len].parse().expect("a timestamp field") };
+    let (year, month, day) = (field(0, 4), field(5, 2), field(8, 2));
+    let seconds_of_day = field(11, 2) * 3600 + field(14, 2) * 60 + field(17, 2);
+    let fraction: String = s.get(20..).unwrap_or("").chars().take_while(char::is_ascii_digit).collect();
+    let nanos: i64 = if fraction.is_empty() { 0 } else { format!("{fraction:0<9}")[..9].parse().unwrap() };
+    // Days since 1970-01-01 of a proleptic Gregorian date, counting years from March.
+    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + (153 * m + 2) / 5 + day - 1;
+    let days = era * 146_097 + day_of_era - 719_468;
+    (days * 86_400 + seconds_of_day) * 1_000_000_000 + nanos
+}
+
+#[test]
+fn iso_timestamps_convert_to_epoch_nanos() {
+    assert_eq!(epoch_nanos_of_iso("1970-01-01T00:00:00Z"), 0);
+    assert_eq!(epoch_nanos_of_iso("2000-03-01T00:00:01.5Z"), 951_868_801_500_000_000);
+    assert_eq!(epoch_nanos_of_iso("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
+}
+
+/// A scope's total time in ns is its self time plus its children's totals, up to the rounding
+/// of each term's conversion from ticks (toward zero: at most 1 ns per child short).
+pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
+    let parts = self_nanos + children.iter().sum::<u64>();
+    assert!(
+        total >= parts && total - parts <= children.len() as u64,
+        "total {total} ns is not self {self_nanos} + children {children:?} ns"
+    );
+}

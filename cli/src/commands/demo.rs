@@ -89,12 +89,49 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         }
     )?;
     writeln!(out)?;
-    writeln!(out, "Next: recorder print --events demo.Request {}", repository.display())?;
+    // Commands that run as printed: `recorder` only when that is what the shell finds.
+    let (me, on_path) = invocation();
+    let repo = shell_word(&repository.display().to_string());
+    writeln!(out, "Next: {me} print --events demo.Request {repo}")?;
     match &args.output {
-        Some(file) => writeln!(out, "      jfr summary {}", file.display())?,
-        None => writeln!(out, "      recorder dump {} -o demo.jfr && jfr summary demo.jfr", repository.display())?,
+        Some(file) => writeln!(out, "      jfr summary {}", shell_word(&file.display().to_string()))?,
+        None => writeln!(out, "      {me} dump {repo} -o demo.jfr && jfr summary demo.jfr")?,
+    }
+    if !on_path {
+        writeln!(out, "(To type just `recorder`: cargo install --path cli, from the repository's root.)")?;
     }
     Ok(crate::Outcome::Clean)
+}
+
+/// How the user's shell runs this very binary: `recorder` when PATH finds this file under that
+/// name, else its path (relative to the working directory when it is below it, as with
+/// `cargo run`'s `target/release/recorder`). Also whether PATH found it.
+fn invocation() -> (String, bool) {
+    let Ok(me) = std::env::current_exe() else { return ("recorder".to_owned(), true) };
+    let me = me.canonicalize().unwrap_or(me);
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).map(|dir| dir.join("recorder")).find(|candidate| candidate.is_file())
+    });
+    if found.and_then(|p| p.canonicalize().ok()).as_ref() == Some(&me) {
+        return ("recorder".to_owned(), true);
+    }
+    let cwd = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
+    let shown = match cwd.as_ref().and_then(|cwd| me.strip_prefix(cwd).ok()) {
+        Some(relative) => std::path::Path::new(".").join(relative),
+        None => me.clone(),
+    };
+    (shell_word(&shown.display().to_string()), false)
+}
+
+/// `word` as one word of a POSIX shell command line: as is when it has no special characters,
+/// else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.

@@ -132,18 +132,23 @@ public class Busy {
         for (int i = 0; i < n; i++) { s += Integer.toString(i).hashCode(); }
         return s;
     }
+    // Busy for an amount of the worker's CPU time, not of wall time: on a loaded machine the run
+    // gets longer instead of its samples fewer. (The wall-clock cap only guards against a hang.)
     public static void main(String[] args) throws Exception {
-        long end = System.currentTimeMillis() + Long.parseLong(args[0]);
-        Thread t = new Thread(() -> { while (System.currentTimeMillis() < end) sink += work(10000); },
-                              "worker-\u00fc");
+        long cpuNanos = Long.parseLong(args[0]) * 1_000_000L;
+        long cap = System.currentTimeMillis() + 120_000;
+        var threads = java.lang.management.ManagementFactory.getThreadMXBean();
+        Thread t = new Thread(() -> {
+            while (threads.getCurrentThreadCpuTime() < cpuNanos && System.currentTimeMillis() < cap) sink += work(10000);
+        }, "worker-\u00fc");
         t.start();
-        while (System.currentTimeMillis() < end) { sink += work(5000); Thread.sleep(5); }
+        while (t.isAlive()) { sink += work(5000); Thread.sleep(5); }
         t.join();
     }
 }
 "#;
 
-/// A JVM-made recording (`settings=profile`, about one second of two busy threads), made once per
+/// A JVM-made recording (`settings=profile`, two busy threads, one of them for 800 ms of CPU time), made once per
 /// test binary run and cached under `target/`.
 pub fn jvm_recording() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();

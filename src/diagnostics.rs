@@ -1,0 +1,199 @@
+//! Problems with a recording's quality that the user can fix, said once on stderr and written into
+//! the recording as a `recorder.Diagnostic` event (code, message, fix); and the shape of the
+//! sampled stacks, written per flush into `recorder.SamplerStatistics` (`samplesWritten`,
+//! `leafOnlyStacks`, `truncatedStacks`) so that `recorder summary` can show the share of stacks
+//! that lost frames.
+//!
+//! Today's diagnostic: **missing frame pointers**. Stacks are walked with frame pointers; code
+//! built without them (Rust's default) gives events no stack and samples only their innermost
+//! frame, with no other sign. Two checks find it:
+//! - at start, a probe walks the stack from a known depth of the recorder's own code, which is
+//!   compiled with the application's flags (a `cargo build` applies `RUSTFLAGS` and
+//!   `build.rustflags` to every crate): with frame pointers the walk finds each level of the probe;
+//! - while sampling, the share of samples whose walk stopped at the first frame although the
+//!   thread's stack bounds were known: code the probe does not cover (C libraries, a program the
+//!   recorder was preloaded into) shows up there.
+//!
+//! Everything here runs in normal context: the counters are fed by the L holder that writes the
+//! samples, the probe by `Recorder::start`.
+
+use crate::builtin;
+use crate::chunk::ChunkWriter;
+use crate::stack::DepthPolicy;
+use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
+use parking_lot::Mutex;
+use std::sync::OnceLock;
+
+/// `recorder.Diagnostic#code` of the missing-frame-pointer diagnostic.
+pub const MISSING_FRAME_POINTERS: &str = "missing-frame-pointers";
+
+/// How to fix it, as the recording and stderr say it.
+const FRAME_POINTER_FIX: &str = "build with frame pointers: RUSTFLAGS=\"-C force-frame-pointers=yes\" cargo build \
+     --release, or for good in .cargo/config.toml: [build] rustflags = [\"-C\", \"force-frame-pointers=yes\"] \
+     (C and C++: -fno-omit-frame-pointer)";
+
+/// Levels of the start-time probe; the walk must find all but the outermost two.
+const PROBE_DEPTH: usize = 8;
+/// The sample check speaks only after this many walks with known stack bounds ...
+const MIN_WALKS: u64 = 50;
+/// ... when at least this share of them stopped at their first frame (percent).
+const STOPPED_PERCENT: u64 = 50;
+
+/// One diagnostic, waiting for the next flush to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Diagnostic {
+    pub code: &'static str,
+    pub message: String,
+    pub fix: &'static str,
+}
+
+/// Counts of written samples by the shape of their stack, for the current recording. Relaxed
+/// everywhere: statistics written and read by L holders (the lock orders them).
+static SAMPLES: AtomicU64 = AtomicU64::new(0);
+static LEAF_ONLY: AtomicU64 = AtomicU64::new(0);
+static TRUNCATED: AtomicU64 = AtomicU64::new(0);
+/// Since the recording started: samples walked with known stack bounds, and of them those whose
+/// walk stopped at the first frame.
+static WALKS: AtomicU64 = AtomicU64::new(0);
+static STOPPED_WALKS: AtomicU64 = AtomicU64::new(0);
+/// The current recording has had its frame-pointer diagnostic.
+static FRAME_POINTERS_REPORTED: AtomicBool = AtomicBool::new(false);
+/// Stderr heard about it already (once per process, however many recordings).
+static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
+static PENDING: Mutex<Vec<Diagnostic>> = parking_lot::const_mutex(Vec::new());
+
+/// A recording starts: counters from zero, and the probe's verdict on frame pointers.
+pub(crate) fn recording_started() {
+    for counter in [&SAMPLES, &LEAF_ONLY, &TRUNCATED, &WALKS, &STOPPED_WALKS] {
+        // Relaxed: see the statics.
+        counter.store(0, Ordering::Relaxed);
+    }
+    // Relaxed: see the statics.
+    FRAME_POINTERS_REPORTED.store(false, Ordering::Relaxed);
+    PENDING.lock().clear();
+    if let Some(found) = frame_pointer_probe() {
+        report_frame_pointers(format!(
+            "this program is built without frame pointers (a frame-pointer walk through {PROBE_DEPTH} nested \
+             calls of the recorder's own code found {found} of them): event stacks stay empty, and CPU samples keep \
+             their innermost frame but lose the program's own callers"
+        ));
+    }
+}
+
+/// A sample is written into the recording (called by the L holder that writes it).
+pub(crate) fn note_sample(frames: usize, truncated: bool, bounds_unknown: bool) {
+    // Relaxed (all): see the statics.
+    SAMPLES.fetch_add(1, Ordering::Relaxed);
+    if frames <= 1 {
+        LEAF_ONLY.fetch_add(1, Ordering::Relaxed);
+    }
+    if truncated {
+        TRUNCATED.fetch_add(1, Ordering::Relaxed);
+    }
+    if !bounds_unknown {
+        let walks = WALKS.fetch_add(1, Ordering::Relaxed) + 1;
+        let stopped = if frames <= 1 {
+            STOPPED_WALKS.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            STOPPED_WALKS.load(Ordering::Relaxed)
+        };
+        // Relaxed: see the statics.
+        let reported = FRAME_POINTERS_REPORTED.load(Ordering::Relaxed);
+        if !reported && walks >= MIN_WALKS && stopped * 100 >= walks * STOPPED_PERCENT {
+            report_frame_pointers(format!(
+                "{stopped} of {walks} CPU samples ({}%) stopped at their first frame: the code they ran keeps no \
+                 frame pointers, so their stacks hold only the innermost frame",
+                stopped * 100 / walks
+            ));
+        }
+    }
+}
+
+/// Samples written since the last call: (samples, one-frame stacks, truncated stacks).
+pub(crate) fn take_stack_shapes() -> (u64, u64, u64) {
+    // Relaxed (all): see the statics.
+    (SAMPLES.swap(0, Ordering::Relaxed), LEAF_ONLY.swap(0, Ordering::Relaxed), TRUNCATED.swap(0, Ordering::Relaxed))
+}
+
+/// Writes the diagnostics found since the last flush as `recorder.Diagnostic` events.
+pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
+    for d in std::mem::take(&mut *PENDING.lock()) {
+        writer.event(builtin::DIAGNOSTIC, |e| {
+            e.long(now_ticks);
+            e.string(d.code);
+            e.string(&d.message);
+            e.string(d.fix);
+        });
+    }
+}
+
+fn report_frame_pointers(message: String) {
+    // Relaxed: a flag; a second report racing this one is impossible (L holders and `start`,
+    // which holds the recording lock, are the callers).
+    if FRAME_POINTERS_REPORTED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // Relaxed: as above.
+    if !SAID_ON_STDERR.swap(true, Ordering::Relaxed) {
+        eprintln!("recorder: warning: {message}. Fix: {FRAME_POINTER_FIX}");
+    }
+    PENDING.lock().push(Diagnostic { code: MISSING_FRAME_POINTERS, message, fix: FRAME_POINTER_FIX });
+}
+
+/// `None` if this build keeps frame pointers, else how many probe levels the walk found
+/// (process-wide: the code does not change).
+fn frame_pointer_probe() -> Option<usize> {
+    static VERDICT: OnceLock<Option<usize>> = OnceLock::new();
+    *VERDICT.get_or_init(|| {
+        let found = probe_levels();
+        (found + 2 < PROBE_DEPTH).then_some(found)
+    })
+}
+
+/// Walks the stack from the bottom of `PROBE_DEPTH` nested calls of [`probe`] and returns the
+/// longest run of equal consecutive return addresses: each level returns to the same call site, so
+/// a frame-pointer walk finds a run of `PROBE_DEPTH - 1`; without frame pointers the walk starts
+/// from whatever the register holds and finds none (every read is validated, see `unwind`).
+fn probe_levels() -> usize {
+    let mut frames = Vec::with_capacity(4 * PROBE_DEPTH);
+    probe(PROBE_DEPTH, &mut frames);
+    let mut longest = 0;
+    let mut run = 0;
+    let mut previous = None;
+    for &ip in &frames {
+        run = if previous == Some(ip) { run + 1 } else { 1 };
+        longest = longest.max(run);
+        previous = Some(ip);
+    }
+    if longest > 1 {
+        longest
+    } else {
+        0
+    }
+}
+
+#[inline(never)]
+fn probe(depth: usize, frames: &mut Vec<u64>) {
+    if depth == 0 {
+        let mut ring = Vec::new();
+        crate::unwind::capture_current(0, DepthPolicy { inner: 4 * PROBE_DEPTH, outer: 0 }, &mut ring, frames);
+        return;
+    }
+    probe(depth - 1, frames);
+    // Work after the call keeps it a real call (no tail call), with its own frame.
+    std::hint::black_box(depth);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This crate's own build keeps frame pointers (.cargo/config.toml): the probe sees every level.
+    /// A build without them is tested end to end in `tests/frame_pointers.rs`.
+    #[test]
+    fn probe_finds_every_level_with_frame_pointers() {
+        let found = probe_levels();
+        assert!(found + 1 >= PROBE_DEPTH, "found {found} of {PROBE_DEPTH} levels");
+        assert_eq!(frame_pointer_probe(), None);
+    }
+}
