@@ -1,6 +1,23 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `jdk.ExecutionSample` declares and carries `spanId` (the recording's setting; set at its start,
+/// before its first chunk, so a chunk's metadata and its samples always agree).
+static SAMPLE_SPAN_IDS: AtomicBool = AtomicBool::new(true);
+
+/// Sets whether the samples of the recording that starts carry `spanId`.
+pub(crate) fn set_sample_span_ids(on: bool) {
+    // Relaxed: read under L by the flushes of the recording that starts after this.
+    SAMPLE_SPAN_IDS.store(on, Ordering::Relaxed);
+}
+
+/// `jdk.ExecutionSample` has its `spanId` field.
+pub(crate) fn sample_span_ids() -> bool {
+    // Relaxed: see `set_sample_span_ids`.
+    SAMPLE_SPAN_IDS.load(Ordering::Relaxed)
+}
 
 /// `jdk.ExecutionSample`.
 pub const EXECUTION_SAMPLE: u64 = 100;
@@ -65,17 +82,20 @@ pub fn classes() -> Vec<Class> {
     let mut out = Vec::new();
 
     // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread),
-    // and ours: spanId.
+    // and ours: spanId, unless the recording turned it off.
+    let mut sample_fields = vec![
+        f("sampledThread", ids::THREAD, "Thread").pooled(),
+        f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
+        f("state", ids::THREAD_STATE, "Thread State").pooled(),
+    ];
+    if sample_span_ids() {
+        sample_fields.push(f("spanId", ids::LONG, "Span Id").with(Annotation::value(
+            ids::DESCRIPTION,
+            "The tracing span the thread was in (recorder.Span spanId; 0: none)",
+        )));
+    }
     let mut sample = event_class(EventTypeSpec {
-        fields: vec![
-            f("sampledThread", ids::THREAD, "Thread").pooled(),
-            f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
-            f("state", ids::THREAD_STATE, "Thread State").pooled(),
-            f("spanId", ids::LONG, "Span Id").with(Annotation::value(
-                ids::DESCRIPTION,
-                "The tracing span the thread was in (recorder.Span spanId; 0: none)",
-            )),
-        ],
+        fields: sample_fields,
         ..spec(
             EXECUTION_SAMPLE,
             "jdk.ExecutionSample",

@@ -129,6 +129,7 @@ impl Recorder {
         // Scopes of this recording start with empty trees (before the first flush, which would
         // otherwise write the previous recording's).
         crate::scope::start(generation, settings.deterministic);
+        crate::builtin::set_sample_span_ids(settings.sample_span_ids);
         let shared = Arc::new(Shared {
             generation,
             stacks: StackTable::new(settings.stack_table_capacity),

@@ -112,6 +112,8 @@ pub struct Settings {
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
     /// files.
     pub deterministic: bool,
+    /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in (default on).
+    pub sample_span_ids: bool,
     /// Diagnostics: log how long every holder keeps the chunk-writer lock L
     /// (`Recorder::lock_holds`; `examples/lock_hold.rs`).
     #[doc(hidden)]
@@ -137,6 +139,7 @@ impl Default for Settings {
             sampling: Some(SamplerConfig::default()),
             compress_finished_chunks: false,
             deterministic: false,
+            sample_span_ids: true,
             log_lock_holds: false,
         }
     }
@@ -259,6 +262,14 @@ impl RecorderBuilder {
         if on {
             self.settings.sampling = None;
         }
+        self
+    }
+    /// Whether each `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in
+    /// (default on). Off, the event has exactly the JDK's four fields: for readers that assume
+    /// that layout instead of reading the metadata (async-profiler's `jfrconv` reads a sample's
+    /// four fields and not its size, so an extra field derails it).
+    pub fn sample_span_ids(mut self, on: bool) -> Self {
+        self.settings.sample_span_ids = on;
         self
     }
     /// Records no CPU samples (events only).
