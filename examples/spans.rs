@@ -35,7 +35,7 @@ fn handle(worker: u32, n: u32) -> u64 {
     let _span = tracing::info_span!("request", worker, n, path = "/orders").entered();
     let mut x = parse(n);
     x ^= query("orders");
-    if n % 5 == 0 {
+    if n.is_multiple_of(5) {
         tracing::warn!(n, "slow request");
     }
     x
