@@ -207,7 +207,11 @@ where
         let Some(data) = ext.get_mut::<SpanData>() else { return };
         let mut fields = Fields { text: std::mem::take(&mut data.fields), message: None };
         values.record(&mut fields);
-        data.fields = fields.text;
+        data.fields = match fields.message {
+            Some(message) if fields.text.is_empty() => format!("message={message}"),
+            Some(message) => format!("{} message={message}", fields.text),
+            None => fields.text,
+        };
     }
 
     fn on_enter(&self, id: &span::Id, ctx: Context<'_, S>) {

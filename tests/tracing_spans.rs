@@ -306,3 +306,24 @@ fn deterministic_spans_carry_no_real_time() {
     assert_eq!(outer.field("fields").as_str(), Some("k=1"));
     assert_eq!(inner.field_i64("parentSpanId"), outer.field_i64("spanId"));
 }
+
+/// Fields recorded after the span's creation (`Span::record`) join its `fields`, `message`
+/// included.
+#[test]
+fn fields_recorded_later_are_kept() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    tracing::subscriber::with_default(subscriber(), || {
+        let span =
+            tracing::info_span!("late", early = 1, rows = tracing::field::Empty, message = tracing::field::Empty);
+        span.record("rows", 42);
+        span.record("message", "done");
+    });
+    let file = dir.path().join("late.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    let spans = read_events(&file, "recorder.Span");
+    assert_eq!(spans.len(), 1);
+    assert_eq!(spans[0].field("fields").as_str(), Some("early=1 rows=42 message=done"));
+}
