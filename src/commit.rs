@@ -650,10 +650,13 @@ pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
     LOCAL
         .try_with(|cell| {
             let Ok(mut local) = cell.try_borrow_mut() else { return CapturedStack::default() };
-            if local.generation != generation && !local.attach(generation) {
-                return CapturedStack::default();
-            }
-            CapturedStack { generation, key: local.stack_key(anchor) }
+            // Marked in flight like a commit: a thread's first attach sets its mark (it expects
+            // the commit it is part of to clear it), and `stop` waits for every set mark.
+            local.enter();
+            let attached = local.generation == generation || local.attach(generation);
+            let key = if attached { local.stack_key(anchor) } else { 0 };
+            local.leave();
+            CapturedStack { generation: if attached { generation } else { 0 }, key }
         })
         .unwrap_or_default()
 }

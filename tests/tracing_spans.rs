@@ -327,3 +327,26 @@ fn fields_recorded_later_are_kept() {
     assert_eq!(spans.len(), 1);
     assert_eq!(spans[0].field("fields").as_str(), Some("early=1 rows=42 message=done"));
 }
+
+/// A thread whose first contact with the recording is a span's creation (its stack captured, no
+/// commit yet) holds up nothing: the stop finds no commit in progress and reports no loss.
+#[test]
+fn a_span_created_first_on_a_thread_is_no_commit_in_progress() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    let dispatch = tracing::Dispatch::new(subscriber());
+    let d = dispatch.clone();
+    let open = std::thread::spawn(move || tracing::dispatcher::with_default(&d, || tracing::info_span!("first")))
+        .join()
+        .unwrap();
+    let repo = rec.repository_dir().to_owned();
+    rec.stop().unwrap();
+    tracing::dispatcher::with_default(&dispatch, || drop(open));
+    let losses: Vec<String> = chunk_files(&repo)
+        .iter()
+        .flat_map(|c| read_events(c, "recorder.DataLoss"))
+        .map(|e| format!("{}: {}", e.field("reason").as_str().unwrap_or("?"), e.field_i64("events")))
+        .collect();
+    assert!(losses.is_empty(), "{losses:?}");
+}
