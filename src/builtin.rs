@@ -44,6 +44,9 @@ pub const DIAGNOSTIC: u64 = 110;
 /// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative. (Ids after 110 are taken
 /// by branches merged in parallel; 120 keeps clear of them.)
 pub const SCOPE_TIMING: u64 = 120;
+/// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
+#[cfg(feature = "push")]
+pub const PUSH_STATISTICS: u64 = 111;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -276,4 +279,33 @@ pub fn classes() -> Vec<Class> {
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out
+}
+
+/// `recorder.PushStatistics`, declared only by recordings that push (so that the metadata of
+/// others does not depend on the `push` feature).
+#[cfg(feature = "push")]
+pub fn push_statistics_class() -> Class {
+    event_class(EventTypeSpec {
+        fields: vec![
+            f("target", ids::STRING, "Server"),
+            f("chunksPosted", ids::LONG, "Chunks Posted"),
+            f("uploads", ids::LONG, "Uploads"),
+            bytes("bytesSent", "Bytes Sent"),
+            bytes("jfrBytes", "JFR Bytes Posted"),
+            f("retries", ids::LONG, "Retried Attempts"),
+            f("rejected", ids::LONG, "Rejected Uploads"),
+            f("chunksLost", ids::LONG, "Chunks Lost"),
+            bytes("bytesLost", "Bytes Lost"),
+            f("pending", ids::LONG, "Chunks Pending"),
+            f("lastError", ids::STRING, "Last Error"),
+        ],
+        ..spec(
+            PUSH_STATISTICS,
+            "recorder.PushStatistics",
+            "Push Statistics",
+            &["Flight Recorder"],
+            "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
+             rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
+        )
+    })
 }

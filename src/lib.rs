@@ -62,6 +62,8 @@ mod fork;
 #[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]
+pub mod push;
+#[cfg(not(loom))]
 mod recorder;
 #[cfg(not(loom))]
 pub mod repository;

@@ -220,6 +220,18 @@ pub(crate) fn all_settings() -> Vec<(String, u64, EventSettings)> {
     out
 }
 
+/// Declares a built-in class that only some recordings use (once per process; it stays declared,
+/// like the types of registered events).
+#[cfg(feature = "push")]
+pub(crate) fn declare_builtin(class: Class) {
+    let mut reg = REGISTRY.lock();
+    if reg.classes.iter().any(|c| c.id == class.id) {
+        return;
+    }
+    reg.classes.push(class);
+    reg.version += 1;
+}
+
 /// The registry version: changes whenever a type is added.
 pub(crate) fn version() -> u64 {
     REGISTRY.lock().version

@@ -187,35 +187,66 @@ pub(crate) struct FinishedChunk {
     pub end_nanos: i64,
 }
 
-/// Deletes the oldest finished chunks until the total size (including `live_size`) is at most
-/// `max_size` and none ended before `oldest_end_nanos`. Returns the paths removed.
+/// What [`apply_retention`] deleted.
+#[derive(Debug, Default)]
+pub(crate) struct Retained {
+    /// Paths removed.
+    pub removed: Vec<PathBuf>,
+    /// Chunks removed that `unposted` held back: only the size limit (the disk budget) deletes
+    /// them, and only when no other chunk is left to delete.
+    pub lost: Vec<FinishedChunk>,
+}
+
+/// Deletes finished chunks until the total size (including `live_size`) is at most `max_size` and
+/// none ended before `oldest_end_nanos`, oldest first. Chunks for which `unposted` is true (an
+/// uploader still has to post them) are kept past their age, and the size limit deletes them only
+/// after every other finished chunk; those are reported in [`Retained::lost`].
 ///
-/// The size limit never deletes the newest finished chunk (nor the live one, which is not in
+/// The size limit never deletes the last finished chunk left (nor the live one, which is not in
 /// `chunks`): when it alone, or with the live chunk, passes the limit, the repository keeps it
 /// rather than the newest data being lost (late flushes make chunks grow past their rotation size;
-/// the JDK's `trimToSize` keeps its last chunk too). The age limit deletes whatever ended before
+/// the JDK's `trimToSize` keeps its last chunk too). Without uploads the last one left is the
+/// newest; with them, a posted newer chunk may go before an unposted older one. The age limit deletes whatever ended before
 /// it (the final chunk ends at the stop, so it never empties a stopped recording).
 pub(crate) fn apply_retention(
     chunks: &mut Vec<FinishedChunk>,
     live_size: u64,
     max_size: u64,
     oldest_end_nanos: Option<i64>,
-) -> Vec<PathBuf> {
-    let mut removed = Vec::new();
+    unposted: impl Fn(&FinishedChunk) -> bool,
+) -> Retained {
+    let mut out = Retained::default();
     let mut total: u64 = chunks.iter().map(|c| c.size).sum::<u64>() + live_size;
-    while let Some(first) = chunks.first() {
+    let mut i = 0;
+    // Age, then size, among the chunks that may go.
+    while i < chunks.len() {
+        let c = &chunks[i];
+        // Never the last chunk left (see above).
         let too_big = total > max_size && chunks.len() > 1;
-        let too_old = oldest_end_nanos.is_some_and(|limit| first.end_nanos < limit);
+        let too_old = oldest_end_nanos.is_some_and(|limit| c.end_nanos < limit);
         if !too_big && !too_old {
             break;
         }
-        let first = chunks.remove(0);
-        total -= first.size;
-        if std::fs::remove_file(&first.path).is_ok() || !first.path.exists() {
-            removed.push(first.path);
+        if unposted(c) {
+            i += 1;
+            continue;
+        }
+        let c = chunks.remove(i);
+        total -= c.size;
+        if std::fs::remove_file(&c.path).is_ok() || !c.path.exists() {
+            out.removed.push(c.path);
         }
     }
-    removed
+    // The disk budget wins over uploads: the oldest unposted chunks go, counted as lost.
+    while total > max_size && chunks.len() > 1 {
+        let c = chunks.remove(0);
+        total -= c.size;
+        if std::fs::remove_file(&c.path).is_ok() || !c.path.exists() {
+            out.removed.push(c.path.clone());
+            out.lost.push(c);
+        }
+    }
+    out
 }
 
 /// `flock` on `file`: exclusive and blocking when `try_only` is false (a fresh file nobody else
@@ -455,6 +486,59 @@ pub fn repair_dead_recordings(base: &Path) -> Vec<(PathBuf, io::Result<RepairRep
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunks_in(dir: &Path, sizes: &[u64]) -> Vec<FinishedChunk> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                let path = dir.join(format!("c{i}.jfr"));
+                std::fs::write(&path, vec![0u8; size as usize]).unwrap();
+                FinishedChunk { path, size, start_nanos: i as i64 * 10, end_nanos: i as i64 * 10 + 10 }
+            })
+            .collect()
+    }
+
+    fn names(paths: &[PathBuf]) -> Vec<String> {
+        paths.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn retention_without_uploads_deletes_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut chunks = chunks_in(dir.path(), &[10, 10, 10, 10]);
+        let r = apply_retention(&mut chunks, 5, 30, None, |_| false);
+        assert_eq!(names(&r.removed), ["c0.jfr", "c1.jfr"]);
+        assert!(r.lost.is_empty());
+        let r = apply_retention(&mut chunks, 0, 100, Some(35), |_| false);
+        assert_eq!(names(&r.removed), ["c2.jfr"]);
+    }
+
+    #[test]
+    fn retention_keeps_unposted_chunks_until_the_budget_forces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // c0 and c2 are not posted yet.
+        let unposted = |c: &FinishedChunk| c.path.ends_with("c0.jfr") || c.path.ends_with("c2.jfr");
+        let mut chunks = chunks_in(dir.path(), &[10, 10, 10, 10, 10]);
+        // Age: every chunk is too old, but only posted ones go.
+        let r = apply_retention(&mut chunks, 0, 1000, Some(1000), unposted);
+        assert_eq!(names(&r.removed), ["c1.jfr", "c3.jfr", "c4.jfr"]);
+        assert!(r.lost.is_empty());
+        assert!(dir.path().join("c0.jfr").exists() && dir.path().join("c2.jfr").exists());
+
+        let mut chunks = chunks_in(dir.path(), &[10, 10, 10, 10, 10]);
+        // Size: every posted chunk goes before an unposted one, even a newer one.
+        let r = apply_retention(&mut chunks, 0, 25, None, unposted);
+        assert_eq!(names(&r.removed), ["c1.jfr", "c3.jfr", "c4.jfr"]);
+        assert!(r.lost.is_empty());
+
+        let mut chunks = chunks_in(dir.path(), &[10, 10, 10, 10, 10]);
+        // The budget leaves no choice: the oldest unposted chunk (c0) goes too, reported as lost.
+        let r = apply_retention(&mut chunks, 0, 15, None, unposted);
+        assert_eq!(names(&r.removed), ["c1.jfr", "c3.jfr", "c4.jfr", "c0.jfr"]);
+        assert_eq!(names(&r.lost.iter().map(|c| c.path.clone()).collect::<Vec<_>>()), ["c0.jfr"]);
+        assert_eq!(names(&chunks.iter().map(|c| c.path.clone()).collect::<Vec<_>>()), ["c2.jfr"]);
+    }
 
     #[test]
     fn recording_directory_names() {

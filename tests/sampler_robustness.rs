@@ -37,6 +37,23 @@ fn burn(ms: u64) -> u64 {
     v
 }
 
+/// Burns `ms` of this thread's CPU time (however long that takes on a loaded machine): a sampler
+/// counts CPU time, so this is what guarantees samples.
+fn burn_cpu(ms: u64) -> u64 {
+    let cpu = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    let end = cpu() + Duration::from_millis(ms);
+    let mut v = 1u64;
+    while cpu() < end {
+        v = black_box(v.wrapping_add(burn(1)));
+    }
+    v
+}
+
 /// Spins `iters` iterations with rbp set to `bad` (restored afterwards).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
@@ -354,10 +371,15 @@ fn fork_child_can_record_on_its_own() {
         let ok = std::panic::catch_unwind(|| {
             let (child, mut l) = Sampler::start(fast_config()).expect("start in child");
             child.register_current_thread().expect("register in child");
-            burn(100);
+            burn_cpu(30);
             child.unregister_current_thread();
             let r = child.stop(&mut l, &mut |_| {});
-            r.stats.taken > 0 && r.stats.taken == r.stats.written + r.stats.lost
+            if r.stats.taken > 0 && r.stats.taken == r.stats.written + r.stats.lost {
+                true
+            } else {
+                eprintln!("child: {:?}", r.stats);
+                false
+            }
         });
         // SAFETY: leaves the child without running the parent's atexit handlers or destructors.
         unsafe { libc::_exit(if matches!(ok, Ok(true)) { 0 } else { 1 }) };

@@ -42,6 +42,63 @@ pub enum Command {
     /// Record a built-in multi-threaded workload for a few seconds and show the result.
     #[command(after_long_help = DEMO_EXAMPLES, after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
+    /// Post finished chunks to Grafana Pyroscope, once each and in order (`--follow`: as they finish).
+    #[command(after_long_help = PUSH_EXAMPLES, after_help = PUSH_EXAMPLES)]
+    Push(PushArgs),
+}
+
+const PUSH_EXAMPLES: &str = "\
+EXAMPLES:
+    recorder push --pyroscope http://pyroscope:4040 --app checkout --label region=eu-1 /tmp/recorder-1000/2026_11_29_16_36_53_10829/
+    recorder push --pyroscope http://pyroscope:4040 --app checkout --follow /tmp/recorder-1000/
+    recorder push --pyroscope https://profiles-prod-001.grafana.net --basic-auth-user 123456 --app checkout app.jfr
+
+Each finished chunk is one request (POST /ingest?format=jfr&name=APP{LABELS}&from=&until=&sampleRate=&spyName=recorder)
+with the chunk gzipped in a multipart `jfr` part; sampleRate is the chunk's own CPU sampling rate. Chunks above the
+server's default limits (4 MiB, 16 000 distinct samples) are cut into several valid JFR files. What was posted is
+remembered in a hidden `.recorder-push-*` file next to the chunks, so running the command again (or after a
+recording process pushed itself) posts only what is new. Server errors and timeouts are retried with backoff
+(--max-attempts per upload, unlimited with --follow); a 4xx answer rejects that upload (reported, not retried);
+401/403/404 stop the command. The password for --basic-auth-user is read from RECORDER_PUSH_PASSWORD.
+With --follow, a recording directory is followed until its recording ends; a base directory until interrupted.";
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The Pyroscope server (http://HOST:PORT or https://…; `/ingest` is added).
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: String,
+    /// The application name (Pyroscope's service_name).
+    #[arg(long, value_name = "NAME")]
+    pub app: String,
+    /// A label of every profile (repeat for more), e.g. host=web-7, version=1.4.2.
+    #[arg(long = "label", value_name = "K=V", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// A .jfr file, a recording directory, or a base directory of recordings.
+    #[arg(value_name = "PATH", required_unless_present = "follow", conflicts_with = "follow")]
+    pub path: Option<PathBuf>,
+    /// Follow DIR and post every chunk as it finishes.
+    #[arg(long, value_name = "DIR")]
+    pub follow: Option<PathBuf>,
+    /// The tenant (X-Scope-OrgID) of a multi-tenant server.
+    #[arg(long, value_name = "ID")]
+    pub tenant: Option<String>,
+    /// HTTP basic authentication user; the password comes from RECORDER_PUSH_PASSWORD.
+    #[arg(long, value_name = "USER")]
+    pub basic_auth_user: Option<String>,
+    /// Post only samples (and the settings and constants they need), not the application's other
+    /// events, which Pyroscope ignores; chunks are then cut even when they fit the server's limits.
+    #[arg(long)]
+    pub samples_only: bool,
+    /// Attempts per upload before giving up (default 5; with --follow, unlimited).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u64>,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("`{text}` is not a label: give NAME=VALUE, e.g. region=eu-1")),
+    }
 }
 
 const REPAIR_EXAMPLES: &str = "\

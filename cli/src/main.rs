@@ -72,6 +72,7 @@ fn run(cli: args::Cli, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
         args::Command::Top(a) => commands::top::run(&a.into_config()?)?,
         args::Command::Demo(a) => commands::demo::run(&a)?,
         args::Command::Repair(a) => commands::repair::run(&a)?,
+        args::Command::Push(a) => commands::push::run(a)?,
     };
     Ok(match outcome {
         Outcome::Clean => ExitCode::SUCCESS,

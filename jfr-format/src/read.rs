@@ -854,6 +854,20 @@ impl Chunk {
         Ok(self.resolve_sized(type_id, key)?.map(|(v, _)| v))
     }
 
+    /// The encoded value of the constant `key` of type `type_id`, exactly as its checkpoint holds it
+    /// (the bytes after the key): `Ok(None)` if no pool defines it. Copied after the same key into a
+    /// checkpoint of a chunk with the same metadata, it defines the same constant, so a writer can
+    /// cut a chunk into smaller valid chunks without decoding and re-encoding constants.
+    pub fn constant_bytes(&self, type_id: u64, key: u64) -> Result<Option<Bytes>> {
+        let Some(&offset) = self.pools.get(&type_id).and_then(|p| p.get(&key)) else {
+            return Ok(None);
+        };
+        let class_index = self.types.class_index(type_id).ok_or(Error::UnknownType { offset: self.base, type_id })?;
+        let mut cur = Cursor::new(&self.data, offset, self.data.len(), self.base);
+        self.skip_class_value(&mut cur, class_index)?;
+        Ok(Some(self.data.slice(offset..cur.pos)))
+    }
+
     /// [`Chunk::resolve`], plus the number of bytes the constant's encoding took.
     fn resolve_sized(&self, type_id: u64, key: u64) -> Result<Option<(Value, usize)>> {
         let Some(&offset) = self.pools.get(&type_id).and_then(|p| p.get(&key)) else {

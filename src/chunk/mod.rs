@@ -128,6 +128,11 @@ impl EventOut<'_> {
     pub fn string(&mut self, s: &str) {
         write::put_string(self.out, Some(s));
     }
+    /// A string, or null.
+    #[cfg(feature = "push")]
+    pub fn optional_string(&mut self, s: Option<&str>) {
+        write::put_string(self.out, s);
+    }
     /// A reference to thread `tid` (0: none); the segment's checkpoint defines it.
     pub fn thread(&mut self, tid: u32) {
         write::put_varint(self.out, u64::from(tid));

@@ -171,3 +171,41 @@ impl Losses {
         self.pending = again;
     }
 }
+
+/// `recorder.PushStatistics`: the Pyroscope uploader's counters, written when they changed since
+/// the last one or the chunk is new (feature `push`).
+#[cfg(feature = "push")]
+#[derive(Debug, Default)]
+pub struct PushReport {
+    written: Option<crate::push::PushStats>,
+}
+
+#[cfg(feature = "push")]
+impl PushReport {
+    /// Writes the event if the recording pushes and there is news (or `new_chunk`).
+    pub fn write(&mut self, chunk: &mut ChunkWriter, now: i64, link: &crate::push::Link, new_chunk: bool) {
+        let Some((target, stats)) = link.report() else { return };
+        if !new_chunk && self.written.as_ref() == Some(&stats) {
+            return;
+        }
+        chunk.event(builtin::PUSH_STATISTICS, |e| {
+            e.long(now);
+            e.string(target);
+            for v in [
+                stats.chunks_posted,
+                stats.uploads,
+                stats.bytes_sent,
+                stats.jfr_bytes,
+                stats.retries,
+                stats.rejected,
+                stats.chunks_lost,
+                stats.bytes_lost,
+                stats.pending,
+            ] {
+                e.long(v as i64);
+            }
+            e.optional_string(stats.stopped.as_deref().or(stats.last_error.as_deref()));
+        });
+        self.written = Some(stats);
+    }
+}

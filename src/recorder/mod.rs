@@ -13,7 +13,9 @@
 //! flush interval (earlier when buffers fill up), writes the periodic events and rotates chunks;
 //! the recorder thread drains full sampler buffers and discovers threads; [`Recorder::stop`]
 //! waits for commits in flight, joins both threads, stops the sources, flushes once more and
-//! finishes the last chunk with the final flag.
+//! finishes the last chunk with the final flag. With feature `push`, a third thread posts
+//! finished chunks to Pyroscope (`crate::push`); it never takes L, retention asks it which
+//! chunks are unposted (`storage`), and stop gives it a grace period after the last chunk.
 //!
 //! L is [`lock::L`]: every flusher, dump and stop step runs under it; application threads never
 //! take it. Slow work happens with L released: names of new addresses and threads (`resolve`),
@@ -78,6 +80,9 @@ pub struct FinalReport {
     pub sampler: Option<SamplerStats>,
     /// The scope tree of the whole recording, all threads merged.
     pub scopes: ScopeReport,
+    /// The Pyroscope uploader's final counters, if it pushed.
+    #[cfg(feature = "push")]
+    pub push: Option<crate::push::PushStats>,
 }
 
 /// A running recording. Dropping it stops the recording cleanly (the last chunk gets the final
@@ -97,6 +102,9 @@ struct Inner {
     sampler_thread: Mutex<Option<JoinHandle<()>>>,
     /// The CPU sampler, for registrations and statistics without L.
     sampler: Mutex<Option<Arc<Sampler>>>,
+    /// The Pyroscope uploader thread (it never takes L).
+    #[cfg(feature = "push")]
+    push: Mutex<Option<crate::push::Handle>>,
     dir: PathBuf,
     /// The process that started the recording (review finding 3: a forked child has none of its
     /// threads, files or locks and must touch none of them).
@@ -150,6 +158,14 @@ impl Recorder {
             in_flight: Default::default(),
         });
         let mut state = State::new(Arc::clone(&shared), settings.clone(), dir.clone(), start);
+        #[cfg(feature = "push")]
+        let push = settings.push.clone().map(|target| {
+            // Declared only by recordings that push: the others' metadata stays the same.
+            metadata_registry::declare_builtin(crate::builtin::push_statistics_class());
+            let link = Arc::default();
+            state.storage.push_to(crate::push::Link::new(Arc::clone(&link), &target));
+            (target, link)
+        });
         let mut sampler = None;
         if let Some(config) = &settings.sampling {
             // No lock of the fork hooks is held here: the sampler registers an atfork hook of its
@@ -169,6 +185,8 @@ impl Recorder {
             flusher: Mutex::new(None),
             sampler_thread: Mutex::new(None),
             sampler: Mutex::new(sampler.clone()),
+            #[cfg(feature = "push")]
+            push: Mutex::new(None),
             dir,
             pid: std::process::id(),
             flushes: AtomicU64::new(0),
@@ -176,7 +194,10 @@ impl Recorder {
         // The first segment: metadata and the recording's settings, published at once so that a
         // consumer sees the chunk immediately.
         inner.flush();
-        if let Err(e) = inner.spawn_threads(sampler) {
+        let spawned = inner.spawn_threads(sampler);
+        #[cfg(feature = "push")]
+        let spawned = spawned.and_then(|()| push.map_or(Ok(()), |(target, link)| inner.start_push(target, link)));
+        if let Err(e) = spawned {
             // Review finding 14: nothing of a failed start keeps running (no flusher, no armed
             // timer), and a later start works.
             let _ = inner.shut_down();
@@ -244,8 +265,16 @@ impl Recorder {
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
         let (stats, sampler) = (state.stats, state.final_sampler_stats.clone());
+        #[cfg(feature = "push")]
+        let push = self.inner.push_stats();
         drop(state);
-        Ok(FinalReport { stats, sampler, scopes: crate::scope::absorb(|m| m.report()) })
+        Ok(FinalReport {
+            stats,
+            sampler,
+            #[cfg(feature = "push")]
+            push,
+            scopes: crate::scope::absorb(|m| m.report()),
+        })
     }
 
     /// The scope tree so far ([`scope!`](crate::scope), `#[recorder::profile]`,
@@ -256,6 +285,13 @@ impl Recorder {
             return ScopeReport::default();
         }
         crate::scope::absorb(|m| m.report())
+    }
+
+    /// The Pyroscope uploader's counters, if the recording pushes.
+    #[cfg(feature = "push")]
+    pub fn push_stats(&self) -> Option<crate::push::PushStats> {
+        self.inner.owner().ok()?;
+        self.inner.push_stats()
     }
 
     /// Counters so far (zero in a forked child: the recording is the parent's).
@@ -475,7 +511,33 @@ impl Inner {
         let chunks = l.storage.take_compression();
         drop(l);
         self.compress_finished(chunks);
+        // Without L: the uploader may post the last chunks within its grace period.
+        #[cfg(feature = "push")]
+        if let Some(push) = self.push.lock().as_mut() {
+            push.finish();
+        }
         finished.map_err(|source| Error::Write { path: self.dir.clone(), source })
+    }
+
+    /// Starts the Pyroscope uploader thread (the recording directory is its queue; `link` is
+    /// what retention shares with it).
+    #[cfg(feature = "push")]
+    fn start_push(&self, target: crate::push::PushTarget, link: Arc<crate::push::Shared>) -> Result<(), Error> {
+        // The uploader is the recorder's own thread: like the flusher, it is not sampled.
+        let sampler = self.sampler.lock().clone();
+        let on_start = Box::new(move || {
+            if let Some(s) = sampler {
+                s.exclude_current_thread();
+            }
+        });
+        let handle = crate::push::start(target, self.dir.clone(), link, on_start).map_err(Error::Thread)?;
+        *self.push.lock() = Some(handle);
+        Ok(())
+    }
+
+    #[cfg(feature = "push")]
+    fn push_stats(&self) -> Option<crate::push::PushStats> {
+        self.push.lock().as_ref().map(|h| h.stats())
     }
 
     fn flusher_loop(&self) {

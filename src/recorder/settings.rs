@@ -118,6 +118,9 @@ pub struct Settings {
     /// (`Recorder::lock_holds`; `examples/lock_hold.rs`).
     #[doc(hidden)]
     pub log_lock_holds: bool,
+    /// Push finished chunks to this Pyroscope server.
+    #[cfg(feature = "push")]
+    pub push: Option<crate::push::PushTarget>,
 }
 
 impl Default for Settings {
@@ -141,6 +144,8 @@ impl Default for Settings {
             deterministic: false,
             sample_span_ids: true,
             log_lock_holds: false,
+            #[cfg(feature = "push")]
+            push: None,
         }
     }
 }
@@ -289,6 +294,14 @@ impl RecorderBuilder {
         self.settings.log_lock_holds = on;
         self
     }
+    /// Posts every finished chunk to a Grafana Pyroscope server, from a thread of its own, in
+    /// order and once (see [`crate::push`]). Unposted chunks stay in the repository: retention
+    /// deletes them only when the size limit leaves no other choice, and counts them as lost.
+    #[cfg(feature = "push")]
+    pub fn push(mut self, target: crate::push::PushTarget) -> Self {
+        self.settings.push = Some(target);
+        self
+    }
     /// The settings as they stand.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -339,6 +352,10 @@ pub(super) fn validate(s: &Settings) -> Result<(), Error> {
     }
     if s.compress_finished_chunks && !cfg!(feature = "zstd") {
         return bad("compressed chunks need recorder's `zstd` feature".into());
+    }
+    #[cfg(feature = "push")]
+    if let Some(target) = &s.push {
+        target.validate().map_err(|e| Error::InvalidSetting(format!("push: {e}")))?;
     }
     Ok(())
 }

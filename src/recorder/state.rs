@@ -52,6 +52,9 @@ pub(super) struct State {
     cpu: CpuTimes,
     pub final_sampler_stats: Option<SamplerStats>,
     write_error_reported: bool,
+    /// Flush source 3: the Pyroscope uploader's statistics.
+    #[cfg(feature = "push")]
+    push_report: own::PushReport,
 }
 
 /// Readings for the periodic events, taken without L.
@@ -107,6 +110,8 @@ impl State {
             cpu: CpuTimes::default(),
             final_sampler_stats: None,
             write_error_reported: false,
+            #[cfg(feature = "push")]
+            push_report: own::PushReport::default(),
         }
     }
 
@@ -178,7 +183,7 @@ impl State {
     }
 
     /// Flush source 4: the recorder's own events — thread starts and ends, data loss, the
-    /// settings (new chunk or changed), the sources' statistics.
+    /// uploader's statistics, the settings (new chunk or changed), the sources' statistics.
     pub fn write_own_events(&mut self, now: i64) {
         self.take_thread_notes();
         for note in std::mem::take(&mut self.pending_notes) {
@@ -202,6 +207,9 @@ impl State {
             self.reported_bytes = bytes;
         }
         self.losses.write(&mut self.chunk, now);
+        // A new chunk repeats the uploader's statistics (so does a settings change).
+        #[cfg(feature = "push")]
+        self.push_report.write(&mut self.chunk, now, self.storage.push(), self.settings_changed);
         crate::diagnostics::write_pending(&mut self.chunk, now);
         if self.settings_changed {
             self.write_settings(now);

@@ -9,6 +9,7 @@
 use crate::chunk::Publish;
 use crate::clock::{self, ClockPair};
 use crate::compress;
+use crate::push;
 use crate::repository::{self, ChunkFile, ChunkNames, FinishedChunk};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED};
 use std::fs::File;
@@ -43,6 +44,8 @@ pub(super) struct Storage {
     finished: Vec<FinishedChunk>,
     /// Finished chunks to compress with L released.
     to_compress: Vec<PathBuf>,
+    /// The Pyroscope uploader, if the recording pushes: retention keeps its unposted chunks.
+    push: push::Link,
 }
 
 /// What a dump reads, taken under L and read without it.
@@ -63,7 +66,21 @@ impl Storage {
             published: None,
             finished: Vec::new(),
             to_compress: Vec::new(),
+            push: push::Link::default(),
         }
+    }
+
+    /// Finished chunks are posted by the uploader behind `link` (set before the first chunk
+    /// finishes).
+    #[cfg(feature = "push")]
+    pub fn push_to(&mut self, link: push::Link) {
+        self.push = link;
+    }
+
+    /// The uploader's side of retention, for its statistics event.
+    #[cfg(feature = "push")]
+    pub fn push(&self) -> &push::Link {
+        &self.push
     }
 
     /// The recording's directory.
@@ -108,6 +125,7 @@ impl Storage {
             start_nanos: start.epoch_nanos,
             end_nanos: start.epoch_nanos + duration,
         });
+        self.push.chunk_finished();
         // Leave room for the next live chunk, so the repository stays under its limit at all
         // times; after the final chunk no other comes.
         self.apply_retention(if final_chunk { 0 } else { self.policy.max_chunk_size });
@@ -141,10 +159,18 @@ impl Storage {
 
     /// Retention: deletes the oldest finished chunks beyond the size and age limits, counting
     /// `live` bytes for the chunk being written, never the newest finished chunk for size (see
-    /// `repository::apply_retention`). The one place that deletes recorded data.
+    /// `repository::apply_retention`). The one place that deletes recorded data. Chunks the
+    /// uploader has not posted yet outlive their age and go last under the size limit; those that
+    /// go are counted as lost for the server.
     pub fn apply_retention(&mut self, live: u64) {
         let oldest = self.policy.max_age.map(|a| clock::epoch_nanos() - a.as_nanos() as i64);
-        repository::apply_retention(&mut self.finished, live, self.policy.max_size, oldest);
+        let push = &self.push;
+        let retained = repository::apply_retention(&mut self.finished, live, self.policy.max_size, oldest, |c| {
+            push.is_unposted(&c.path)
+        });
+        for c in retained.lost {
+            push.deleted_unposted(&c.path, c.size);
+        }
     }
 
     /// Finished chunks waiting for compression (compress them with L released, then report

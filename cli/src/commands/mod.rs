@@ -4,6 +4,7 @@ pub mod demo;
 pub mod diff;
 pub mod dump;
 pub mod print;
+pub mod push;
 pub mod repair;
 pub mod summary;
 pub mod top;
