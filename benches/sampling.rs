@@ -103,7 +103,7 @@ impl Hooks for NoopPerf {
         let mut fds = self.fds.lock().unwrap();
         if let Some(i) = fds.iter().position(|&(t, _)| t == tid) {
             let (_, fd) = fds.remove(i);
-            close_perf_signal(fd);
+            close_perf_signal(fd, tid);
         }
     }
 }

@@ -47,6 +47,11 @@ pub const SCOPE_TIMING: u64 = 120;
 /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
 #[cfg(feature = "push")]
 pub const PUSH_STATISTICS: u64 = 111;
+/// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
+/// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
+/// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
+/// other, such as 0).
+pub const RECORDING: u64 = 112;
 
 fn f(name: &str, type_id: u64, label: &str) -> Field {
     Field::new(name, type_id).with(label_annotation(label))
@@ -276,6 +281,14 @@ pub fn classes() -> Vec<Class> {
              calls, total time and self time (the profiler's own bookkeeping excluded); parentPathId 0 is the root",
         )
     }));
+    out.push(event_class(spec(
+        RECORDING,
+        "recorder.Recording",
+        "Recording Settings",
+        &["Flight Recorder"],
+        "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
+         repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
+    )));
 
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out

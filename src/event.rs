@@ -52,10 +52,11 @@ primitive!(usize, ids::LONG, |o, v| o.put_varint(v as u64), Annotation::marker(i
 primitive!(isize, ids::LONG, |o, v| o.put_varint(v as u64));
 primitive!(f32, ids::FLOAT, |o, v| o.put_float(v));
 primitive!(f64, ids::DOUBLE, |o, v| o.put_double(v));
-primitive!(char, ids::CHAR, |o, v| {
-    let mut units = [0u16; 2];
-    // A JFR char is one UTF-16 code unit; characters outside the BMP keep their first unit.
-    o.put_varint(u64::from(v.encode_utf16(&mut units)[0]))
+primitive!(char, ids::CHAR, |o, v: char| {
+    // A JFR char is one UTF-16 code unit. A character outside the BMP needs two; its first alone
+    // would be a lone surrogate, which readers refuse (jfrs drops the event, jfrview the file), so
+    // it is written as U+FFFD REPLACEMENT CHARACTER. (A Rust char is never a surrogate itself.)
+    o.put_varint(u64::from(u16::try_from(u32::from(v)).unwrap_or(0xFFFD)))
 });
 
 impl FieldType for String {

@@ -121,10 +121,18 @@ static REGISTRY: Mutex<TypeRegistry> = Mutex::new(TypeRegistry {
 
 impl TypeRegistry {
     /// Registers (once) a struct type with these fields; returns its id.
+    ///
+    /// A field that is itself a struct is declared flattened: its fields take its place, named
+    /// `field_subfield` (labelled "Field Subfield"); the bytes on the wire are the same. JMC
+    /// flattens one level of inline struct in an event by itself, and gives a deeper struct type
+    /// a new identity in every chunk (its `StructContentType` compares by identity, and each
+    /// chunk's parser makes its own), so every chunk of an event with a struct in a struct became
+    /// a new event type there.
     pub fn struct_type(&mut self, name: &str, label: &str, fields: Vec<Field>) -> u64 {
         if let Some(&id) = self.struct_ids.get(name) {
             return id;
         }
+        let fields = fields.into_iter().flat_map(|f| self.flattened(f)).collect();
         let id = self.next_id;
         self.next_id += 1;
         let mut class = Class::new(id, name);
@@ -135,6 +143,34 @@ impl TypeRegistry {
         self.version += 1;
         id
     }
+
+    /// `field` if it is not an inline struct, else the struct's (already flat) fields renamed.
+    fn flattened(&self, field: Field) -> Vec<Field> {
+        let inner = match self.struct_ids.values().find(|&&id| id == field.type_id) {
+            Some(&id) if !field.constant_pool && !field.array => self.classes.iter().find(|c| c.id == id),
+            _ => None,
+        };
+        let Some(inner) = inner else {
+            return vec![field];
+        };
+        let outer_label = label_of(&field).unwrap_or(&field.name).to_owned();
+        inner
+            .fields
+            .iter()
+            .map(|sub| {
+                let mut f = sub.clone();
+                f.name = format!("{}_{}", field.name, sub.name);
+                let sub_label = label_of(sub).unwrap_or(&sub.name).to_owned();
+                f.annotations.retain(|a| a.type_id != jfr_format::metadata::ids::LABEL);
+                f.annotations.push(label_annotation(&format!("{outer_label} {sub_label}")));
+                f
+            })
+            .collect()
+    }
+}
+
+fn label_of(field: &Field) -> Option<&str> {
+    field.annotations.iter().find(|a| a.type_id == jfr_format::metadata::ids::LABEL).and_then(|a| a.get("value"))
 }
 
 /// Registers `ty` (first commit of the type in this process); returns its id.

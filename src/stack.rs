@@ -245,6 +245,15 @@ pub fn as_elided(ip: u64) -> Option<u64> {
 
 /// Which frames of a deep stack are kept (issue "deep stacks"): the innermost `inner`, the
 /// outermost `outer`, or both with one elided marker between them.
+///
+/// The limits count frames **as readers show them** (issue 10 §4), inlined functions included.
+/// Two steps apply them. The walk (signal handler or commit path) keeps that many *addresses* at
+/// each end ([`DepthPolicy::apply`], [`WalkLayout`]): it cannot symbolize, and an address shows as
+/// at least one frame, so they are enough. When the stack is serialized, each address expands to
+/// its inlined frames and itself, and [`DepthPolicy::limit_shown`] cuts each end to the limit in
+/// those frames. `<elided:K>` then counts what is missing between the two ends: the frames cut
+/// there, plus the addresses the walk never kept (each counted as one frame: they were never
+/// symbolized, so their inlined frames are unknown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DepthPolicy {
     /// Innermost frames kept (0 with `outer > 0` keeps only the outermost).
@@ -262,7 +271,59 @@ impl Default for DepthPolicy {
 /// Largest number of frames kept at each end.
 pub const MAX_DEPTH_PER_END: usize = 2048;
 
+/// A frame as a reader shows it, for [`DepthPolicy::limit_shown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown<F> {
+    /// One shown frame (a function, inlined or not).
+    Frame(F),
+    /// `<elided:K>`: K frames missing here.
+    Elided(u64),
+}
+
 impl DepthPolicy {
+    /// Cuts a stack expanded into shown frames (innermost first, with at most one [`Shown::Elided`]
+    /// from the walk) to the policy counted in shown frames: the innermost `inner` frames of the
+    /// part before the walk's marker (the whole stack without one), the outermost `outer` of the
+    /// part after it, and when both ends are kept one marker between them whose K adds the frames
+    /// cut here to the walk's. Returns true if frames were cut here.
+    pub fn limit_shown<F>(&self, frames: &mut Vec<Shown<F>>) -> bool {
+        let inner = self.inner.min(MAX_DEPTH_PER_END);
+        let outer = self.outer.min(MAX_DEPTH_PER_END);
+        if inner == 0 && outer == 0 {
+            return false;
+        }
+        let marker = frames.iter().position(|f| matches!(f, Shown::Elided(_)));
+        let (inner_len, outer_len, walk_k) = match marker {
+            Some(at) => {
+                let Shown::Elided(k) = frames[at] else { unreachable!("found above") };
+                (at, frames.len() - at - 1, Some(k))
+            }
+            None if inner > 0 && outer > 0 => {
+                // No marker from the walk: the two ends are the innermost `inner` and the rest.
+                let len = frames.len();
+                if len <= inner + outer {
+                    return false;
+                }
+                (inner, len - inner, None)
+            }
+            None if outer == 0 => (frames.len(), 0, None),
+            None => (0, frames.len(), None),
+        };
+        let cut_inner = inner_len.saturating_sub(inner);
+        let cut_outer = outer_len.saturating_sub(outer);
+        if cut_inner == 0 && cut_outer == 0 {
+            return false;
+        }
+        let outer_part: Vec<Shown<F>> = frames.drain(frames.len() - outer_len..).skip(cut_outer).collect();
+        frames.truncate(inner_len - cut_inner);
+        if inner > 0 && outer > 0 {
+            let k = walk_k.unwrap_or(0) + (cut_inner + cut_outer) as u64;
+            frames.push(Shown::Elided(k));
+        }
+        frames.extend(outer_part);
+        true
+    }
+
     /// Applies the policy to a full stack (innermost first): the kept frames, with a marker between
     /// the two ends when frames were dropped, and whether any were dropped.
     pub fn apply(&self, frames: &[u64], out: &mut Vec<u64>) -> bool {
@@ -400,6 +461,75 @@ mod layout_tests {
                     let cut = DepthPolicy { inner, outer }.apply(&frames, &mut want);
                     assert_eq!(got, want, "inner {inner} outer {outer} total {total}");
                     assert_eq!(cut, l.dropped() > 0);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod shown_tests {
+    use super::*;
+
+    /// Walk + expansion + `limit_shown`, against the full expansion of every address: each end
+    /// keeps at most its limit in shown frames, they are the real innermost and outermost frames,
+    /// and the marker's K plus the frames shown adds up to the stack, each address the walk never
+    /// kept counted as one frame.
+    #[test]
+    fn limits_count_shown_frames_and_k_counts_the_rest() {
+        // Address i expands to 1 + (i * 7) % 3 shown frames (inlined ones and itself).
+        let expansion = |ip: u64| 1 + (ip * 7) % 3;
+        for inner in [0usize, 1, 2, 3, 6] {
+            for outer in [0usize, 1, 2, 3] {
+                if inner == 0 && outer == 0 {
+                    continue;
+                }
+                for total in 0..24u64 {
+                    let addresses: Vec<u64> = (0..total).collect();
+                    let full: Vec<(u64, u64)> =
+                        addresses.iter().flat_map(|&ip| (0..expansion(ip)).map(move |j| (ip, j))).collect();
+                    let policy = DepthPolicy { inner, outer };
+                    let mut walked = Vec::new();
+                    let walk_cut = policy.apply(&addresses, &mut walked);
+                    let mut shown: Vec<Shown<(u64, u64)>> = Vec::new();
+                    for &ip in &walked {
+                        match as_elided(ip) {
+                            Some(k) => shown.push(Shown::Elided(k)),
+                            None => shown.extend((0..expansion(ip)).map(|j| Shown::Frame((ip, j)))),
+                        }
+                    }
+                    let cut = policy.limit_shown(&mut shown);
+                    let case = format!("inner {inner} outer {outer} total {total}: {shown:?}");
+                    let marker = shown.iter().position(|f| matches!(f, Shown::Elided(_)));
+                    let frames: Vec<(u64, u64)> = shown
+                        .iter()
+                        .filter_map(|f| match f {
+                            Shown::Frame(x) => Some(*x),
+                            Shown::Elided(_) => None,
+                        })
+                        .collect();
+                    let (head, tail) = match marker {
+                        Some(at) => (at, frames.len() - at),
+                        None if outer == 0 => (frames.len(), 0),
+                        None if inner == 0 => (0, frames.len()),
+                        None => (frames.len(), 0),
+                    };
+                    if marker.is_some() || inner == 0 || outer == 0 {
+                        assert!(head <= inner && tail <= outer, "{case}");
+                    } else {
+                        assert!(frames.len() <= inner + outer, "{case}");
+                    }
+                    assert_eq!(frames[..head], full[..head], "innermost frames: {case}");
+                    assert_eq!(frames[head..], full[full.len() - tail..], "outermost frames: {case}");
+                    let anything_cut = walk_cut || cut;
+                    assert_eq!(anything_cut, frames.len() < full.len(), "{case}");
+                    assert_eq!(marker.is_some(), anything_cut && inner > 0 && outer > 0, "{case}");
+                    if let Some(at) = marker {
+                        let Shown::Elided(k) = shown[at] else { unreachable!() };
+                        let never_kept = addresses.iter().filter(|ip| !walked.contains(ip));
+                        let unexpanded: u64 = never_kept.map(|&ip| expansion(ip) - 1).sum();
+                        assert_eq!(k + frames.len() as u64 + unexpanded, full.len() as u64, "{case}");
+                    }
                 }
             }
         }

@@ -109,6 +109,10 @@ pub struct SymbolizedFrame {
     pub method: String,
     /// The crate (first path segment: `myapp`, `std`, `core`), or the library name for C.
     pub package: String,
+    /// The file the code lives in (`myapp`, `libc.so.6`); `linux-vdso.so.1` (its soname) for the
+    /// vDSO; the mapping's name (`[anon:…]`, often "") for other executable memory; "" for an
+    /// address in no mapping. The recorder writes it as the frame's class, as async-profiler does.
+    pub module: String,
     /// Source file from debug info.
     pub file: Option<String>,
     /// Source line from debug info.
@@ -361,6 +365,7 @@ impl Symbolizer {
                         class: package.to_owned(),
                         method: name.clone(),
                         package: package.to_owned(),
+                        module: module_name(module).to_owned(),
                         function: name,
                         file: d.file,
                         line: d.line,
@@ -714,6 +719,7 @@ fn unknown(ip: u64, module: &str) -> SymbolizedFrame {
         class: module.to_owned(),
         method: format!("{ip:#x}"),
         package: module.to_owned(),
+        module: module_name(module).to_owned(),
         file: None,
         line: None,
         inlined: false,
@@ -726,7 +732,17 @@ fn named(function: String, module: &str, file: Option<String>, line: Option<u32>
         Some(p) => (p.class.to_owned(), p.method.to_owned(), p.package.to_owned()),
         None => (module.to_owned(), function.clone(), module.to_owned()),
     };
-    SymbolizedFrame { function, class, method, package, file, line, inlined }
+    SymbolizedFrame { function, class, method, package, module: module_name(module).to_owned(), file, line, inlined }
+}
+
+/// A module's name as [`SymbolizedFrame::module`] gives it: the vDSO by its soname (what `ldd`
+/// shows), every other name as it is.
+fn module_name(name: &str) -> &str {
+    if name == "[vdso]" {
+        "linux-vdso.so.1"
+    } else {
+        name
+    }
 }
 
 /// Demangles a Rust (legacy or v0) or C++ symbol; other names come back unchanged. The Rust

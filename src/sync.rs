@@ -49,6 +49,55 @@ impl<T> UnsafeCell<T> {
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
+/// A mutex for normal-context code of the buffer protocols (never taken in signal context):
+/// parking_lot's, or loom's under the models. Poisoning is ignored under loom: a panicking model
+/// fails anyway.
+pub(crate) struct Mutex<T> {
+    #[cfg(not(loom))]
+    inner: parking_lot::Mutex<T>,
+    #[cfg(loom)]
+    inner: loom::sync::Mutex<T>,
+}
+
+#[cfg(not(loom))]
+pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+#[cfg(loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Mutex<T> {
+        #[cfg(not(loom))]
+        let inner = parking_lot::Mutex::new(value);
+        #[cfg(loom)]
+        let inner = loom::sync::Mutex::new(value);
+        Mutex { inner }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        #[cfg(not(loom))]
+        let guard = self.inner.lock();
+        #[cfg(loom)]
+        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard
+    }
+}
+
+impl<T> std::fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mutex { .. }")
+    }
+}
+
+/// One step of a normal-context wait loop on another thread's progress (never in signal
+/// context): a scheduler yield, which under loom lets the model run the thread waited for.
+#[inline]
+pub(crate) fn spin_wait() {
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// std atomics for process-wide statics (const-initialized), which loom's types cannot be. Code
 /// that a loom model exercises never uses these.
 pub(crate) mod statics {

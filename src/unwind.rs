@@ -1,16 +1,73 @@
-//! Frame-pointer walk of the calling thread, in normal context (events that carry a stack).
+//! Frame-pointer walk of the calling thread, in normal context (events that carry a stack), and
+//! what it shares with the sampler's walk in signal context: the walk limit and the rule that
+//! tells a complete stack from a truncated one.
 //!
 //! Every read is validated: 16-byte-aligned records are not required, but each frame pointer must be
 //! 8-byte aligned, strictly above the previous one and inside the thread's stack bounds (from
 //! `pthread_getattr_np`, cached per thread), so a garbage frame pointer ends the walk instead of
 //! faulting. The walk is bounded by `HARD_WALK_LIMIT`.
+//!
+//! A walk is complete when it reaches the outermost frame: a null frame pointer (the ABI's end
+//! marker, which glibc's thread start leaves), a null return address, or on the main thread a
+//! frame record at most [`ENTRY_SLACK`] below the process's start stack (`/proc/self/stat` field
+//! 28): libc's start-up code, built without frame pointers, is all that lies between and leaves a
+//! garbage frame pointer there. Any other end (a chain broken by code without frame pointers,
+//! the bounds, the walk limit) marks the stack truncated.
 #![allow(unsafe_code)]
 
 use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
+
+/// How far below the process's start stack the main thread's outermost frame record may lie
+/// (glibc 2.36 x86_64: 272 bytes; musl's start-up frames are smaller).
+pub const ENTRY_SLACK: usize = 4096;
+
+/// Whether a chain that broke after the frame record at `last` ended at the main thread's entry.
+/// `entry`: [`main_thread_entry`] on the main thread, 0 elsewhere.
+///
+/// # Signal safety
+/// Arithmetic only.
+#[inline]
+pub fn at_entry(last: usize, entry: usize) -> bool {
+    entry != 0 && last != 0 && last < entry && entry - last <= ENTRY_SLACK
+}
+
+/// The process's start stack (the stack pointer `_start` got, `/proc/self/stat` field 28), 0 if
+/// unknown. Normal context; read once.
+pub fn main_thread_entry() -> usize {
+    static ENTRY: AtomicUsize = AtomicUsize::new(usize::MAX);
+    // Relaxed: a value computed the same way by every thread; no other data is published.
+    let cached = ENTRY.load(Ordering::Relaxed);
+    if cached != usize::MAX {
+        return cached;
+    }
+    let entry = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| parse_start_stack(&s)).unwrap_or(0);
+    // Relaxed: as above.
+    ENTRY.store(entry, Ordering::Relaxed);
+    entry
+}
+
+/// Field 28 (`startstack`) of a `/proc/PID/stat` line.
+fn parse_start_stack(stat: &str) -> Option<usize> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields after the comm start at field 3; field 28 is the 26th of them.
+    rest.split_whitespace().nth(25)?.parse().ok()
+}
+
+/// The entry to pass to [`at_entry`] for the calling thread.
+fn own_entry() -> usize {
+    // SAFETY: no preconditions.
+    let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
+    if tid == pid {
+        main_thread_entry()
+    } else {
+        0
+    }
+}
 
 thread_local! {
     static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
@@ -75,13 +132,16 @@ pub fn frame_pointer() -> usize {
 /// The first kept frame is stored as its return address minus one, so that every stack in the
 /// recording follows the sampler's convention: frame 0 is an address inside the instruction, later
 /// frames are return addresses.
+///
+/// Returns whether the stack is truncated: frames were dropped, or the walk ended before the
+/// outermost frame (see the module docs).
 #[inline(never)]
 pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, out: &mut Vec<u64>) -> bool {
     let (lo, hi) = current_stack_bounds();
     out.clear();
     ring.clear();
     if hi == 0 {
-        return false;
+        return true;
     }
     let inner = policy.inner.min(MAX_DEPTH_PER_END);
     let outer = policy.outer.min(MAX_DEPTH_PER_END);
@@ -92,15 +152,24 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     // The innermost `inner` frames go straight to `out`; the rest pass through a ring of the last
     // `outer` frames seen, so the outermost end survives a walk of any depth.
     let mut ring_head = 0usize;
+    // The last frame record read, and whether the chain ended at the outermost frame.
+    let mut last = 0usize;
+    let mut complete = false;
     while steps < HARD_WALK_LIMIT {
         steps += 1;
-        if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
+        if fp == 0 {
+            complete = true;
+            break;
+        }
+        if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi || (last != 0 && fp <= last) {
+            complete = at_entry(last, own_entry());
             break;
         }
         // SAFETY: [fp, fp + 16) lies inside this thread's own stack (checked above), which is
         // mapped and readable while the thread runs this code.
         let (next, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
         if ret == 0 {
+            complete = true;
             break;
         }
         if fp >= anchor {
@@ -116,9 +185,7 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
             }
             total += 1;
         }
-        if next <= fp {
-            break;
-        }
+        last = fp;
         fp = next;
     }
     let kept = out.len() + ring.len();
@@ -135,7 +202,7 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
             *first = first.saturating_sub(1);
         }
     }
-    dropped > 0
+    dropped > 0 || !complete
 }
 
 #[cfg(test)]
@@ -157,7 +224,7 @@ mod tests {
     fn walks_own_stack_with_depth_policies() {
         let mut out = Vec::new();
         let truncated = recurse(50, &mut out, DepthPolicy { inner: 1000, outer: 0 });
-        assert!(!truncated);
+        assert!(!truncated, "a test thread's chain ends at its null frame pointer");
         assert!(out.len() > 50, "walked {} frames", out.len());
         let full = out.len();
 

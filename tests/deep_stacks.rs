@@ -1,7 +1,9 @@
 //! Deep stacks through the whole recorder (issue "deep stacks"): samples deeper than a buffer are
 //! fragmented by the handler and reassembled by the sampler, so every sample is written whole or
-//! counted lost; the depth policy (innermost N, outermost M, both with `<elided:K>`) is applied
-//! in the handler's one bounded walk; `jfr print` shows the full stacks and the marker.
+//! counted lost; the depth policy (innermost N, outermost M, both with `<elided:K>`) counts frames
+//! as readers show them, inlined functions included (issue 10 §4): the handler's one bounded walk
+//! keeps addresses, the flusher cuts the expanded frames; `jfr print` shows the full stacks and
+//! the marker.
 
 mod common;
 
@@ -14,12 +16,18 @@ use std::time::Duration;
 const RECURSE: &str = "recurse_deep";
 const LEAF: &str = "spin_leaf";
 
+/// Spins on plain arithmetic (no calls, even unoptimized), so nearly every sample's leaf is this
+/// function alone and the frames at the leaf side are known.
 #[inline(never)]
 fn spin_leaf(stop: &AtomicBool) -> u64 {
     let mut x = 1u64;
     while !stop.load(Ordering::Relaxed) {
-        for i in 0..10_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+        let mut i = 0u32;
+        while i < 100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            i += 1;
         }
     }
     x
@@ -38,8 +46,11 @@ fn recurse_deep(depth: u32, stop: &AtomicBool) -> u64 {
 #[derive(Debug)]
 struct Sample {
     truncated: bool,
-    /// Physical frames (inlined ones left out), innermost first.
+    /// Frames as every reader shows them (inlined functions included), innermost first.
     frames: Vec<String>,
+    /// Per frame: it is inlined into the next one (one address shows as its inlined frames, then
+    /// the physical one).
+    inlined: Vec<bool>,
 }
 
 impl Sample {
@@ -57,6 +68,20 @@ impl Sample {
     fn tail(&self) -> &[String] {
         let last = self.frames.iter().rposition(|f| is(f, RECURSE)).map_or(0, |i| i + 1);
         &self.frames[last..]
+    }
+    /// The thread-entry side's addresses, as their numbers of shown frames, outermost last.
+    fn tail_addresses(&self) -> Vec<usize> {
+        let start = self.frames.len() - self.tail().len();
+        let mut sizes = Vec::new();
+        let mut n = 0;
+        for &inlined in &self.inlined[start..] {
+            n += 1;
+            if !inlined {
+                sizes.push(n);
+                n = 0;
+            }
+        }
+        sizes
     }
     fn elided(&self) -> Vec<(usize, u64)> {
         self.frames
@@ -118,15 +143,16 @@ fn record(
             .name(name.to_owned())
             .stack_size(64 << 20)
             .spawn_scoped(s, move || {
+                // Registration hands the thread all its spares at once: deep samples may come
+                // right away (before, it got one buffer and waited for an L holder's refill; a
+                // sleep here covered that, until the recorder thread came late).
                 rec.register_current_thread().unwrap();
-                // Let the recorder thread hand this thread its spares before deep samples come.
-                std::thread::sleep(Duration::from_millis(150));
                 recurse_deep(depth, stop)
             })
             .unwrap();
         // Sampling follows the thread's CPU time: wait for enough of it, not wall time.
         let t0 = std::time::Instant::now();
-        while t0.elapsed() < cpu + Duration::from_millis(150) {
+        while t0.elapsed() < cpu {
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut extra = 0;
@@ -157,14 +183,9 @@ fn record(
                 let st = chunk.event_stack_trace(&e).unwrap().expect("a stack");
                 samples.push(Sample {
                     truncated: st.truncated,
-                    // One physical frame per captured address: the policy counts those; the
-                    // symbolizer adds the functions inlined into them before each.
-                    frames: st
-                        .frames
-                        .iter()
-                        .filter(|f| f.frame_type.as_deref() != Some("Inlined"))
-                        .map(|f| f.qualified_name())
-                        .collect(),
+                    // Every frame, inlined ones too: the depth limits count what readers show.
+                    frames: st.frames.iter().map(|f| f.qualified_name()).collect(),
+                    inlined: st.frames.iter().map(|f| f.frame_type.as_deref() == Some("Inlined")).collect(),
                 });
             }
         }
@@ -173,8 +194,9 @@ fn record(
 }
 
 /// The first recording of a process loads the symbolizer (DWARF of this test binary) while
-/// holding the chunk lock, so spares are not refilled meanwhile and deep samples of small buffers
-/// are (correctly) counted lost. Pay that once before the runs that insist on no loss.
+/// holding the chunk lock: meanwhile the recorder thread refills spares from the pool, but nobody
+/// recycles full buffers into it, so a long enough load could still exhaust it (and deep samples
+/// would be counted lost, correctly). Pay that once before the runs that insist on no loss.
 fn warm_up() {
     static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
@@ -190,10 +212,11 @@ fn at_leaf(run: &Run) -> Vec<&Sample> {
     v
 }
 
-/// Exact accounting, and no loss: the runs give each thread enough spare buffers to ride out a
-/// flush that holds the chunk lock while it serializes new deep stack traces (slow in a debug
-/// build), during which nobody refills spares. With too few, deep samples are counted lost, which
-/// is correct but not what these tests are about.
+/// Exact accounting, and no loss: every sample taken is written (whole, see `check_whole`) or
+/// counted lost, and none is lost. The runs give each thread enough spares for the time between
+/// two refills: registration fills them all, the recorder thread refills whenever a handler
+/// rotates (without L, so even while a flush holds it), and every L holder refills first thing.
+/// A loss here means a thread ran out of spares although someone could have refilled them.
 fn exact(run: &Run) {
     assert!(run.taken > 0);
     assert_eq!(run.taken, run.written + run.lost, "taken = written + lost");
@@ -257,6 +280,8 @@ fn recursion_3000_deep_in_8k_buffers_is_recorded_whole() {
 }
 
 /// Every row of the depth table on a known recursion of 301 frames, small buffers throughout.
+/// Frames are counted as readers show them: the functions inlined at the leaf and in the thread's
+/// entry count (issue 10 §4: a 6 + 3 limit used to show up to 27 frames).
 #[test]
 fn depth_policy_table() {
     let _g = serial();
@@ -325,6 +350,7 @@ fn depth_policy_table() {
     let leafy: Vec<_> = stacks.iter().filter(|s| s.iter().any(|l| l.contains(LEAF))).collect();
     assert!(!leafy.is_empty());
     for s in leafy {
+        assert_eq!(s.len(), 52, "20 + the marker + 30 frames, then `...`: {s:#?}");
         let markers: Vec<_> = s.iter().filter(|l| l.contains("<elided:")).collect();
         assert_eq!(markers.len(), 1, "one marker frame: {s:#?}");
         assert!(!markers[0].chars().any(char::is_whitespace), "no whitespace in the marker's name");
@@ -332,8 +358,34 @@ fn depth_policy_table() {
         assert!(s.iter().any(|l| l.contains("start_thread") || l.contains("thread_start")));
     }
 
-    // A stack no deeper than the limits is kept whole, with no marker.
-    let run = record("depth-fits", 20, Some(20), Some(30), bufs, cpu);
+    // The issue's 6 + 3: at most 6 + the marker + 3 frames in every reader.
+    let run = record("depth-6-3", D, Some(6), Some(3), bufs, cpu);
+    exact(&run);
+    // K counts what is not shown: the addresses the walk never kept (one frame each: they were
+    // never symbolized, so the functions inlined into them are unknown), plus the frames of the
+    // kept addresses cut here. The walk kept the 6 innermost addresses (the leaf side's, whose
+    // inlined frames count, and then the recursion's, one frame each) and the 3 outermost.
+    let entry = leaf[0].tail_addresses();
+    assert!(entry.len() > 3, "{entry:?}");
+    let cut_outer = entry[entry.len() - 3..].iter().sum::<usize>() - 3;
+    for s in at_leaf(&run) {
+        assert_eq!(s.frames.len(), 10, "{:#?}", s.frames);
+        assert!(s.truncated);
+        assert!(s.head() < 6, "the recursion shows: {:#?}", s.frames);
+        let leaf_addresses = s.inlined[..s.head()].iter().filter(|&&i| !i).count();
+        let addresses = leaf_addresses + D as usize + 1 + entry.len();
+        let cut_inner = s.head() - leaf_addresses;
+        let k = addresses - 9 + cut_inner + cut_outer;
+        assert_eq!(s.elided(), vec![(6, k as u64)], "K = frames not shown: {:#?}", s.frames);
+        assert_eq!(s.frames[7..], tail[tail.len() - 3..], "the outermost 3 as shown");
+    }
+    for s in jfr_stacks(&run.chunks, "depth-6-3") {
+        assert!(s.len() <= 11, "jfr print shows 6 + 1 + 3 frames and `...`: {s:#?}");
+    }
+
+    // A stack no deeper than the limits is kept whole, with no marker (the entry side counts
+    // whole: it has more shown frames than addresses).
+    let run = record("depth-fits", 20, Some(20), Some(30 + tail.len()), bufs, cpu);
     exact(&run);
     for s in at_leaf(&run) {
         assert!(!s.truncated && s.elided().is_empty());

@@ -143,15 +143,17 @@ fn every_field_kind_reads_back_in_jfr_print_json() {
     assert!(v["eventThread"]["osThreadId"].as_i64().unwrap() > 0);
     let frames = v["stackTrace"]["frames"].as_array().unwrap();
     assert!(!frames.is_empty(), "the event carries a stack");
-    // The first frame is the function that committed (the recorder's own frames are skipped), with
-    // its class (the module path), a line number and the native frame type.
+    // The first frame is the function that committed (the recorder's own frames are skipped): its
+    // whole name, its module as the class (this test's executable), a line number and the native
+    // frame type.
     let top = &frames[0];
-    assert_eq!(top["method"]["name"], "commit_from_a_known_function", "{top}");
-    assert_eq!(top["method"]["type"]["name"], "events_jdk", "{top}");
+    assert_eq!(top["method"]["name"], "events_jdk::commit_from_a_known_function", "{top}");
+    assert_eq!(top["method"]["descriptor"], "()L;", "{top}");
+    assert!(top["method"]["type"]["name"].as_str().unwrap().starts_with("events_jdk-"), "{top}");
     assert!(top["lineNumber"].as_i64().unwrap() > 0, "{top}");
     assert_eq!(top["type"], "Native");
     assert!(
-        frames.iter().any(|f| f["method"]["name"] == "every_field_kind_reads_back_in_jfr_print_json"),
+        frames.iter().any(|f| f["method"]["name"] == "events_jdk::every_field_kind_reads_back_in_jfr_print_json"),
         "the caller's frame is there too"
     );
 

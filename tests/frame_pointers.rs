@@ -68,8 +68,11 @@ fn read(output: Output, repository: &Path) -> Outcome {
                 // were known (the leaf alone) or cut by the depth limit. The others are whole walks.
                 let whole_walk = e.stack_trace().is_some_and(|s| !s.truncated);
                 // `spin` is the leaf, or the caller of an arithmetic helper in an unoptimized build.
-                if let Some(at) = frames.iter().take(2).position(|f| f.method == "spin").filter(|_| whole_walk) {
-                    outcome.spin_callers.push(frames[at..].iter().filter(|f| f.method == "nested").count());
+                // A native frame's method is the whole function name (`frame_pointers::fixture::spin`
+                // here, `frame_pointer_fixture::spin` in the fixture's own build): its last segment.
+                let named = |method: &str, name: &str| method.rsplit("::").next() == Some(name);
+                if let Some(at) = frames.iter().take(2).position(|f| named(&f.method, "spin")).filter(|_| whole_walk) {
+                    outcome.spin_callers.push(frames[at..].iter().filter(|f| named(&f.method, "nested")).count());
                 }
             }
             "fixture.Step" => outcome.step_depths.push(depth),

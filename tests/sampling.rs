@@ -32,7 +32,10 @@ fn deep_sampled_chain(depth: u32, stop: &AtomicBool) -> u64 {
     std::hint::black_box(deep_sampled_chain(depth - 1, stop)) + 1
 }
 
-fn run_workload(rec: &Recorder, threads: usize, duration: Duration) {
+/// Runs `threads` sampled threads (even ones registered, odd ones discovered) until `done` says
+/// the recording holds what the test is about. Load only makes that take longer; a generous
+/// deadline turns a hang into a failure that says what was missing.
+fn run_workload(rec: &Recorder, threads: usize, what: &str, done: impl Fn() -> bool) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for i in 0..threads {
@@ -47,7 +50,14 @@ fn run_workload(rec: &Recorder, threads: usize, duration: Duration) {
                 })
                 .unwrap();
         }
-        std::thread::sleep(duration);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !done() {
+            if Instant::now() > deadline {
+                stop.store(true, Ordering::Relaxed);
+                panic!("after 300 s the recording still lacks {what}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         stop.store(true, Ordering::Relaxed);
     });
 }
@@ -65,14 +75,19 @@ fn exactness(mode: SamplingMode) {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    run_workload(&rec, 3, Duration::from_millis(2000));
+    // What the test is about: samples of registered and discovered threads across flushes and at
+    // least two chunk rotations. The workload runs until the recording has them, however loaded
+    // the machine is (rotations follow the chunk age; samples follow the threads' CPU time).
+    run_workload(&rec, 3, "two rotations and 100 samples", || {
+        chunk_files(&repo).len() >= 3 && rec.sampler_stats().is_some_and(|s| s.taken > 100)
+    });
     let report = rec.stop_with_report().unwrap();
     let sampler = report.sampler.expect("sampling was on");
     let mut written: HashMap<i64, u64> = HashMap::new();
     let mut lost: HashMap<i64, i64> = HashMap::new();
     let chunks = chunk_files(&repo);
-    // Exactness across a rotation is the point; how many happen depends on the machine's load.
-    assert!(chunks.len() >= 2, "a rotation happened ({} chunks)", chunks.len());
+    // Exactness across rotations is the point: the workload above ran until there were two.
+    assert!(chunks.len() >= 3, "two rotations ({} chunks)", chunks.len());
     for c in &chunks {
         let bytes = bytes::Bytes::from(std::fs::read(c).unwrap());
         for chunk in jfr_format::chunks(bytes) {
@@ -176,7 +191,7 @@ fn jdk_stream_receives_samples_with_stacks_before_the_chunk_is_finished() {
                 let frames = parts.get(4).copied().unwrap_or("");
                 if parts[3] == "sampled-worker" {
                     // Every sample of the workload thread names the workload's functions.
-                    if !frames.split(',').any(|f| f == "deep_sampled_chain") {
+                    if !frames.split(',').any(|f| f == "sampling::deep_sampled_chain") {
                         strays.push(line.clone());
                     }
                     in_workload += 1;

@@ -37,6 +37,7 @@ fn own_function_names_class_method_package() {
     assert_eq!(f.class, "symbolize");
     assert_eq!(f.method, "my_fn");
     assert_eq!(f.package, "symbolize");
+    assert!(f.module.starts_with("symbolize-"), "this test's executable: {}", f.module);
     assert!(!f.inlined);
     assert_eq!(s.cache_len(), 1);
 
@@ -130,6 +131,7 @@ fn libc_function_from_dynamic_symbols() {
     assert_eq!(f.function, "getpid", "{frames:#?}");
     assert_eq!(f.class, "libc.so.6");
     assert_eq!(f.package, "libc.so.6");
+    assert_eq!(f.module, "libc.so.6");
     assert_eq!(f.method, "getpid");
     if f.file.is_some() {
         // From a separate debug file (`/usr/lib/debug/.build-id/...`, e.g. libc6-dbg).
@@ -144,6 +146,7 @@ fn unmapped_address_gives_hex() {
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0].function, "0x10");
     assert_eq!(frames[0].class, "");
+    assert_eq!(frames[0].module, "");
     assert_eq!(frames[0].line, None);
     let frames = s.symbolize(0, true).to_vec();
     assert_eq!(frames[0].function, "0x0");
@@ -288,6 +291,7 @@ fn vdso_symbols_from_memory() {
         let f = physical(s.symbolize(base + off, false)).clone();
         if f.class == "[vdso]" && !f.function.starts_with("0x") {
             assert_eq!(f.package, "[vdso]");
+            assert_eq!(f.module, "linux-vdso.so.1", "its soname");
             names.push(f.function);
         }
     }

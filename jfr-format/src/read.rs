@@ -848,6 +848,13 @@ impl Chunk {
         self.pools.get(&type_id).into_iter().flat_map(|m| m.keys().copied())
     }
 
+    /// Chunk-relative offset where the encoded value of constant `key` of type `type_id` starts
+    /// (after its key), if the chunk defines it: for checks of the encoding itself, e.g. which
+    /// string tag a `jdk.types.Symbol` was written with.
+    pub fn constant_offset(&self, type_id: u64, key: u64) -> Option<u64> {
+        self.pools.get(&type_id)?.get(&key).map(|&at| at as u64)
+    }
+
     /// Decodes the constant `key` of type `type_id`: `Ok(None)` if the pool lacks it (the JDK treats
     /// that as null). Simple types come back as their single field's value.
     pub fn resolve(&self, type_id: u64, key: u64) -> Result<Option<Value>> {

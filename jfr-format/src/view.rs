@@ -40,12 +40,27 @@ pub struct FrameInfo {
     pub bytecode_index: i32,
     /// Frame type description (`Native`, `Inlined`, `JIT compiled`, …).
     pub frame_type: Option<String>,
+    /// The method's descriptor (`(Ljava/lang/String;)V` for Java; `()L;` for native code).
+    pub descriptor: Option<String>,
 }
 
+/// The return type async-profiler and this project's recorder give native-code methods: the empty
+/// class name. No Java method returns it, so it tells a native function (whose class is its library
+/// and whose name is the whole symbol, `myapp::parser::Parser::parse`) from a Java method.
+pub const NATIVE_CODE_RETURN: &str = ")L;";
+
 impl FrameInfo {
-    /// `class.method`, or the method alone when there is no class.
+    /// True for a native-code frame as async-profiler and this recorder write it (see
+    /// [`NATIVE_CODE_RETURN`]).
+    pub fn is_native_code(&self) -> bool {
+        self.descriptor.as_deref().is_some_and(|d| d.ends_with(NATIVE_CODE_RETURN))
+    }
+
+    /// The name a person reads: for native code the function alone (its class is only the library
+    /// it lives in), as async-profiler's converter shows it; otherwise `class.method`, or the method
+    /// alone when there is no class.
     pub fn qualified_name(&self) -> String {
-        if self.class.is_empty() {
+        if self.class.is_empty() || self.is_native_code() {
             self.method.clone()
         } else {
             format!("{}.{}", self.class, self.method)
@@ -138,6 +153,7 @@ impl Chunk {
         };
         if let Some(method) = referenced(self, self.field(frame, "method"))? {
             info.method = text(self, self.field(&method, "name"))?.unwrap_or_default();
+            info.descriptor = text(self, self.field(&method, "descriptor"))?;
             if let Some(class) = referenced(self, self.field(&method, "type"))? {
                 info.class = text(self, self.field(&class, "name"))?.unwrap_or_default();
                 if let Some(package) = referenced(self, self.field(&class, "package"))? {
@@ -172,5 +188,33 @@ impl Chunk {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(class: &str, method: &str, descriptor: Option<&str>) -> FrameInfo {
+        FrameInfo {
+            class: class.into(),
+            method: method.into(),
+            descriptor: descriptor.map(str::to_owned),
+            ..FrameInfo::default()
+        }
+    }
+
+    #[test]
+    fn native_code_reads_as_its_function_java_as_class_and_method() {
+        let rust = frame("myapp", "myapp::parser::Parser::parse", Some("()L;"));
+        assert!(rust.is_native_code());
+        assert_eq!(rust.qualified_name(), "myapp::parser::Parser::parse");
+        // async-profiler's kernel frames.
+        assert_eq!(frame("", "do_syscall_64", Some("(Lk;)L;")).qualified_name(), "do_syscall_64");
+        let java = frame("java/lang/String", "indexOf", Some("(I)I"));
+        assert!(!java.is_native_code());
+        assert_eq!(java.qualified_name(), "java/lang/String.indexOf");
+        assert_eq!(frame("libc.so.6", "epoll_wait", None).qualified_name(), "libc.so.6.epoll_wait");
+        assert_eq!(frame("", "main", None).qualified_name(), "main");
     }
 }

@@ -96,6 +96,16 @@ pub fn put_string(out: &mut Vec<u8>, s: Option<&str>) {
     }
 }
 
+/// Appends a string as UTF-8 (tag 3) whatever it holds, the empty string included. Write the
+/// `jdk.types.Symbol` pool with this: async-profiler's reader (and so its converters and tools
+/// built on it) accepts no other tag there, not even the empty-string tag 1.
+#[inline]
+pub fn put_utf8(out: &mut Vec<u8>, s: &str) {
+    out.push(3);
+    varint::write_u64(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
 /// Appends a non-empty string in the chosen encoding (null and `""` still use tags 0 and 1).
 pub fn put_string_as(out: &mut Vec<u8>, s: Option<&str>, encoding: StringEncoding) {
     match (s, encoding) {
@@ -627,5 +637,23 @@ impl ChunkWriter {
         let header = self.finish(duration_nanos, final_chunk).expect("a chunk needs metadata");
         self.pending[..HEADER_SIZE].copy_from_slice(&header.encode());
         self.pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_utf8_uses_tag_3_even_for_the_empty_string() {
+        let mut out = Vec::new();
+        put_utf8(&mut out, "");
+        assert_eq!(out, [3, 0]);
+        out.clear();
+        put_utf8(&mut out, "é");
+        assert_eq!(out, [3, 2, 0xC3, 0xA9]);
+        out.clear();
+        put_string(&mut out, Some(""));
+        assert_eq!(out, [1], "plain strings keep the short empty form");
     }
 }

@@ -23,10 +23,10 @@ use jfr_format::metadata::{ids, Metadata};
 use jfr_format::varint;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord};
+use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, StackBounds};
 use recorder::__loom::{
-    builtin_classes, write_sample, write_settings, ChunkWriter, ClockPair, FrameName, Publish, RecordingInfo, Resolve,
-    Resolved, Segment, SettingRow, StackTable, Tally,
+    builtin_classes, write_sample, write_settings, ChunkWriter, ClockPair, DepthPolicy, FrameName, Publish,
+    RecordingInfo, Resolve, Resolved, Segment, SettingRow, StackTable, Tally,
 };
 
 /// The flushing thread: referenced only by the settings events.
@@ -37,13 +37,7 @@ struct Names;
 
 impl Resolve for Names {
     fn frames(&mut self, ip: u64, _: bool) -> Vec<FrameName> {
-        vec![FrameName {
-            class: "model".into(),
-            package: "m".into(),
-            method: format!("f{ip}"),
-            line: None,
-            inlined: false,
-        }]
+        vec![FrameName { module: "model".into(), function: format!("f{ip}"), line: None, inlined: false }]
     }
     fn thread_name(&mut self, tid: u32) -> String {
         format!("t{tid}")
@@ -87,7 +81,7 @@ impl Recording {
     fn new(locked: LockedState) -> Recording {
         Recording {
             locked,
-            chunk: ChunkWriter::new(),
+            chunk: ChunkWriter::new(DepthPolicy::default()),
             stacks: StackTable::new(64),
             tally: Tally::default(),
             file: Vec::new(),
@@ -272,9 +266,9 @@ impl Cursor<'_> {
 }
 
 fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
-    let (core, mut locked) = Core::new(1, nbuffers, records * REC_WORDS);
-    core.claim_slot(TID_BASE, 0, 0).unwrap();
-    core.refill_spares(&mut locked);
+    let (core, locked) = Core::new(1, nbuffers, records * REC_WORDS);
+    core.claim_slot(TID_BASE, StackBounds::default()).unwrap();
+    core.refill_spares();
     (Arc::new(core), locked)
 }
 
@@ -282,7 +276,7 @@ fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
 /// the stack's definition is shared across the rotation.
 fn produce_same_stack(core: &Core, id: u64) {
     let slot = core.slot(0).unwrap();
-    if core.admit(slot, TID_BASE) {
+    if let Some(adm) = core.admit(slot, TID_BASE) {
         let hdr = RecordHeader {
             ticks: id as i64,
             tid: TID_BASE,
@@ -293,7 +287,7 @@ fn produce_same_stack(core: &Core, id: u64) {
             sp: 0,
             span: 0,
         };
-        core.write_record(slot, &hdr, 1, |s| s.push(10));
+        core.write_record(&adm, &hdr, 1, |s| s.push(10));
     }
 }
 
@@ -327,10 +321,7 @@ fn recorder_vs_flush_on_the_shipped_chunk_writer() {
         let (core, locked) = setup(1, 3);
         assert!(produce(&core, 0, 0));
         let l = Arc::new(Mutex::new(Recording::new(locked)));
-        {
-            let mut r = l.lock().unwrap();
-            core.refill_spares(&mut r.locked);
-        }
+        core.refill_spares(); // needs no L (the pool has its own lock)
         let c = core.clone();
         let owner = thread::spawn(move || {
             produce(&c, 0, 1); // rotation: pushes the buffer holding sample 0
@@ -356,7 +347,7 @@ fn recorder_vs_rotation_on_the_shipped_chunk_writer() {
         let l = Arc::new(Mutex::new(Recording::new(locked)));
         {
             let mut r = l.lock().unwrap();
-            core.refill_spares(&mut r.locked);
+            core.refill_spares();
             r.flush(&core);
         }
         let c = core.clone();

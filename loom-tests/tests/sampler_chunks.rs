@@ -13,7 +13,7 @@ use common::{produce, REC_WORDS, TID_BASE};
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use recorder::__loom::buffer::{Core, LockedState, SampleRecord};
+use recorder::__loom::buffer::{Core, LockedState, SampleRecord, StackBounds};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Item {
@@ -74,10 +74,13 @@ impl ChunkWriter {
                 seen.push(r.sample_id);
                 items.push(Item::Event(r.sample_id, id));
             };
+            // The shipped passes: the flusher's `drain` (full queue, then activation-gated active
+            // buffers), the recorder thread's `drain_full`.
             if active {
-                core.drain_active(locked, &mut f);
+                core.drain(locked, &mut f);
+            } else {
+                core.drain_full(locked, &mut f);
             }
-            core.drain_full(locked, &mut f);
         }
         self.segment.extend(items);
         self.pending_defs.extend(pending);
@@ -135,9 +138,9 @@ impl ChunkWriter {
 }
 
 fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
-    let (core, mut locked) = Core::new(1, nbuffers, records * REC_WORDS);
-    core.claim_slot(TID_BASE, 0, 0).unwrap();
-    core.refill_spares(&mut locked);
+    let (core, locked) = Core::new(1, nbuffers, records * REC_WORDS);
+    core.claim_slot(TID_BASE, StackBounds::default()).unwrap();
+    core.refill_spares();
     (Arc::new(core), locked)
 }
 
@@ -149,7 +152,7 @@ fn recorder_vs_flush(recorder_takes_l: bool) {
         // loom can see. `l` is the chunk-writer lock itself.
         let state = Arc::new(UnsafeCell::new(ChunkWriter::new(locked)));
         let l = Arc::new(Mutex::new(()));
-        state.with_mut(|w| unsafe { core.refill_spares(&mut (*w).locked) });
+        core.refill_spares();
         let c = core.clone();
         let owner = thread::spawn(move || {
             produce(&c, 0, 1); // rotation: pushes the buffer with r0

@@ -13,7 +13,7 @@
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, HEADER_WORDS};
+use recorder::__loom::buffer::{Core, LockedState, RecordHeader, SampleRecord, StackBounds, HEADER_WORDS};
 
 const TID: u32 = 100;
 
@@ -32,10 +32,10 @@ fn collect(out: &mut Vec<(u64, Vec<u64>)>) -> impl FnMut(&SampleRecord<'_>) + '_
 
 fn sample(core: &Core, id: u64, n: usize) -> bool {
     let slot = core.slot(0).unwrap();
-    assert!(core.admit(slot, TID));
+    let adm = core.admit(slot, TID).expect("admitted");
     let hdr =
         RecordHeader { ticks: 0, tid: TID, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0, span: 0 };
-    core.write_sample(slot, &hdr, n, |i| id * 100 + i as u64).committed
+    core.write_sample(&adm, &hdr, n, |i| id * 100 + i as u64).committed
 }
 
 /// Buffers of 12 words (7 frames). s1 (1 frame) is one record; s2 (12 frames) is split into
@@ -44,9 +44,9 @@ fn sample(core: &Core, id: u64, n: usize) -> bool {
 #[test]
 fn fragments_vs_flusher_and_recorder() {
     loom::model(|| {
-        let (core, mut locked) = Core::with_spares(1, 5, 2 * HEADER_WORDS + 2, 3);
-        core.claim_slot(TID, 0, 0).unwrap();
-        core.refill_spares(&mut locked);
+        let (core, locked) = Core::with_spares(1, 5, 2 * HEADER_WORDS + 2, 3);
+        core.claim_slot(TID, StackBounds::default()).unwrap();
+        core.refill_spares();
         let core = Arc::new(core);
         let l = Arc::new(Mutex::new(Chunk { locked, out: Vec::new() }));
         let owner = {
@@ -89,9 +89,9 @@ fn fragments_vs_flusher_and_recorder() {
 #[test]
 fn sample_larger_than_the_spares_is_lost_whole() {
     loom::model(|| {
-        let (core, mut locked) = Core::with_spares(1, 3, HEADER_WORDS + 2, 1);
-        core.claim_slot(TID, 0, 0).unwrap();
-        core.refill_spares(&mut locked);
+        let (core, locked) = Core::with_spares(1, 3, HEADER_WORDS + 2, 1);
+        core.claim_slot(TID, StackBounds::default()).unwrap();
+        core.refill_spares();
         let core = Arc::new(core);
         let l = Arc::new(Mutex::new(Chunk { locked, out: Vec::new() }));
         let owner = {

@@ -1,5 +1,5 @@
 //! The chunk writer (design.md §7): the live chunk, the recording's constant pools (symbols,
-//! packages, classes, methods, stack traces, threads) and what the chunk has already defined. It
+//! classes, methods, stack traces, threads) and what the chunk has already defined. It
 //! answers one question — "define these ids in this segment" — and does no I/O: no file, no
 //! symbolizer, no `/proc`. What needs slow work (the names of addresses never seen, of threads)
 //! is asked for with [`ChunkWriter::unresolved`] and handed back with [`ChunkWriter::resolved`],
@@ -21,7 +21,7 @@ mod pools;
 pub use pools::{Address, FrameName, Resolve};
 
 use crate::clock::ClockPair;
-use crate::stack::{StackKey, StackTable};
+use crate::stack::{DepthPolicy, StackKey, StackTable};
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
 use jfr_format::varint;
@@ -33,6 +33,9 @@ use std::collections::{BTreeSet, HashSet};
 #[derive(Debug)]
 pub struct ChunkWriter {
     pools: Pools,
+    /// The recording's depth limits, counted in the frames a stack shows (the walk counted
+    /// addresses; see [`DepthPolicy::limit_shown`]).
+    depth: DepthPolicy,
     live: Option<Live>,
 }
 
@@ -55,7 +58,6 @@ struct Defined {
     stacks: HashSet<u64>,
     methods: HashSet<u64>,
     classes: HashSet<u64>,
-    packages: HashSet<u64>,
     symbols: HashSet<u64>,
     fixed_pools: bool,
 }
@@ -129,7 +131,6 @@ impl EventOut<'_> {
         write::put_string(self.out, Some(s));
     }
     /// A string, or null.
-    #[cfg(feature = "push")]
     pub fn optional_string(&mut self, s: Option<&str>) {
         write::put_string(self.out, s);
     }
@@ -159,16 +160,10 @@ impl EventOut<'_> {
     }
 }
 
-impl Default for ChunkWriter {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ChunkWriter {
-    /// No live chunk yet, empty pools.
-    pub fn new() -> ChunkWriter {
-        ChunkWriter { pools: Pools::new(), live: None }
+    /// No live chunk yet, empty pools; stacks are cut to `depth` as they are defined.
+    pub fn new(depth: DepthPolicy) -> ChunkWriter {
+        ChunkWriter { pools: Pools::new(), depth, live: None }
     }
 
     /// Starts a new live chunk at `start` (the previous one must be finished or abandoned).
@@ -290,11 +285,11 @@ impl ChunkWriter {
     }
 
     /// Writes one checkpoint that defines every constant the open segment references and the
-    /// chunk lacks, referrers before referees (I8): stack traces, methods, classes and packages,
-    /// symbols, threads, and on the chunk's first checkpoint the fixed pools. `fallback` names
-    /// what [`Self::resolved`] did not bring.
+    /// chunk lacks, referrers before referees (I8): stack traces, methods, classes, symbols,
+    /// threads, and on the chunk's first checkpoint the fixed pools. `fallback` names what
+    /// [`Self::resolved`] did not bring.
     pub fn checkpoint(&mut self, stacks: &StackTable, fallback: &mut dyn Resolve, now: i64) {
-        let ChunkWriter { pools, live } = self;
+        let ChunkWriter { pools, depth, live } = self;
         let live = live.as_mut().expect("the chunk writer has a live chunk (open it first)");
         let refs = std::mem::take(&mut live.refs);
         let defined = &mut live.defined;
@@ -306,11 +301,12 @@ impl ChunkWriter {
             }
             // A key this table never made (none should reach here) stays undefined: a reader
             // shows no stack rather than a wrong one.
-            let Some(frames) = pools.expand_stack(stacks, StackKey(key), fallback) else {
+            let Some((frames, cut)) = pools.expand_stack(stacks, StackKey(key), depth, fallback) else {
                 continue;
             };
             defined.stacks.insert(key);
-            let truncated = StackKey(key).truncated();
+            // Cut by the walk (the key says so) or here, by the limits counted in shown frames.
+            let truncated = StackKey(key).truncated() || cut;
             cp.add(ids::STACK_TRACE, key, |o| {
                 write::put_bool(o, truncated);
                 write::put_varint(o, frames.len() as u64);
@@ -335,7 +331,7 @@ impl ChunkWriter {
                 continue;
             }
             let def = pools.method_defs[&m];
-            let descriptor = pools.symbol("()");
+            let descriptor = pools.symbol(pools::NATIVE_DESCRIPTOR);
             cp.add(ids::METHOD, m, |o| {
                 write::put_varint(o, def.class);
                 write::put_varint(o, def.name);
@@ -355,24 +351,17 @@ impl ChunkWriter {
             cp.add(ids::CLASS, c, |o| {
                 write::put_varint(o, 0);
                 write::put_varint(o, def.name);
-                write::put_varint(o, def.package);
+                // No package (see `pools::NATIVE_DESCRIPTOR`).
+                write::put_varint(o, 0);
                 write::put_int(o, 0);
                 write::put_bool(o, false);
             });
             mark(defined, def.name);
-            if def.package != 0 && defined.packages.insert(def.package) {
-                let name = pools.package_defs[&def.package];
-                cp.add(ids::PACKAGE, def.package, |o| {
-                    write::put_varint(o, name);
-                    write::put_varint(o, 0);
-                    write::put_bool(o, true);
-                });
-                mark(defined, name);
-            }
         }
         for s in symbols {
             let text = pools.symbol_text.get(&s).map_or("", String::as_str);
-            cp.add(ids::SYMBOL, s, |o| write::put_string(o, Some(text)));
+            // Tag 3 always, "" included: async-profiler's reader accepts no other in this pool.
+            cp.add(ids::SYMBOL, s, |o| write::put_utf8(o, text));
         }
         for &tid in &refs.threads {
             if !defined.threads.insert(tid) {
@@ -482,13 +471,7 @@ mod tests {
     struct Names;
     impl Resolve for Names {
         fn frames(&mut self, ip: u64, _: bool) -> Vec<FrameName> {
-            vec![FrameName {
-                class: format!("c{ip}"),
-                package: "p".into(),
-                method: format!("m{ip}"),
-                line: None,
-                inlined: false,
-            }]
+            vec![FrameName { module: format!("c{ip}"), function: format!("m{ip}"), line: None, inlined: false }]
         }
         fn thread_name(&mut self, tid: u32) -> String {
             format!("t{tid}")
@@ -530,7 +513,7 @@ mod tests {
     fn a_segment_defines_exactly_what_it_references_once_per_chunk() {
         let stacks = StackTable::new(1024);
         let key = stacks.intern(&[3, 2, 1], false);
-        let mut w = ChunkWriter::new();
+        let mut w = ChunkWriter::new(crate::stack::DepthPolicy::default());
         w.open(ClockPair::logical(0));
         let mut file = Vec::new();
         for segment in 0..3u32 {

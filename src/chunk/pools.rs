@@ -1,24 +1,25 @@
-//! The recording's constant pools: symbols, packages, classes, methods, the frames of each
-//! address and the names of threads. Keys are assigned once per recording and never reused for
+//! The recording's constant pools: symbols, classes, methods, the frames of each address and
+//! the names of threads. Keys are assigned once per recording and never reused for
 //! another value (design.md §4), so a constant keeps its key in every chunk; which of them a
 //! chunk has *defined* is the chunk writer's business (`super::Defined`).
 //!
-//! How a native frame is named (class, package, method, frame type) and how a stack-trace key
-//! becomes the frames a reader shows (`Pools::expand_stack`) live here, in one place.
+//! How a native frame is named (class, method, descriptor, frame type: [`NATIVE_DESCRIPTOR`]) and
+//! how a stack-trace key becomes the frames a reader shows (`Pools::expand_stack`: inlined frames,
+//! the recorder's own frames dropped, the depth limits counted in shown frames) live here, in one
+//! place.
 
-use crate::stack::{as_elided, StackKey, StackTable};
+use crate::stack::{as_elided, DepthPolicy, Shown, StackKey, StackTable};
 use jfr_format::metadata::{FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// One frame of an address as the symbolizer names it (innermost inlined frame first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameName {
-    /// The function's path without its last segment (`myapp::parser::Parser`), or the library.
-    pub class: String,
-    /// The crate, or the library.
-    pub package: String,
-    /// The last path segment, or the whole C name.
-    pub method: String,
+    /// The file the code lives in (`myapp`, `libc.so.6`, `linux-vdso.so.1`; "" for an address
+    /// in no mapping): the frame's class.
+    pub module: String,
+    /// The whole demangled function name (`myapp::parser::Parser::parse`): the frame's method.
+    pub function: String,
     /// Source line, if debug info has one.
     pub line: Option<u32>,
     /// An inlined frame (all but the physical, outermost frame of an address).
@@ -56,14 +57,43 @@ pub(super) struct MethodDef {
     pub name: u64,
 }
 
+/// A class: its name's symbol (in no package, see [`NATIVE_DESCRIPTOR`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ClassDef {
     pub name: u64,
-    pub package: u64,
 }
 
-/// Classes whose frames are the recorder's own and are dropped from the inner end of stacks.
-const OWN_CLASS_PREFIXES: [&str; 6] = [
+/// How frames of native code are named, for every reader (async-profiler's convention, issue 10
+/// §3): the method is the whole demangled function name, its class is the module the code lives
+/// in (`libc.so.6`, `myapp`), in no package, and its descriptor has no arguments and the empty
+/// class as return type. So:
+/// - JMC renders `libc.so.6.epoll_wait()`: a class with a package must start with the package
+///   name and a dot (`getFullName` throws otherwise), a class name starting with `[` is taken for
+///   an array type, and a descriptor without a return type (`()`) makes
+///   `FormatToolkit.getHumanReadable` return null;
+/// - async-profiler's converter shows the function name alone for native frames (the FrameType
+///   pool has `Kernel`); `jfr print` and Pyroscope show `libc.so.6.epoll_wait`;
+/// - our own tools show the function alone (`FrameInfo::qualified_name` knows this descriptor).
+pub(super) const NATIVE_DESCRIPTOR: &str = "()L;";
+
+/// The class of the `<elided:K>` marker frame: says in every reader why frames are missing
+/// (`jfr print` shows `stack-depth-limit.<elided:3>()`).
+const ELIDED_CLASS: &str = "stack-depth-limit";
+
+/// A module's name as a frame's class (see [`NATIVE_DESCRIPTOR`]): never empty (JMC and
+/// `jfr print` would show `.function`) and never starting with `[` (JMC parses that as an array
+/// descriptor): `[anon:x]` becomes `anon:x`, an address outside every mapping `unknown`.
+fn frame_class_name(module: &str) -> &str {
+    let name = module.strip_prefix('[').map_or(module, |m| m.strip_suffix(']').unwrap_or(m));
+    if name.is_empty() || name.starts_with('[') {
+        "unknown"
+    } else {
+        name
+    }
+}
+
+/// Functions whose frames are the recorder's own and are dropped from the inner end of stacks.
+const OWN_FUNCTION_PREFIXES: [&str; 6] = [
     "recorder::event",
     "<recorder::event",
     "recorder::commit",
@@ -80,15 +110,11 @@ pub(super) struct Pools {
     pub symbol_text: BTreeMap<u64, String>,
     class_keys: HashMap<String, u64>,
     pub class_defs: HashMap<u64, ClassDef>,
-    package_keys: HashMap<String, u64>,
-    /// Package key -> its name's symbol.
-    pub package_defs: HashMap<u64, u64>,
     method_keys: HashMap<(u64, u64), u64>,
     pub method_defs: HashMap<u64, MethodDef>,
     /// The serialized frames of each address.
     frames: HashMap<Address, Vec<FrameRef>>,
-    /// Classes and methods of the recorder's own commit path (see `OWN_CLASS_PREFIXES`).
-    own_classes: HashSet<u64>,
+    /// Methods of the recorder's own commit path (see `OWN_FUNCTION_PREFIXES`).
     own_frames: HashSet<u64>,
     /// Thread names, captured while the threads run (and their renames).
     pub thread_names: crate::thread::ThreadNames,
@@ -103,12 +129,9 @@ impl Pools {
             symbol_text: BTreeMap::new(),
             class_keys: HashMap::new(),
             class_defs: HashMap::new(),
-            package_keys: HashMap::new(),
-            package_defs: HashMap::new(),
             method_keys: HashMap::new(),
             method_defs: HashMap::new(),
             frames: HashMap::new(),
-            own_classes: HashSet::new(),
             own_frames: HashSet::new(),
             thread_names: Default::default(),
             scratch: Vec::new(),
@@ -131,32 +154,20 @@ impl Pools {
         k
     }
 
-    fn package(&mut self, name: &str) -> u64 {
-        if let Some(&k) = self.package_keys.get(name) {
-            return k;
-        }
-        let sym = self.symbol(name);
-        let k = self.key();
-        self.package_keys.insert(name.to_owned(), k);
-        self.package_defs.insert(k, sym);
-        k
-    }
-
-    fn class(&mut self, name: &str, package: &str) -> u64 {
+    /// The class of native code: its module (see [`frame_class_name`]), in no package.
+    fn class(&mut self, module: &str) -> u64 {
+        let name = frame_class_name(module);
         if let Some(&k) = self.class_keys.get(name) {
             return k;
         }
         let name_sym = self.symbol(name);
-        let package = if package.is_empty() { 0 } else { self.package(package) };
         let k = self.key();
-        if OWN_CLASS_PREFIXES.iter().any(|p| name.starts_with(p)) {
-            self.own_classes.insert(k);
-        }
         self.class_keys.insert(name.to_owned(), k);
-        self.class_defs.insert(k, ClassDef { name: name_sym, package });
+        self.class_defs.insert(k, ClassDef { name: name_sym });
         k
     }
 
+    /// A native function: `name` is the whole demangled name (`myapp::parser::Parser::parse`).
     fn method(&mut self, class: u64, name: &str) -> u64 {
         let name_sym = self.symbol(name);
         let key = match self.method_keys.get(&(class, name_sym)) {
@@ -168,10 +179,17 @@ impl Pools {
                 k
             }
         };
-        if self.own_classes.contains(&class) {
+        if OWN_FUNCTION_PREFIXES.iter().any(|p| name.starts_with(p)) {
             self.own_frames.insert(key);
         }
         key
+    }
+
+    /// The `<elided:K>` marker frame.
+    fn elided_frame(&mut self, k: u64) -> FrameRef {
+        let class = self.class(ELIDED_CLASS);
+        let method = self.method(class, &format!("<elided:{k}>"));
+        FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }
     }
 
     /// The address needs no symbolizer (its frames are known, or it is a synthetic frame).
@@ -186,8 +204,8 @@ impl Pools {
         }
         let mut refs = Vec::with_capacity(names.len());
         for f in names {
-            let class = self.class(&f.class, &f.package);
-            let method = self.method(class, &f.method);
+            let class = self.class(&f.module);
+            let method = self.method(class, &f.function);
             refs.push(FrameRef {
                 method,
                 line: f.line.map_or(-1, |l| l as i32),
@@ -206,41 +224,41 @@ impl Pools {
         self.frames.insert(address, refs);
     }
 
-    /// The serialized frames of one address (inlined frames first); `fallback` names an address
-    /// the flusher did not resolve beforehand.
+    /// The serialized frames of one (real, not elided) address, inlined frames first;
+    /// `fallback` names an address the flusher did not resolve beforehand.
     fn frames_of(&mut self, address: Address, fallback: &mut dyn Resolve) -> Vec<FrameRef> {
+        debug_assert!(as_elided(address.0).is_none(), "the elided marker is no address");
         if let Some(f) = self.frames.get(&address) {
             return f.clone();
-        }
-        if let Some(k) = as_elided(address.0) {
-            let class = self.class("", "");
-            let method = self.method(class, &format!("<elided:{k}>"));
-            let refs = vec![FrameRef { method, line: -1, frame_type: FRAME_TYPE_NATIVE }];
-            self.cache_frames(address, refs.clone());
-            return refs;
         }
         let names = fallback.frames(address.0, address.1);
         self.add_frames(address, names);
         self.frames[&address].clone()
     }
 
-    /// The frames a reader shows for stack-trace `key`, innermost first: every address expanded
-    /// into its inlined frames, the recorder's own innermost frames dropped. `None` if the key
-    /// names no stack of `stacks`.
+    /// The frames a reader shows for stack-trace `key`, innermost first, and whether the depth
+    /// limits cut any here: every address expanded into its inlined frames, the recorder's own
+    /// innermost frames dropped, then `depth` applied to what is left, counted in those frames
+    /// ([`DepthPolicy::limit_shown`]: the walk kept addresses, each of which may show as several
+    /// frames). `None` if the key names no stack of `stacks`.
     pub fn expand_stack(
         &mut self,
         stacks: &StackTable,
         key: StackKey,
+        depth: &DepthPolicy,
         fallback: &mut dyn Resolve,
-    ) -> Option<Vec<FrameRef>> {
+    ) -> Option<(Vec<FrameRef>, bool)> {
         let mut ips = std::mem::take(&mut self.scratch);
         ips.clear();
         let found = stacks.expand(key, &mut ips);
-        let mut frames = Vec::with_capacity(ips.len());
+        let mut shown = Vec::with_capacity(ips.len());
         if found {
             for (i, &ip) in ips.iter().enumerate() {
-                // Every frame but the leaf holds a return address (design.md §6).
-                frames.extend(self.frames_of((ip, i > 0), fallback));
+                match as_elided(ip) {
+                    Some(k) => shown.push(Shown::Elided(k)),
+                    // Every frame but the leaf holds a return address (design.md §6).
+                    None => shown.extend(self.frames_of((ip, i > 0), fallback).into_iter().map(Shown::Frame)),
+                }
             }
         }
         self.scratch = ips;
@@ -249,11 +267,20 @@ impl Pools {
         }
         // The recorder's own frames never show: the commit API is inlined into its caller, so
         // the innermost address of an event's stack also names `Event::commit` and friends.
-        let own = frames.iter().take_while(|f| self.own_frames.contains(&f.method)).count();
-        if own < frames.len() {
-            frames.drain(..own);
+        let own =
+            shown.iter().take_while(|f| matches!(f, Shown::Frame(f) if self.own_frames.contains(&f.method))).count();
+        if own < shown.len() {
+            shown.drain(..own);
         }
-        Some(frames)
+        let cut = depth.limit_shown(&mut shown);
+        let frames = shown
+            .into_iter()
+            .map(|f| match f {
+                Shown::Frame(f) => f,
+                Shown::Elided(k) => self.elided_frame(k),
+            })
+            .collect();
+        Some((frames, cut))
     }
 
     /// The addresses of stack `key` the pools cannot name yet (appended to `out`).

@@ -68,12 +68,14 @@ pub struct LossReport {
     pub thread: u32,
 }
 
-/// One `jdk.ActiveSetting`: the event type it applies to (0: the recording), name and value.
+/// One `jdk.ActiveSetting`: the event type it applies to, name and value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingRow {
-    /// Event type id, or 0.
+    /// The id of an event type the chunk declares (JMC looks it up and fails on any other, 0
+    /// included): the recording's own settings belong to `recorder.Recording`
+    /// ([`crate::builtin::RECORDING`]).
     pub event_type: u64,
-    /// Setting name.
+    /// Setting name, as the JDK names it (`enabled`, `threshold`, `stackTrace`, ...).
     pub name: String,
     /// Its value as text.
     pub value: String,
@@ -95,8 +97,8 @@ pub trait SampleSource: Send + std::fmt::Debug {
     /// The recorder thread's pass between flushes: records that are ready without a flush
     /// (full buffers), so that buffers come back to the pool early.
     fn drain_ready(&mut self, seg: &mut Segment<'_>);
-    /// The recorder thread's periodic housekeeping (it tells `chunk` the names of the threads it
-    /// sees, while they run); returns the losses to report.
+    /// The recorder thread's periodic housekeeping (a source may tell `chunk` the names of the
+    /// threads it sees, while they run); returns the losses to report.
     fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport>;
     /// The `jdk.ActiveSetting` rows that describe the source.
     fn settings(&self) -> Vec<SettingRow>;

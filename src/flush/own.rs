@@ -27,14 +27,16 @@ pub fn write_thread_end(chunk: &mut ChunkWriter, ticks: i64, tid: u32) {
     });
 }
 
-/// The recording, as `jdk.ActiveRecording` describes it.
+/// The recording, as `jdk.ActiveRecording` describes it. The fields mean what the JDK means
+/// (JDK 17's `PlatformRecorder`): limits in ms, `i64::MAX` (Long.MAX_VALUE) for none.
 #[derive(Debug, Clone, Default)]
 pub struct RecordingInfo {
     /// Name.
     pub name: String,
-    /// The repository directory ("" in deterministic mode).
-    pub destination: String,
-    /// Retention age in ms (0: none).
+    /// The file written when the recording stops (`None`: the recorder writes none; the
+    /// repository is a setting of `recorder.Recording`).
+    pub destination: Option<String>,
+    /// Retention age in ms (`i64::MAX`: none).
     pub max_age_ms: i64,
     /// Flush interval in ms.
     pub flush_interval_ms: i64,
@@ -42,7 +44,7 @@ pub struct RecordingInfo {
     pub max_size: i64,
     /// Start, ms since the epoch.
     pub start_ms: i64,
-    /// Time recorded so far in ms.
+    /// The configured duration in ms (`i64::MAX`: the recording runs until stopped).
     pub duration_ms: i64,
 }
 
@@ -56,13 +58,19 @@ pub fn write_settings(chunk: &mut ChunkWriter, now: i64, tid: u32, recording: &R
         e.stack(StackKey::NONE);
         e.long(1);
         e.string(&recording.name);
-        e.string(&recording.destination);
+        e.optional_string(recording.destination.as_deref());
         e.long(recording.max_age_ms);
         e.long(recording.flush_interval_ms);
         e.long(recording.max_size);
         e.long(recording.start_ms);
         e.long(recording.duration_ms);
     });
+    write_setting_rows(chunk, now, tid, rows);
+}
+
+/// One `jdk.ActiveSetting` per row, written by thread `tid` (0 in deterministic mode): the rows of
+/// event types registered since the chunk's last settings (the recording is described already).
+pub fn write_setting_rows(chunk: &mut ChunkWriter, now: i64, tid: u32, rows: &[SettingRow]) {
     for row in rows {
         chunk.event(builtin::ACTIVE_SETTING, |e| {
             e.long(now);

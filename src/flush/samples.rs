@@ -117,15 +117,10 @@ mod cpu {
             self.samples_since_rate += written;
         }
 
-        fn maintain(&mut self, chunk: &mut ChunkWriter) -> Vec<LossReport> {
+        fn maintain(&mut self, _chunk: &mut ChunkWriter) -> Vec<LossReport> {
             let Some(sampler) = self.sampler.clone() else { return Vec::new() };
-            // TODO(sampler-fix): `discover_threads` without L (review finding 9); the recorder
-            // thread then calls it before taking L and this line goes (its names then go to
-            // `chunk` under L).
-            // The kernel's names of every live thread: first names of new ones, renames of others.
-            for (tid, comm) in sampler.discover_threads(&mut self.locked) {
-                chunk.observe_thread(tid, &comm, None);
-            }
+            // Thread discovery ran before, without L, and its names went to the chunk
+            // (`Inner::sampler_loop`, `State::maintain_sources`).
             let lost = sampler.take_lost(&mut self.locked);
             let unattributed = sampler.stats().unattributed;
             self.losses(lost, unattributed)

@@ -15,7 +15,7 @@ pub enum Holder {
     FlushClose,
     /// The recorder thread's pass over full sampler buffers.
     DrainReady,
-    /// The recorder thread's housekeeping (thread discovery, lost samples).
+    /// The recorder thread's housekeeping (lost samples; thread discovery runs before it, without L).
     Maintain,
     /// Periodic events (CPU load, memory).
     Periodic,

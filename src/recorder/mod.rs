@@ -614,9 +614,10 @@ impl Inner {
             }
             if last_maintenance.elapsed() >= Duration::from_millis(100) {
                 last_maintenance = Instant::now();
-                // TODO(sampler-fix): `sampler.discover_threads()` here, without L (review
-                // finding 9); `maintain_sources` then only collects lost samples.
-                self.l.lock(Holder::Maintain, 0).maintain_sources();
+                // Discovery reads /proc for every thread: without L (review finding 9). Only the
+                // names it read go to the chunk, under L.
+                let names = sampler.discover_threads_unlocked().names;
+                self.l.lock(Holder::Maintain, 0).maintain_sources(names);
             }
         }
     }

@@ -7,13 +7,7 @@ use crate::chunk::{FrameName, Resolve, Resolved, Unresolved};
 use crate::symbolize::{with_process_symbolizer, SymbolizedFrame};
 
 fn frame_name(f: &SymbolizedFrame) -> FrameName {
-    FrameName {
-        class: f.class.clone(),
-        package: f.package.clone(),
-        method: f.method.clone(),
-        line: f.line,
-        inlined: f.inlined,
-    }
+    FrameName { module: f.module.clone(), function: f.function.clone(), line: f.line, inlined: f.inlined }
 }
 
 /// A thread's name from `/proc`, or a placeholder for a thread that is gone.

@@ -16,6 +16,7 @@ use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Tally};
 use crate::metadata_registry;
 use crate::sampler::SamplerStats;
 use crate::sync::statics::Ordering;
+use std::collections::HashSet;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,6 +47,10 @@ pub(super) struct State {
     reported_bytes: u64,
     /// Write the settings events at the next flush (new chunk, or a settings change).
     pub settings_changed: bool,
+    /// Event types whose `jdk.ActiveSetting` rows the live chunk has.
+    settings_of: HashSet<u64>,
+    /// The registry version whose every event type has its rows in the live chunk.
+    settings_version: u64,
     /// What the open segment holds.
     tally: Tally,
     pub stats: RecorderStats,
@@ -90,12 +95,13 @@ impl State {
             max_chunk_size: settings.max_chunk_size,
             compress: settings.compress_finished_chunks,
         };
+        let depth = settings.depth;
         State {
             events: EventBuffers::new(Arc::clone(&shared)),
             shared,
             settings,
             recording_start: start,
-            chunk: ChunkWriter::new(),
+            chunk: ChunkWriter::new(depth),
             storage: Storage::new(dir, policy),
             next_start: Some(start),
             samplers: Vec::new(),
@@ -105,6 +111,8 @@ impl State {
             reported_events: 0,
             reported_bytes: 0,
             settings_changed: true,
+            settings_of: HashSet::new(),
+            settings_version: 0,
             tally: Tally::default(),
             stats: RecorderStats::default(),
             cpu: CpuTimes::default(),
@@ -168,8 +176,13 @@ impl State {
         }
     }
 
-    /// The recorder thread's housekeeping: each source's (thread discovery, lost samples).
-    pub fn maintain_sources(&mut self) {
+    /// The recorder thread's housekeeping: the kernel's names of the threads a discovery (run
+    /// before, without L) listed — first names of new threads, renames of others — then each
+    /// source's lost samples.
+    pub fn maintain_sources(&mut self, thread_names: Vec<(u32, String)>) {
+        for (tid, comm) in thread_names {
+            self.chunk.observe_thread(tid, &comm, None);
+        }
         for source in &mut self.samplers {
             for loss in source.maintain(&mut self.chunk) {
                 self.losses.note(loss);
@@ -211,10 +224,17 @@ impl State {
         #[cfg(feature = "push")]
         self.push_report.write(&mut self.chunk, now, self.storage.push(), self.settings_changed);
         crate::diagnostics::write_pending(&mut self.chunk, now);
+        // Read before the settings: a type registered after this read changes the version again.
+        let version = metadata_registry::version();
         if self.settings_changed {
-            self.write_settings(now);
+            self.write_settings(now, false);
             self.settings_changed = false;
+        } else if version != self.settings_version {
+            // Types registered since (a type configured in the builder may register any time):
+            // their rows, in the segment whose metadata (written after these events) declares them.
+            self.write_settings(now, true);
         }
+        self.settings_version = version;
         for source in &mut self.samplers {
             source.write_statistics(&mut self.chunk, now);
         }
@@ -241,8 +261,32 @@ impl State {
         self.losses.note(loss);
     }
 
-    /// `jdk.ActiveRecording` and the `jdk.ActiveSetting`s, named after the flushing thread.
-    fn write_settings(&mut self, now: i64) {
+    /// `jdk.ActiveRecording` and the `jdk.ActiveSetting`s, named after the flushing thread; with
+    /// `only_new_types`, just the rows of the event types registered since the chunk last got
+    /// settings.
+    ///
+    /// Every `jdk.ActiveSetting.id` is the id of an event type the chunk declares (JMC looks it
+    /// up and fails on any other): the recording's own settings belong to `recorder.Recording`,
+    /// and a type configured in the builder but not registered yet gets its rows when it
+    /// registers. The events name the thread through `EventOut`, so the segment's checkpoint
+    /// defines it.
+    fn write_settings(&mut self, now: i64, only_new_types: bool) {
+        if !only_new_types {
+            self.settings_of.clear();
+        }
+        let mut rows = if only_new_types { Vec::new() } else { self.recording_rows() };
+        // Registered types only (id 0: configured, not registered yet).
+        for (_, id, e) in metadata_registry::all_settings() {
+            if id == 0 || !self.settings_of.insert(id) {
+                continue;
+            }
+            rows.push(SettingRow::new(id, "enabled", e.enabled.to_string()));
+            rows.push(SettingRow::new(id, "threshold", format!("{} ns", e.threshold.as_nanos())));
+            rows.push(SettingRow::new(id, "stackTrace", e.stack_trace.to_string()));
+        }
+        if rows.is_empty() {
+            return;
+        }
         let deterministic = self.shared.logical.is_some();
         let tid = if deterministic { 0 } else { crate::thread::current_tid() };
         if tid != 0 && self.chunk.thread_name(tid).is_none() {
@@ -250,35 +294,39 @@ impl State {
             let (name, comm) = crate::thread::current_thread_name();
             self.chunk.observe_thread(tid, &comm, Some(&name));
         }
+        if only_new_types {
+            return own::write_setting_rows(&mut self.chunk, now, tid, &rows);
+        }
+        let millis = |d: Option<Duration>| d.map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let recording = RecordingInfo {
             name: self.settings.name.clone(),
-            destination: if deterministic { String::new() } else { self.storage.dir().display().to_string() },
-            max_age_ms: self.settings.max_age.map_or(0, |d| d.as_millis() as i64),
-            flush_interval_ms: self.settings.flush_interval.as_millis() as i64,
-            max_size: self.settings.max_size as i64,
+            // The repository is a setting of recorder.Recording; no file is written at the stop.
+            destination: None,
+            max_age_ms: millis(self.settings.max_age),
+            flush_interval_ms: millis(Some(self.settings.flush_interval)),
+            max_size: i64::try_from(self.settings.max_size).unwrap_or(i64::MAX),
             start_ms: self.recording_start.epoch_nanos / 1_000_000,
-            duration_ms: self.recording_start.nanos_until(now) / 1_000_000,
+            // The recording runs until stopped: no configured duration.
+            duration_ms: millis(None),
         };
-        let rows = self.settings_rows();
         own::write_settings(&mut self.chunk, now, tid, &recording, &rows);
     }
 
-    /// The rows of `jdk.ActiveSetting`: the recording's, each event type's, each source's.
-    fn settings_rows(&self) -> Vec<SettingRow> {
+    /// The rows that describe the recording (`recorder.Recording`'s) and each source.
+    fn recording_rows(&self) -> Vec<SettingRow> {
         let s = &self.settings;
+        let recording = |name: &str, value: String| SettingRow::new(builtin::RECORDING, name, value);
         let mut rows = vec![
-            SettingRow::new(0, "flushInterval", format!("{} ms", s.flush_interval.as_millis())),
-            SettingRow::new(0, "maxChunkSize", s.max_chunk_size.to_string()),
-            SettingRow::new(0, "maxChunkAge", format!("{} s", s.max_chunk_age.as_secs())),
-            SettingRow::new(0, "maxSize", s.max_size.to_string()),
-            SettingRow::new(0, "memoryBudget", s.memory_budget.to_string()),
-            SettingRow::new(0, "stackDepth", s.depth.inner.to_string()),
-            SettingRow::new(0, "stackDepthOuter", s.depth.outer.to_string()),
+            recording("flushInterval", format!("{} ms", s.flush_interval.as_millis())),
+            recording("maxChunkSize", s.max_chunk_size.to_string()),
+            recording("maxChunkAge", format!("{} s", s.max_chunk_age.as_secs())),
+            recording("maxSize", s.max_size.to_string()),
+            recording("memoryBudget", s.memory_budget.to_string()),
+            recording("stackDepth", s.depth.inner.to_string()),
+            recording("stackDepthOuter", s.depth.outer.to_string()),
         ];
-        for (name, id, e) in metadata_registry::all_settings() {
-            rows.push(SettingRow::new(id, format!("{name}#enabled"), e.enabled.to_string()));
-            rows.push(SettingRow::new(id, format!("{name}#threshold"), format!("{} ns", e.threshold.as_nanos())));
-            rows.push(SettingRow::new(id, format!("{name}#stackTrace"), e.stack_trace.to_string()));
+        if self.shared.logical.is_none() {
+            rows.push(recording("repository", self.storage.dir().display().to_string()));
         }
         if s.sampling.is_none() {
             rows.push(SettingRow::new(builtin::EXECUTION_SAMPLE, "enabled", "false"));

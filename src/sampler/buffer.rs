@@ -2,30 +2,55 @@
 //! that the loom models in `loom-tests` run exactly this code.
 //!
 //! # Actors
-//! - **Owner**: the sampled thread's SIGPROF handler ([`Core::write_record`]) and, in normal
-//!   context, the same thread's [`Core::retire_slot`] (unregistration / thread exit).
+//! - **Owner**: the sampled thread's SIGPROF handler, admitted by [`Core::admit`] (it writes
+//!   through the [`Admission`] it gets: [`Core::write_record`], [`Core::write_sample`]) and, in
+//!   normal context, the same thread's [`Core::retire_slot`] (unregistration / thread exit).
+//! - **Retirer on behalf**: whoever retires the slot of a thread it proved dead
+//!   ([`Core::retire_on_behalf`]); it takes the owner's role only once no handler is admitted to
+//!   the slot (the gate, I13).
+//! - **Refillers**: any normal-context thread holding the pool lock: the recorder thread (without
+//!   L), a registering thread filling its own slot ([`Core::fill_spares`]), discovery, L holders
+//!   after a pass ([`Core::refill_spares`]).
 //! - **L holders**: whoever holds the chunk-writer lock L, proven by `&mut LockedState` (the caller
-//!   keeps it inside its `Mutex`): the flusher ([`Core::drain_active`] + [`Core::drain_full`]), the
-//!   recorder thread ([`Core::drain_full`]), stop.
+//!   keeps it inside its `Mutex`): the flusher ([`Core::drain`]), the recorder thread
+//!   ([`Core::drain_full`]), stop ([`Core::drain_all_final`]).
 //!
 //! # Buffer states
-//! CLEAN (in `LockedState::free` or a slot's spare entry; `pos == flushed_pos == 0`) -> ACTIVE(T)
+//! CLEAN (in the pool or a slot's spare entry; `pos == flushed_pos == 0`) -> ACTIVE(T)
 //! (`slot.active`) -> FULL (on the `full_head` Treiber stack; `pos` final) -> DRAINING (popped by an
 //! L holder) -> CLEAN. Buffers and slots are allocated once in [`Core::new`] and never freed while
 //! the `Core` lives, so a stale pointer is never dangling.
 //!
-//! # Invariants (numbering of sampler-protocol.md §4.7)
+//! # Locks (normal context only; the handler takes none)
+//! L (the caller's) -> the sampler's lifecycle and registry locks (in `mod.rs`) -> the pool lock
+//! (here; innermost: nothing is called while it is held). The pool moved out of L so that spares
+//! are refilled while an L holder is busy for long (a flush serializing new stacks, a chunk
+//! rotation): the recorder thread and registering threads refill without waiting for L.
+//!
+//! # Invariants (numbering of sampler-protocol.md §4.7, plus I13-I14 added here)
 //! - I1: `0 <= flushed_pos <= pos <= capacity` whenever an L holder observes `pos` with Acquire.
 //! - I2: words `>= pos` are written only by the owner; words in `[0, pos)` are never written until
 //!   recycle, and recycle happens only in DRAINING under L.
 //! - I3: each committed record is handed to the drain callback exactly once: only L holders parse,
 //!   they start at `flushed_pos` and store the exact end they read.
 //! - I4: a buffer becomes ACTIVE only through the owner's swap of a spare entry to null, and only
-//!   L holders fill spare entries, with CLEAN buffers.
+//!   pool-lock holders fill spare entries, with CLEAN buffers taken from the pool.
 //! - I5: L holders keep no buffer or slot pointer past unlock (`LockedState` holds indices only).
 //! - I6: per slot, `taken == written + lost_total` once every buffer has been drained.
 //! - I10: the handler path takes no lock and allocates nothing.
-//! - I11: owner code outside the handler raises `suppress` with a compiler fence first.
+//! - I11: owner code outside the handler closes the slot's gate (I13) with a compiler fence before
+//!   it touches the slot's buffers.
+//! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
+//!   and is accessed through a raw pointer only in a range the accessor owns.
+//! - I13 (gate): a handler touches a slot's buffers only between a successful admission (the
+//!   slot's `suppress` word goes 0 -> INSIDE, Acquire) and the Release clear of INSIDE; a retirer
+//!   sets RETIRED (no admission succeeds from then on) and takes the owner's role (swaps `active`
+//!   and the spares) only after it has seen INSIDE clear with Acquire. So a slot has exactly one
+//!   writer at a time even when it is retired on behalf of a thread that was wrongly taken for
+//!   dead, and the retirer sees every write of the last admitted handler.
+//! - I14 (pool vs reap): spare entries are filled only under the pool lock, and only for LIVE
+//!   slots; the reaper reclaims a retired slot's spares and marks it FREE under the pool lock, so a
+//!   refill that saw the slot LIVE before its retirement cannot leave a buffer in a FREE slot.
 //! - Order: each thread's records reach the drain callback in the order it wrote them: the full
 //!   queue is drained oldest push first, and [`Core::drain`] hands out an active buffer only once
 //!   every buffer its slot activated before it is drained (activation numbers).
@@ -33,14 +58,33 @@
 //!   k/n in consecutive buffers of its thread, all or nothing; L holders reassemble them with at
 //!   most one sample in flight per slot, and a sample with a missing or out-of-order fragment is
 //!   counted lost (once), never handed out. Drain callbacks see whole samples only.
-//! - I12: no reference to a whole payload is ever formed; each word is its own `UnsafeCell`
-//!   and is accessed through a raw pointer only in a range the accessor owns.
+//!
+//! # Mutations (loom-tests/README.md)
+//! `--cfg recorder_mutation="NAME"` weakens one step of this protocol on purpose, so that the loom
+//! models can show they catch it: `pos_relaxed` (the commit store of `pos`), `refill_cas_relaxed`
+//! (the CAS that fills a spare), `drain_without_gating` (the activation check of [`Core::drain`]),
+//! `retire_without_gate` (a retirer does not wait for an admitted handler, finding 1 of the
+//! 2026-11-30 review), `claim_relaxed` (the store that opens a claimed slot to its handler),
+//! `push_relaxed` (the CAS that pushes a full buffer). Never set in a build that ships.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::sync::{
-    compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, UnsafeCell,
+    compiler_fence, spin_wait, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
+    UnsafeCell,
 };
 use std::ptr;
+
+/// The ordering a protocol step needs, or `Relaxed` when the named mutation is on (see the module
+/// docs). Every use names the step's partner.
+macro_rules! ordering {
+    ($mutation:literal, $needed:expr) => {
+        if cfg!(recorder_mutation = $mutation) {
+            Ordering::Relaxed
+        } else {
+            $needed
+        }
+    };
+}
 
 /// Checks a protocol invariant on the L-holder side: always under loom (the models run in
 /// release mode), in debug builds otherwise. Never used on the handler path.
@@ -52,12 +96,24 @@ macro_rules! protocol_assert {
     };
 }
 
+/// Checks a protocol invariant on the owner (handler) side, under loom only: a loom build never
+/// runs in signal context, a shipped one never panics there.
+macro_rules! owner_assert {
+    ($($t:tt)*) => {
+        if cfg!(loom) {
+            assert!($($t)*);
+        }
+    };
+}
+
 /// Words in a record header (see [`RecordHeader`]).
 pub const HEADER_WORDS: usize = 6;
 
-/// Record flag: frames were dropped (depth policy or walk limit).
+/// Record flag: the stack is not complete: frames were dropped (depth policy, walk limit) or the
+/// walk ended before the outermost frame (broken frame-pointer chain, bounds, leaf only).
 pub const FLAG_TRUNCATED: u8 = 1;
-/// Record flag: the thread's stack bounds were unknown, only the leaf PC was recorded.
+/// Record flag: only the leaf PC was recorded: the thread's stack bounds were unknown, or its
+/// stack pointer lay outside them (a signal stack, a fiber) so no frame could be read safely.
 pub const FLAG_LEAF_ONLY: u8 = 2;
 /// Record kind of a CPU sample.
 pub const KIND_EXEC_SAMPLE: u8 = 1;
@@ -68,6 +124,11 @@ pub const SLOT_FREE: u8 = 0;
 pub const SLOT_LIVE: u8 = 1;
 /// Slot state: the owner retired it; an L holder reaps it back to FREE.
 pub const SLOT_EXITED: u8 = 2;
+
+/// `ThreadSlot::suppress` bit: a handler is admitted to the slot (I13).
+const INSIDE: u32 = 1;
+/// `ThreadSlot::suppress` bit: the slot is retired or not claimed; no handler is admitted (I13).
+const RETIRED: u32 = 2;
 
 /// The fixed part of a record, as the owner writes it.
 ///
@@ -207,7 +268,10 @@ pub struct ThreadSlot {
     spares: Box<[AtomicPtr<SamplerBuffer>]>,
     /// Buffers this slot has made ACTIVE (ever; owner only, Relaxed).
     activations: AtomicU64,
-    /// Non-zero while the owner is in a critical section of its own (I11) or the slot is retired.
+    /// The gate (I13): `INSIDE` while a handler is admitted, `RETIRED` from retirement until the
+    /// next claim (FREE slots keep it). Handlers set INSIDE only from 0 (Acquire CAS) and clear it
+    /// (Release); retirers set RETIRED (Acquire) and wait for INSIDE to clear; a claim stores 0
+    /// (Release).
     suppress: AtomicU32,
     /// `SLOT_FREE` / `SLOT_LIVE` / `SLOT_EXITED`.
     state: AtomicU8,
@@ -220,8 +284,12 @@ pub struct ThreadSlot {
     taken: AtomicU64,
     lost_total: AtomicU64,
     written: AtomicU64,
-    /// Stack bounds [lo, hi) for the frame walk; `hi == 0` means unknown (leaf only).
+    /// Stack bounds [lo, hi) for the frame walk; `hi == 0` means unknown (leaf only). `lo` is
+    /// as low as the stack may ever reach (a growing main-thread stack's limit); words in
+    /// `[verified_lo, hi)` are known to be mapped. The handler reads below `verified_lo` only after
+    /// checking that the stack grew there (`signal.rs`), and then lowers it.
     stack_lo: AtomicUsize,
+    stack_verified_lo: AtomicUsize,
     stack_hi: AtomicUsize,
     /// Last sampled stack pointer, so an L holder can find bounds for discovered threads.
     last_sp: AtomicUsize,
@@ -237,7 +305,7 @@ impl ThreadSlot {
             active: AtomicPtr::new(ptr::null_mut()),
             spares: (0..nspares.max(1)).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
             activations: AtomicU64::new(0),
-            suppress: AtomicU32::new(1),
+            suppress: AtomicU32::new(RETIRED),
             state: AtomicU8::new(SLOT_FREE),
             tid: AtomicU32::new(0),
             lost: AtomicU64::new(0),
@@ -245,6 +313,7 @@ impl ThreadSlot {
             lost_total: AtomicU64::new(0),
             written: AtomicU64::new(0),
             stack_lo: AtomicUsize::new(0),
+            stack_verified_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
             last_sp: AtomicUsize::new(0),
             span_cell: AtomicPtr::new(ptr::null_mut()),
@@ -291,26 +360,45 @@ impl ThreadSlot {
         self.state.load(Ordering::Acquire)
     }
 
-    /// Stack bounds `(lo, hi)`; `hi == 0` when unknown.
+    /// Stack bounds `(lo, verified_lo, hi)`; `hi == 0` when unknown.
     ///
     /// # Signal safety
-    /// Two atomic loads.
+    /// Three atomic loads.
     #[inline]
-    pub fn stack_bounds(&self) -> (usize, usize) {
+    pub fn stack_bounds(&self) -> StackBounds {
         // Acquire: pairs with the Release store of `stack_hi` in `set_stack_bounds`; `stack_lo`
-        // (stored before it) is then current.
+        // and `stack_verified_lo` (stored before it) are then current.
         let hi = self.stack_hi.load(Ordering::Acquire);
         // Relaxed: ordered by the Acquire load of `stack_hi` above.
         let lo = self.stack_lo.load(Ordering::Relaxed);
-        (lo, hi)
+        // Relaxed: ordered by the Acquire load of `stack_hi`; later it only decreases, to
+        // addresses someone checked were mapped (any value read is a valid bound).
+        let verified_lo = self.stack_verified_lo.load(Ordering::Relaxed);
+        // Reading an older `hi` than `lo` (bounds replaced meanwhile) can give lo > hi: no
+        // `clamp`, which would panic; such bounds admit no stack pointer anyway.
+        StackBounds { lo, verified_lo: verified_lo.max(lo).min(hi), hi }
     }
 
-    /// Publishes stack bounds for the handler's walk.
-    pub fn set_stack_bounds(&self, lo: usize, hi: usize) {
+    /// Publishes stack bounds for the handler's walk: the stack may reach down to `lo`;
+    /// `[verified_lo, hi)` is mapped. `hi == 0`: unknown.
+    pub fn set_stack_bounds(&self, lo: usize, verified_lo: usize, hi: usize) {
         // Relaxed: published by the Release store of `stack_hi` below.
         self.stack_lo.store(lo, Ordering::Relaxed);
-        // Release: publishes `stack_lo`; pairs with the Acquire load in `stack_bounds` (handler).
+        // Relaxed: as above.
+        self.stack_verified_lo.store(verified_lo, Ordering::Relaxed);
+        // Release: publishes both; pairs with the Acquire load in `stack_bounds` (handler).
         self.stack_hi.store(hi, Ordering::Release);
+    }
+
+    /// Lowers the verified bound to `addr` (the stack is known to be mapped from `addr` up).
+    ///
+    /// # Signal safety
+    /// One atomic RMW.
+    #[inline]
+    pub fn lower_verified(&self, addr: usize) {
+        // Relaxed: a bound that only decreases, each value checked mapped by its writer; the
+        // handler reads it with the bounds (see `stack_bounds`).
+        self.stack_verified_lo.fetch_min(addr, Ordering::Relaxed);
     }
 
     /// Records the stack pointer of the latest sample.
@@ -330,6 +418,17 @@ impl ThreadSlot {
     }
 }
 
+/// A thread's stack bounds as the handler's walk uses them (see [`ThreadSlot::stack_bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StackBounds {
+    /// Lowest address the stack may reach.
+    pub lo: usize,
+    /// `[verified_lo, hi)` is known to be mapped.
+    pub verified_lo: usize,
+    /// Top of the stack (exclusive); 0 when unknown.
+    pub hi: usize,
+}
+
 /// Per-slot statistics (see [`Core::slot_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SlotStats {
@@ -343,12 +442,11 @@ pub struct SlotStats {
     pub lost: u64,
 }
 
-/// State only L holders touch: the CLEAN free list and scratch space. It holds indices, never
+/// State only L holders touch: reassembly, ordering and scratch space. It holds indices, never
 /// pointers (I5), so it is `Send` and carries no lifetime.
 #[derive(Debug)]
 pub struct LockedState {
     core_id: usize,
-    free: Vec<u32>,
     scratch: Vec<u64>,
     exited: Vec<bool>,
     /// Lost samples of slots reaped since the last `take_lost` (their thread exited before its
@@ -382,18 +480,15 @@ struct Pending {
     discarded: u64,
 }
 
-impl LockedState {
-    /// Number of CLEAN buffers on the free list.
-    pub fn free_buffers(&self) -> usize {
-        self.free.len()
-    }
-}
-
 /// The shared protocol state: slot table, buffer arena, full queue, wakeup flag, counters.
 #[derive(Debug)]
 pub struct Core {
     slots: Box<[ThreadSlot]>,
     buffers: Box<[SamplerBuffer]>,
+    /// CLEAN buffers in no slot (indices). Refillers pop, L holders' recycles push, under the
+    /// lock (I4, I14); the handler never touches it. Its capacity is the number of buffers, so a
+    /// push never allocates.
+    pool: Mutex<Vec<u32>>,
     /// Treiber stack of FULL buffers. Owners push (Release CAS); L holders swap it out (Acquire).
     full_head: AtomicPtr<SamplerBuffer>,
     /// Set (Release swap) by an owner after a push or a missing spare; cleared (Acquire swap) by
@@ -409,6 +504,8 @@ pub struct Core {
     retired_written: AtomicU64,
     retired_lost: AtomicU64,
     max_record_words: usize,
+    /// Where the next `claim_slot` starts looking (claims are serialized by their caller).
+    claim_hint: AtomicUsize,
 }
 
 /// Outcome of [`Core::write_record`].
@@ -418,6 +515,35 @@ pub struct WriteOutcome {
     pub committed: bool,
     /// `recorder_pending` went from clear to set: the caller must post the wakeup syscall.
     pub wake: bool,
+}
+
+/// A handler admitted to a slot (I13): the only way to write its buffers. Dropping it clears the
+/// slot's INSIDE bit (Release), so a retirer waiting for the gate sees every write made through it.
+#[derive(Debug)]
+pub struct Admission<'a> {
+    slot: &'a ThreadSlot,
+}
+
+impl Admission<'_> {
+    /// The slot the handler was admitted to.
+    ///
+    /// # Signal safety
+    /// A field read.
+    #[inline]
+    pub fn slot(&self) -> &ThreadSlot {
+        self.slot
+    }
+}
+
+impl Drop for Admission<'_> {
+    /// # Signal safety
+    /// One atomic RMW.
+    #[inline]
+    fn drop(&mut self) {
+        // Release: publishes this handler's writes (active, pos, words, pushes) to a retirer;
+        // pairs with the Acquire RMW / load of `suppress` in `close_gate`.
+        self.slot.suppress.fetch_and(!INSIDE, Ordering::Release);
+    }
 }
 
 /// Writes the IPs of one record, in order, after the header.
@@ -443,7 +569,7 @@ impl FrameSink<'_> {
 
 impl Core {
     /// Allocates `nslots` slots and `nbuffers` buffers of `capacity_words` words each; every
-    /// buffer starts CLEAN on the returned free list.
+    /// buffer starts CLEAN in the pool.
     ///
     /// # Panics
     /// If `capacity_words < HEADER_WORDS + 1` or a count exceeds `u32::MAX`.
@@ -462,6 +588,7 @@ impl Core {
         let core = Core {
             slots: (0..nslots).map(|i| ThreadSlot::new(i as u32, spares)).collect(),
             buffers: (0..nbuffers).map(|i| SamplerBuffer::new(i as u32, capacity_words)).collect(),
+            pool: Mutex::new((0..nbuffers as u32).rev().collect()),
             full_head: AtomicPtr::new(ptr::null_mut()),
             recorder_pending: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
@@ -471,10 +598,10 @@ impl Core {
             retired_written: AtomicU64::new(0),
             retired_lost: AtomicU64::new(0),
             max_record_words: capacity_words,
+            claim_hint: AtomicUsize::new(0),
         };
         let locked = LockedState {
             core_id: 0,
-            free: (0..nbuffers as u32).rev().collect(),
             scratch: Vec::new(),
             exited: Vec::new(),
             reaped_lost: Vec::new(),
@@ -502,14 +629,12 @@ impl Core {
 
     /// Makes `locked` unusable with any sampler (after stop).
     pub fn unbind(&self, locked: &mut LockedState) {
-        locked.free.clear();
         locked.core_id = usize::MAX;
     }
 
-    /// Returns a CLEAN buffer taken with [`Core::take_clean`] to the free list (L held).
-    pub fn return_clean(&self, locked: &mut LockedState, index: u32) {
-        self.check_locked(locked);
-        locked.free.push(index);
+    /// Number of CLEAN buffers in the pool.
+    pub fn free_buffers(&self) -> usize {
+        self.pool.lock().len()
     }
 
     /// The slot table.
@@ -559,65 +684,94 @@ impl Core {
 
     // ---------------------------------------------------------------- owner side (normal context)
 
-    /// Claims a FREE slot for thread `tid` with stack bounds `(lo, hi)` (`hi == 0`: unknown).
-    /// The slot is LIVE with no buffers; an L holder's [`Core::refill_spares`] supplies them.
+    /// Claims a FREE slot for thread `tid` with stack bounds `bounds` (`hi == 0`: unknown).
+    /// The slot is LIVE with no buffers; [`Core::fill_spares`] (or any refill) supplies them.
     ///
     /// Callers must serialize claims (the sampler's registry lock); L holders may reap
     /// concurrently.
-    pub fn claim_slot(&self, tid: u32, lo: usize, hi: usize) -> Option<&ThreadSlot> {
-        for slot in self.slots.iter() {
+    pub fn claim_slot(&self, tid: u32, bounds: StackBounds) -> Option<&ThreadSlot> {
+        // Start where the last claim ended, so claiming thousands of slots is not quadratic.
+        // Relaxed: claims are serialized by the caller; a stale hint only costs a longer scan.
+        let from = self.claim_hint.load(Ordering::Relaxed);
+        let n = self.slots.len();
+        for k in 0..n {
+            let Some(slot) = self.slots.get((from + k) % n.max(1)) else { continue };
+            // Relaxed: a hint that skips the RMW on slots in use; the CAS below decides.
+            if slot.state.load(Ordering::Relaxed) != SLOT_FREE {
+                continue;
+            }
             // Acquire (success): pairs with the Release store of FREE in `reap_exited`, so the
             // reaper's resets of the counters and buffer pointers are visible. Relaxed (failure):
             // nothing is read.
             if slot.state.compare_exchange(SLOT_FREE, SLOT_LIVE, Ordering::Acquire, Ordering::Relaxed).is_err() {
                 continue;
             }
+            // Relaxed: see above.
+            self.claim_hint.store((from + k + 1) % n.max(1), Ordering::Relaxed);
             // Relaxed: published by the Release store of `suppress` below.
             slot.tid.store(tid, Ordering::Relaxed);
-            slot.set_stack_bounds(lo, hi);
+            slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);
             // Relaxed: published by the Release store of `suppress` below.
             slot.last_sp.store(0, Ordering::Relaxed);
-            // Release: publishes `tid` and the bounds; pairs with the Acquire load of `suppress`
-            // in `admit` (a handler that sees 0 here also sees this slot's new tid).
-            slot.suppress.store(0, Ordering::Release);
+            // Release: opens the gate (I13; FREE slots keep RETIRED, so no handler is inside) and
+            // publishes `tid` and the bounds; pairs with the Acquire CAS of `suppress` in `admit`
+            // (a handler admitted after this sees the new tid).
+            slot.suppress.store(0, ordering!("claim_relaxed", Ordering::Release));
             return Some(slot);
         }
         None
     }
 
-    /// Handler admission: the slot belongs to thread `tid` and is not suppressed.
-    ///
-    /// Counts the sample as taken (and lost when suppressed) on success of the tid check;
-    /// returns false if the caller must not write. A mismatched tid counts as unattributed.
+    /// Handler admission (I13): the slot belongs to thread `tid` and is not retired. On success
+    /// the handler holds the slot's gate until it drops the returned [`Admission`], and writes
+    /// through it. Counts the sample as taken when the slot is `tid`'s (and lost when it is
+    /// retired or, rarely, a stale handler of another thread holds the gate); a slot of another
+    /// thread counts it unattributed.
     ///
     /// # Signal safety
     /// Atomic loads and RMWs only.
     #[inline]
-    pub fn admit(&self, slot: &ThreadSlot, tid: u32) -> bool {
-        // Acquire: pairs with the Release store of `suppress` in `claim_slot`; if we read 0, the
-        // claimer's `tid` store is visible below.
-        let suppressed = slot.suppress.load(Ordering::Acquire) != 0;
-        // Relaxed: ordered by the Acquire load of `suppress` above.
-        if slot.tid.load(Ordering::Relaxed) != tid {
-            self.count_unattributed();
-            return false;
+    pub fn admit<'a>(&self, slot: &'a ThreadSlot, tid: u32) -> Option<Admission<'a>> {
+        // Acquire (success): pairs with the Release store in `claim_slot` (the new tid and bounds
+        // are visible) and with the Release clear of INSIDE by the previous admission. Acquire
+        // (failure): the tid check below reads the claimer's tid.
+        match slot.suppress.compare_exchange(0, INSIDE, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => {
+                // Relaxed: ordered by the Acquire CAS above.
+                if slot.tid.load(Ordering::Relaxed) != tid {
+                    // A stale signal of a thread whose slot was reused.
+                    // Release: pairs with the Acquire of a retirer waiting for the gate.
+                    slot.suppress.fetch_and(!INSIDE, Ordering::Release);
+                    self.count_unattributed();
+                    return None;
+                }
+                // Relaxed: statistics; single writer (the admitted owner).
+                slot.taken.fetch_add(1, Ordering::Relaxed);
+                Some(Admission { slot })
+            }
+            Err(_) => {
+                // Relaxed: ordered by the Acquire failure load above.
+                if slot.tid.load(Ordering::Relaxed) != tid || slot.state() == SLOT_FREE {
+                    self.count_unattributed();
+                    return None;
+                }
+                // Retired (the owner's own exit in progress, or on its behalf), or a stale handler
+                // of another thread holds the gate for a moment: this thread's sample is lost.
+                // Relaxed: statistics.
+                slot.taken.fetch_add(1, Ordering::Relaxed);
+                Self::count_lost(slot);
+                None
+            }
         }
-        // Relaxed: statistics; single writer (the owner).
-        slot.taken.fetch_add(1, Ordering::Relaxed);
-        if suppressed {
-            Self::count_lost(slot);
-            return false;
-        }
-        true
     }
 
-    /// Counts a sample of `slot` as lost (after [`Core::admit`] counted it taken).
+    /// Counts a sample of the admitted slot as lost (after [`Core::admit`] counted it taken).
     ///
     /// # Signal safety
     /// Two atomic RMWs.
     #[inline]
-    pub fn lose(&self, slot: &ThreadSlot) {
-        Self::count_lost(slot);
+    pub fn lose(&self, adm: &Admission<'_>) {
+        Self::count_lost(adm.slot);
     }
 
     #[inline]
@@ -634,8 +788,8 @@ impl Core {
     /// store of `pos`. Call [`Core::admit`] first (it counts the sample as taken). A record larger
     /// than a buffer is counted lost; [`Core::write_sample`] splits such samples instead.
     ///
-    /// Must only be called by the slot's owner (its signal handler, or a loom thread standing in
-    /// for it): it is the single writer of `active`, of `pos` and of the words above `pos`.
+    /// Only an admitted handler calls it (the [`Admission`] proves it; I13): it is the single
+    /// writer of the slot's `active`, of `pos` and of the words above `pos`.
     ///
     /// # Signal safety
     /// No allocation, no lock, no syscall (the wakeup syscall is the caller's, when the outcome
@@ -643,11 +797,12 @@ impl Core {
     #[inline]
     pub fn write_record(
         &self,
-        slot: &ThreadSlot,
+        adm: &Admission<'_>,
         hdr: &RecordHeader,
         nframes: usize,
         fill: impl FnOnce(&mut FrameSink<'_>),
     ) -> WriteOutcome {
+        let slot = adm.slot;
         let len = HEADER_WORDS + nframes;
         if len > self.max_record_words || nframes > u16::MAX as usize {
             Self::count_lost(slot);
@@ -677,6 +832,10 @@ impl Core {
         }
         // SAFETY: `b` is non-null here and points into `self.buffers`.
         let buf = unsafe { &*b };
+        if !Self::room_for(buf, p, len) {
+            Self::count_lost(slot);
+            return WriteOutcome { committed: false, wake: rotated && self.notify_recorder() };
+        }
         Self::put(buf, p, slot, hdr, nframes, fill);
         WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
     }
@@ -695,8 +854,8 @@ impl Core {
             if spare.load(Ordering::Relaxed).is_null() {
                 continue;
             }
-            // Acquire: pairs with the Release CAS in `refill_spares` / `install_spare`; the
-            // recycler's reset of `pos`/`flushed_pos` is visible.
+            // Acquire: pairs with the Release CAS in `fill_spare`; the recycler's reset of
+            // `pos`/`flushed_pos` is visible.
             n = spare.swap(ptr::null_mut(), Ordering::Acquire);
             if !n.is_null() {
                 break;
@@ -711,7 +870,7 @@ impl Core {
         // pass) and by the Release push of this buffer later (full pass).
         nb.activation.store((u64::from(slot.index) << 40) | (seq & ACTIVATION_MASK), Ordering::Relaxed);
         // Release: the new buffer's clean positions (and this slot's switch) are visible to an L
-        // holder's Acquire load of `active` in `drain_active` / `drain`. Stored before the old
+        // holder's Acquire load of `active` in `drain`. Stored before the old
         // buffer becomes reachable from the full queue (§4.2 publication order).
         slot.active.store(n, Ordering::Release);
         if !b.is_null() {
@@ -730,6 +889,24 @@ impl Core {
     fn spares_ready(slot: &ThreadSlot) -> usize {
         // Relaxed: a count; each buffer is taken later with the Acquire swap in `rotate`.
         slot.spares.iter().filter(|s| !s.load(Ordering::Relaxed).is_null()).count()
+    }
+
+    /// Whether a record of `len` words fits at word `p` of a buffer the owner just rotated into
+    /// (or holds). A CLEAN buffer's `pos` is 0, so this fails only if the protocol is broken (a
+    /// recycle's reset not published to the owner, see `refill_cas_relaxed`); then the sample is
+    /// lost instead of written out of bounds (loom models fail on it).
+    ///
+    /// # Signal safety
+    /// Arithmetic only (the assert exists in loom builds only).
+    #[inline(always)]
+    fn room_for(buf: &SamplerBuffer, p: usize, len: usize) -> bool {
+        let fits = p <= buf.capacity() && buf.capacity() - p >= len;
+        owner_assert!(
+            fits,
+            "a buffer from a spare has pos {p} (capacity {}): its recycle was not published",
+            buf.capacity()
+        );
+        fits
     }
 
     /// Writes one record at word `p` of the owner's buffer and commits it.
@@ -756,12 +933,14 @@ impl Core {
         buf.write_word(p + 5, hdr.span);
         let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
-        while sink.at < sink.end {
-            sink.push(0);
+        // Missing frames are zeros. Bounded by `end`, never by the writes' success, so that a
+        // record that does not fit (impossible after `room_for`) cannot make the handler spin.
+        for at in sink.at..sink.end {
+            buf.write_word(at, 0);
         }
         // Release: the commit point; publishes the record's words to L holders. Pairs with the
-        // Acquire loads of `pos` in `drain_active` / `drain_full` / `drain`.
-        buf.pos.store(p + len, Ordering::Release);
+        // Acquire load of `pos` in `process` (`drain`, `drain_full`).
+        buf.pos.store(p + len, ordering!("pos_relaxed", Ordering::Release));
     }
 
     /// The handler's buffer step for a whole sample of `nframes` frames (`frame(i)`, innermost
@@ -773,22 +952,23 @@ impl Core {
     /// whole sample, nothing is written and the sample is counted lost (a partial sample is never
     /// committed). L holders reassemble the fragments (`process`).
     ///
-    /// Owner only, like [`Core::write_record`]; call [`Core::admit`] first.
+    /// Admitted handler only, like [`Core::write_record`].
     ///
     /// # Signal safety
     /// As [`Core::write_record`]: no allocation, no lock, CAS retry loops only.
     #[inline]
     pub fn write_sample(
         &self,
-        slot: &ThreadSlot,
+        adm: &Admission<'_>,
         hdr: &RecordHeader,
         nframes: usize,
         frame: impl Fn(usize) -> u64,
     ) -> WriteOutcome {
+        let slot = adm.slot;
         let cap = self.max_record_words;
         if HEADER_WORDS + nframes <= cap {
             let h = RecordHeader { frag_index: 0, frag_count: 1, ..*hdr };
-            return self.write_record(slot, &h, nframes, |sink| {
+            return self.write_record(adm, &h, nframes, |sink| {
                 for i in 0..nframes {
                     sink.push(frame(i));
                 }
@@ -832,7 +1012,11 @@ impl Core {
             // Counted above: every rotation finds a spare (only this thread empties them).
             let Some(n) = self.rotate(slot, b) else {
                 // Unreachable with a correct count; the fragments already committed are an
-                // incomplete sample, which the L holder discards and counts lost.
+                // incomplete sample, which the L holder discards and counts lost (with none
+                // committed, it is counted here).
+                if k == 0 {
+                    Self::count_lost(slot);
+                }
                 return WriteOutcome { committed: false, wake: self.notify_recorder() };
             };
             b = n;
@@ -841,6 +1025,14 @@ impl Core {
             let buf = unsafe { &*n };
             // Relaxed: the recycle's reset is ordered before us by the Acquire swap in `rotate`.
             let p = buf.pos.load(Ordering::Relaxed);
+            if !Self::room_for(buf, p, HEADER_WORDS + len) {
+                // Fragments committed so far are an incomplete sample, which the L holder
+                // discards and counts lost; with none committed, it is counted here.
+                if k == 0 {
+                    Self::count_lost(slot);
+                }
+                return WriteOutcome { committed: false, wake: self.notify_recorder() };
+            }
             let h = RecordHeader { frag_index: k, frag_count: count as u16, ..*hdr };
             let from = at;
             Self::put(buf, p, slot, &h, len, |sink| {
@@ -863,8 +1055,9 @@ impl Core {
             // Relaxed: published by the Release CAS below.
             b.next.store(head, Ordering::Relaxed);
             // Release (success): publishes `next` and the buffer's final `pos`/words; pairs with
-            // the Acquire swap of `full_head` in `drain_full`. Relaxed (failure): retry.
-            match self.full_head.compare_exchange_weak(head, bp, Ordering::Release, Ordering::Relaxed) {
+            // the Acquire swap of `full_head` in `drain_queue`. Relaxed (failure): retry.
+            let success = ordering!("push_relaxed", Ordering::Release);
+            match self.full_head.compare_exchange_weak(head, bp, success, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(h) => head = h,
             }
@@ -901,24 +1094,63 @@ impl Core {
         self.wakeups.load(Ordering::Relaxed)
     }
 
-    /// Owner-side retirement (§4.6 exit), normal context on the owning thread (or on behalf of a
-    /// dead thread by an L holder): suppress the handler, take `active` and the spares, push them
-    /// on the full queue, mark the slot EXITED. Disarm the thread's timer before calling.
-    /// Returns true if the caller should post the wakeup.
+    /// Closes the slot's gate (I13): no handler is admitted from now on. Returns true once no
+    /// handler is inside, i.e. the caller now has the owner's role; false if one still is (it
+    /// leaves within moments: a handler takes no lock and never blocks).
+    fn close_gate(slot: &ThreadSlot) -> bool {
+        // Acquire: pairs with the Release clear of INSIDE in `Admission::drop`; when INSIDE is
+        // clear here, the last admitted handler's writes happen-before what the caller does next.
+        let was = slot.suppress.fetch_or(RETIRED, Ordering::Acquire);
+        if cfg!(recorder_mutation = "retire_without_gate") {
+            return true;
+        }
+        // Acquire: as above, for a handler that left after our RMW.
+        was & INSIDE == 0 || slot.suppress.load(Ordering::Acquire) & INSIDE == 0
+    }
+
+    /// Owner-side retirement (§4.6 exit), normal context on the owning thread: close the gate
+    /// (I11, I13), take `active` and the spares, push them on the full queue, mark the slot
+    /// EXITED. Disarm the thread's timer before calling. Returns true if the caller should post
+    /// the wakeup.
+    ///
+    /// The thread's own handler cannot be inside (it runs to completion before this code
+    /// resumes); a stale signal of another thread may hold the gate for a moment, which this
+    /// waits out.
+    #[must_use = "post the recorder wakeup when it returns true"]
     pub fn retire_slot(&self, slot: &ThreadSlot) -> bool {
-        // Relaxed + compiler fence: same-thread only (a handler on this thread); I11.
-        slot.suppress.fetch_add(1, Ordering::Relaxed);
+        while !Self::close_gate(slot) {
+            spin_wait();
+        }
+        // Same-thread order with our own handler (I11): the gate is closed before we touch the
+        // buffers.
         compiler_fence(Ordering::SeqCst);
-        // AcqRel: Release orders this thread's prior commits before the push below (the push is
-        // Release too); Acquire pairs with the handler's own Release store of `active` (same
-        // thread, or a dead thread's last rotation observed through its exit).
+        self.take_over(slot)
+    }
+
+    /// Retirement on behalf of a thread the caller proved dead (discovery): as
+    /// [`Core::retire_slot`], but if a handler is still admitted to the slot (the thread was
+    /// not dead after all, or died inside its handler) nothing but the gate changes and `None` is
+    /// returned: call again later. The gate stays closed meanwhile (no new samples are written).
+    /// `Some(wake)`: retired; post the wakeup if `wake`.
+    #[must_use = "retry on None; post the recorder wakeup on Some(true)"]
+    pub fn retire_on_behalf(&self, slot: &ThreadSlot) -> Option<bool> {
+        if !Self::close_gate(slot) {
+            return None;
+        }
+        Some(self.take_over(slot))
+    }
+
+    /// The owner's role after the gate is closed: empty the slot onto the full queue, EXITED.
+    fn take_over(&self, slot: &ThreadSlot) -> bool {
+        // Acquire: pairs with the handler's Release store of `active` in `rotate` (the gate's
+        // Acquire already orders it; kept for a same-thread retire). Release: orders the pushes.
         let b = slot.active.swap(ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: null or a pointer into `self.buffers`.
         if let Some(b) = unsafe { b.as_ref() } {
             self.push_full(b);
         }
         for spare in slot.spares.iter() {
-            // Acquire: pairs with the Release CAS in `refill_spares` / `install_spare`.
+            // Acquire: pairs with the Release CAS in `fill_spare`.
             let s = spare.swap(ptr::null_mut(), Ordering::Acquire);
             // SAFETY: null or a pointer into `self.buffers`.
             if let Some(s) = unsafe { s.as_ref() } {
@@ -926,32 +1158,20 @@ impl Core {
             }
         }
         // Release: the pushes above happen-before an L holder's Acquire load of EXITED in
-        // `reap_exited`, which therefore drains them before freeing the slot.
+        // `drain_full`, which therefore drains them before reaping the slot.
         slot.state.store(SLOT_EXITED, Ordering::Release);
         self.notify_recorder()
     }
 
     // ---------------------------------------------------------------- L holders
 
-    /// Active pass (§4.3 step 2): for every slot, hands the records in `[flushed_pos, pos)` of
-    /// its active buffer to `f` and advances `flushed_pos`.
-    pub fn drain_active(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-        self.check_locked(locked);
-        for slot in self.slots.iter() {
-            // Acquire: pairs with the owner's Release store of `active` in `write_record`.
-            let b = slot.active.load(Ordering::Acquire);
-            // SAFETY: null or a pointer into `self.buffers`; L is held so it cannot be recycled
-            // while we use it (I5).
-            if let Some(b) = unsafe { b.as_ref() } {
-                self.process(b, locked, f);
-            }
-        }
-    }
-
     /// Full pass (§4.3 step 3 / §4.4): swaps out the full queue, processes what is left of each
-    /// buffer, recycles them onto the free list, reaps retired slots and refills spares.
+    /// buffer, recycles them into the pool, reaps retired slots and refills spares.
     pub fn drain_full(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         self.check_locked(locked);
+        // First the spares, from what the pool holds now: processing the queue may take long
+        // (the callback serializes stacks), and handlers keep rotating meanwhile.
+        self.refill_spares();
         // Slots seen EXITED before the swap below have all their buffers in the queue we take.
         let mut exited = std::mem::take(&mut locked.exited);
         exited.clear();
@@ -961,7 +1181,7 @@ impl Core {
             self.reap_exited(locked, |i| exited.get(i).copied().unwrap_or(false), f);
         }
         locked.exited = exited;
-        self.refill_spares(locked);
+        self.refill_spares();
     }
 
     /// Swaps the full queue out and processes its buffers oldest push first, so each thread's
@@ -1015,7 +1235,8 @@ impl Core {
             // Relaxed: ordered by the Acquire load of `active` above.
             let act = buf.activation.load(Ordering::Relaxed);
             let expected = locked.expected.get(slot.index as usize).copied().unwrap_or(0);
-            if act & ACTIVATION_MASK != expected & ACTIVATION_MASK {
+            if act & ACTIVATION_MASK != expected & ACTIVATION_MASK && !cfg!(recorder_mutation = "drain_without_gating")
+            {
                 continue;
             }
             self.process(buf, locked, f);
@@ -1145,10 +1366,10 @@ impl Core {
         }
     }
 
-    /// DRAINING -> CLEAN: reset both positions and put the buffer on the free list.
-    fn recycle(&self, b: &SamplerBuffer, locked: &mut LockedState) {
-        // Relaxed: the buffer is unreachable; the reset is published by the Release CAS that
-        // later puts it into a spare (`refill_spares`).
+    /// DRAINING -> CLEAN: reset both positions and put the buffer into the pool (L held).
+    fn recycle(&self, b: &SamplerBuffer, _locked: &mut LockedState) {
+        // Relaxed: the buffer is unreachable; the reset is published by the pool lock to the
+        // refiller, and by its Release CAS that puts the buffer into a spare to the owner.
         b.pos.store(0, Ordering::Relaxed);
         // Relaxed: as above.
         b.flushed_pos.store(0, Ordering::Relaxed);
@@ -1156,64 +1377,66 @@ impl Core {
         b.next.store(ptr::null_mut(), Ordering::Relaxed);
         // Relaxed: as above.
         b.activation.store(NOT_ACTIVATED, Ordering::Relaxed);
-        locked.free.push(b.index);
+        self.pool.lock().push(b.index);
     }
 
-    /// Gives every LIVE slot's empty spare entries CLEAN buffers from the free list, one entry
-    /// per slot per round (first entries first), so a short free list is shared fairly.
-    pub fn refill_spares(&self, locked: &mut LockedState) {
-        self.check_locked(locked);
+    /// Gives every LIVE slot's empty spare entries CLEAN buffers from the pool, one entry per slot
+    /// per round (first entries first), so a short pool is shared fairly. Any normal-context
+    /// thread may call it; L is not needed (the pool lock serializes refillers, I4, I14).
+    pub fn refill_spares(&self) {
+        let mut pool = self.pool.lock();
         let rounds = self.slots.first().map_or(0, |s| s.spares.len());
         for round in 0..rounds {
             for slot in self.slots.iter() {
+                if pool.is_empty() {
+                    return;
+                }
                 if slot.state() != SLOT_LIVE {
                     continue;
                 }
-                let Some(spare) = slot.spares.get(round) else { continue };
-                // Relaxed: a hint; the CAS below decides.
-                if !spare.load(Ordering::Relaxed).is_null() {
-                    continue;
-                }
-                let Some(&i) = locked.free.last() else { return };
-                let Some(buf) = self.buffers.get(i as usize) else {
-                    return;
-                };
-                let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
-                // Release (success): publishes the recycle's resets; pairs with the Acquire swap of
-                // the entry in `rotate` (and `retire_slot`). Relaxed (failure): the owner cannot
-                // fill it, so failure means another L holder did - impossible under L, kept for
-                // robustness.
-                if spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok() {
-                    locked.free.pop();
+                if let Some(spare) = slot.spares.get(round) {
+                    self.fill_spare(&mut pool, spare);
                 }
             }
         }
     }
 
-    /// Takes a CLEAN buffer off the free list (L held), to hand to a registering thread through a
-    /// lock-free reserve (see `Sampler::register_current_thread`). Returns its index.
-    pub fn take_clean(&self, locked: &mut LockedState) -> Option<u32> {
-        self.check_locked(locked);
-        locked.free.pop()
+    /// Fills every empty spare entry of `slot` from the pool at once: a thread that registers
+    /// itself gets all its spares before its timer is armed, without waiting for anyone.
+    pub fn fill_spares(&self, slot: &ThreadSlot) {
+        let mut pool = self.pool.lock();
+        if slot.state() != SLOT_LIVE {
+            return;
+        }
+        for spare in slot.spares.iter() {
+            if pool.is_empty() {
+                return;
+            }
+            self.fill_spare(&mut pool, spare);
+        }
     }
 
-    /// Installs CLEAN buffer `index` (from [`Core::take_clean`]) as `slot`'s spare if the spare is
-    /// empty. Normal context, by the slot's registrant. Returns false if it was not installed
-    /// (the caller still owns the buffer).
-    pub fn install_spare(&self, slot: &ThreadSlot, index: u32) -> bool {
-        let Some(buf) = self.buffers.get(index as usize) else {
-            return false;
-        };
+    /// Puts the pool's last buffer into `spare` if it is empty (pool lock held).
+    fn fill_spare(&self, pool: &mut Vec<u32>, spare: &AtomicPtr<SamplerBuffer>) {
+        // Relaxed: a hint; the CAS below decides.
+        if !spare.load(Ordering::Relaxed).is_null() {
+            return;
+        }
+        let Some(&i) = pool.last() else { return };
+        let Some(buf) = self.buffers.get(i as usize) else { return };
         let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
-        let Some(spare) = slot.spares.first() else { return false };
-        // Release (success): publishes the recycle's resets (which reached us through the
-        // reserve queue's own release/acquire); pairs with the Acquire swap of the entry in
-        // `rotate`. Relaxed (failure): an L holder filled it first; nothing is read.
-        spare.compare_exchange(ptr::null_mut(), bp, Ordering::Release, Ordering::Relaxed).is_ok()
+        // Release (success): publishes the recycle's resets (which reached us through the pool
+        // lock); pairs with the Acquire swap of the entry in `rotate` (and `take_over`, the
+        // reaper). Relaxed (failure): only the owner empties an entry and only pool-lock holders
+        // fill one, so a non-null entry is simply left alone.
+        let success = ordering!("refill_cas_relaxed", Ordering::Release);
+        if spare.compare_exchange(ptr::null_mut(), bp, success, Ordering::Relaxed).is_ok() {
+            pool.pop();
+        }
     }
 
     /// Frees retired slots selected by `is_exited` (seen EXITED before the last queue swap):
-    /// reclaims a spare that a refill put there after the retirement, folds the slot's
+    /// reclaims a spare that a refill put there after the retirement (I14), folds the slot's
     /// statistics into the retired totals, marks it FREE.
     fn reap_exited(
         &self,
@@ -1225,18 +1448,9 @@ impl Core {
             if !is_exited(slot.index as usize) || slot.state() != SLOT_EXITED {
                 continue;
             }
-            for spare in slot.spares.iter() {
-                // Acquire: pairs with the Release CAS in `refill_spares` (an earlier L holder).
-                let s = spare.swap(ptr::null_mut(), Ordering::Acquire);
-                // SAFETY: null or a pointer into `self.buffers`; the slot is retired, so we own it.
-                if let Some(s) = unsafe { s.as_ref() } {
-                    self.process(s, locked, f);
-                    self.recycle(s, locked);
-                }
-            }
-            // Acquire: pairs with the owner's Release store (it is null after `retire_slot`).
+            // Acquire: pairs with the owner's Release store (it is null after `take_over`).
             let a = slot.active.swap(ptr::null_mut(), Ordering::Acquire);
-            // SAFETY: as above.
+            // SAFETY: null or a pointer into `self.buffers`; the slot is retired, so we own it.
             if let Some(a) = unsafe { a.as_ref() } {
                 self.process(a, locked, f);
                 self.recycle(a, locked);
@@ -1258,6 +1472,17 @@ impl Core {
             let lost = self.fold_stats(slot);
             if lost != 0 {
                 locked.reaped_lost.push((slot.tid(), lost));
+            }
+            // Under the pool lock (I14): no refill runs between the reclaim and FREE.
+            let mut pool = self.pool.lock();
+            for spare in slot.spares.iter() {
+                // Acquire: pairs with the Release CAS in `fill_spare`.
+                let s = spare.swap(ptr::null_mut(), Ordering::Acquire);
+                // SAFETY: null or a pointer into `self.buffers`. Spares only ever hold CLEAN
+                // buffers, so it goes straight back to the pool.
+                if let Some(s) = unsafe { s.as_ref() } {
+                    pool.push(s.index);
+                }
             }
             // Release: publishes the resets above; pairs with the Acquire CAS in `claim_slot`.
             slot.state.store(SLOT_FREE, Ordering::Release);
@@ -1317,12 +1542,13 @@ impl Core {
     }
 
     /// Teardown after every producer is gone (all timers disarmed, no handler running): drains
-    /// everything, retires and reaps every slot, returns all buffers to the free list.
+    /// everything, retires and reaps every slot, returns all buffers to the pool.
     pub fn drain_all_final(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         self.check_locked(locked);
         for slot in self.slots.iter() {
             if slot.state() == SLOT_LIVE {
-                self.retire_slot(slot);
+                // No handler runs any more: nobody to wake.
+                let _ = self.retire_slot(slot);
             }
         }
         self.drain_queue(locked, f);
@@ -1341,11 +1567,11 @@ mod fragment_tests {
     const TID: u32 = 500;
 
     fn core(nslots: usize, nbuffers: usize, words: usize, spares: usize) -> (Core, LockedState) {
-        let (core, mut locked) = Core::with_spares(nslots, nbuffers, words, spares);
+        let (core, locked) = Core::with_spares(nslots, nbuffers, words, spares);
         for i in 0..nslots {
-            core.claim_slot(TID + i as u32, 0, 0).unwrap();
+            core.claim_slot(TID + i as u32, StackBounds::default()).unwrap();
         }
-        core.refill_spares(&mut locked);
+        core.refill_spares();
         (core, locked)
     }
 
@@ -1353,9 +1579,9 @@ mod fragment_tests {
     /// as the handler counts a sample taken once).
     fn frag(core: &Core, i: usize, id: u64, k: u16, n: u16, frames: &[u64]) {
         let slot = core.slot(i).unwrap();
-        if k == 0 || n == 1 {
-            assert!(core.admit(slot, TID + i as u32));
-        }
+        // The handler writes all fragments of a sample in one admission; here each fragment is
+        // written separately, and only the first counts the sample taken.
+        let adm = if k == 0 || n == 1 { core.admit(slot, TID + i as u32).unwrap() } else { Admission { slot } };
         let hdr = RecordHeader {
             ticks: id as i64,
             tid: TID + i as u32,
@@ -1366,7 +1592,7 @@ mod fragment_tests {
             sp: 0,
             span: 0,
         };
-        assert!(core.write_record(slot, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
+        assert!(core.write_record(&adm, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
     }
 
     fn drain(core: &Core, locked: &mut LockedState) -> Vec<(u32, u64, Vec<u64>)> {
@@ -1445,16 +1671,18 @@ mod fragment_tests {
         let (c, mut l) = core(1, 6, 16, 2);
         let slot = c.slot(0).unwrap();
         let hdr = RecordHeader { tid: TID, sample_id: 1, ..RecordHeader::default() };
-        assert!(c.admit(slot, TID));
+        let adm = c.admit(slot, TID).unwrap();
         // Nothing active yet, so at most 2 spares * `per` frames.
-        let o = c.write_sample(slot, &hdr, 2 * per + 1, |i| i as u64);
+        let o = c.write_sample(&adm, &hdr, 2 * per + 1, |i| i as u64);
+        drop(adm);
         assert!(!o.committed);
         assert!(drain(&c, &mut l).is_empty());
         exact(&c, 0, 0, 1);
         // The same sample with one frame fewer fits two buffers exactly.
-        assert!(c.admit(slot, TID));
+        let adm = c.admit(slot, TID).unwrap();
         let hdr = RecordHeader { sample_id: 2, flags: FLAG_TRUNCATED, ..hdr };
-        assert!(c.write_sample(slot, &hdr, 2 * per, |i| 1000 + i as u64).committed);
+        assert!(c.write_sample(&adm, &hdr, 2 * per, |i| 1000 + i as u64).committed);
+        drop(adm);
         let out = drain(&c, &mut l);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].2, (1000..1000 + 2 * per as u64).collect::<Vec<u64>>());
@@ -1467,10 +1695,11 @@ mod fragment_tests {
         let slot = c.slot(0).unwrap();
         let mut want = Vec::new();
         for id in 1..=6u64 {
-            assert!(c.admit(slot, TID));
+            let adm = c.admit(slot, TID).unwrap();
             let n = [3usize, 30, 7, 44, 11, 12][id as usize - 1];
             let hdr = RecordHeader { tid: TID, sample_id: id, flags: FLAG_TRUNCATED, ..RecordHeader::default() };
-            assert!(c.write_sample(slot, &hdr, n, |i| id * 100 + i as u64).committed, "sample {id}");
+            assert!(c.write_sample(&adm, &hdr, n, |i| id * 100 + i as u64).committed, "sample {id}");
+            drop(adm);
             want.push((TID, id, (0..n as u64).map(|i| id * 100 + i).collect::<Vec<_>>()));
             if id % 2 == 0 {
                 let got = drain(&c, &mut l);

@@ -10,10 +10,10 @@
 //!     event buffers -> sampler.drain(&mut w.sampler_locked, &mut |rec| intern + ExecutionSample)
 //!     -> own event buffer -> checkpoint -> header           (sampler pass AFTER event buffers)
 //! recorder thread (sampler.exclude_current_thread() first):
-//!     loop { let work = sampler.wait_pending(timeout);       // without L
+//!     loop { let work = sampler.wait_pending(timeout);       // without L; refills spares
+//!            every ~100 ms-1 s: sampler.discover_threads_unlocked();   // without L
 //!            lock L; if work { sampler.drain_full(..) }
-//!            every ~100 ms-1 s: sampler.discover_threads(..); lost = sampler.take_lost(..)
-//!            -> write lost as data-loss events; unlock L }
+//!            lost = sampler.take_lost(..) -> write lost as data-loss events; unlock L }
 //! application threads (optional, zero delay, exact bounds): sampler.register_current_thread()
 //! end: lock L; flush; let report = Arc::into_inner(sampler).stop(&mut locked, &mut |rec| ..);
 //!      write report.lost; final flush
@@ -21,11 +21,13 @@
 //! - [`Sampler::start`] returns the [`Sampler`] (shared, `Sync`) and the [`SamplerLocked`] state,
 //!   which the caller keeps *inside* the chunk-writer mutex L, so every method that takes
 //!   `&mut SamplerLocked` is proven to run under L.
-//! - The flusher, holding L, calls [`Sampler::drain`] after the event buffers (active pass, then
-//!   full queue; §4.3 steps 2-3).
-//! - The recorder thread loops on [`Sampler::wait_pending`]; when it returns true or times out it
-//!   takes L and calls [`Sampler::drain_full`], periodically [`Sampler::discover_threads`] and
-//!   [`Sampler::take_lost`].
+//! - The flusher, holding L, calls [`Sampler::drain`] after the event buffers (full queue, then
+//!   active buffers; §4.3 steps 2-3).
+//! - The recorder thread loops on [`Sampler::wait_pending`] (which refills spares, no L needed);
+//!   when it returns true or times out it takes L and calls [`Sampler::drain_full`] and
+//!   [`Sampler::take_lost`]. Periodically, *without* L, it calls
+//!   [`Sampler::discover_threads_unlocked`]: /proc is read outside every lock and the result
+//!   applied under the registry lock only (the whole of discovery needs nothing L protects).
 //! - [`Sampler::stop`] disarms everything, waits out in-flight handlers and hands the last
 //!   records to its callback.
 //!
@@ -33,26 +35,33 @@
 //! Modules: `buffer` (the protocol, loom-tested, no syscalls), `signal` (signal context only),
 //! `timer` (sampling sources). Thread state is found in the handler through the siginfo:
 //! `si_value` of the POSIX timer carries the slot index, `si_fd` of a perf event indexes a
-//! preallocated fd table; no thread-local is read in signal context. A slot is written only by the
-//! thread whose tid it holds (checked with `gettid` in the handler), so a stale signal after slot
-//! reuse is dropped, not written.
+//! preallocated fd table; no thread-local is read in signal context. A slot is written only by a
+//! handler admitted to it (`Core::admit`: the thread whose tid it holds, while it is not retired;
+//! I13), so a stale signal after slot reuse is dropped, not written.
 //!
 //! Locks, all in normal context and never in the handler: L (the caller's; proven by
-//! `&mut SamplerLocked`), the registry lock (slot bookkeeping for register / unregister /
-//! discovery; order L -> registry) and the lifecycle lock (start / stop / thread-exit guards;
-//! order L -> lifecycle -> registry). A registering thread does not hold L, so it takes its first
-//! buffer from a small lock-free reserve (crossbeam `ArrayQueue`) that L holders keep topped up.
+//! `&mut SamplerLocked`), the lifecycle lock (start / stop / thread-exit guards), the registry
+//! lock (slot bookkeeping for register / unregister / discovery) and the buffer pool's lock
+//! (`buffer.rs`); order L -> lifecycle -> registry -> pool. Registering threads and the recorder
+//! thread refill spares from the pool without L, so a long L hold does not starve the handlers.
 //!
 //! # Signal safety
 //! See `signal.rs`: no allocation, no lock, no formatting, no panic, errno preserved, every
-//! frame-pointer read validated against the thread's stack bounds.
+//! frame-pointer read validated against the thread's stack bounds, and frames read only when the
+//! stack pointer lies inside them.
 //!
-//! Stack bounds of discovered threads (suggested answer of design.md §6, taken): until known,
-//! samples carry the leaf PC and the stack pointer only; `discover_threads` looks the last stack
-//! pointer up in /proc/self/maps and stores the mapping as the bounds. Thread exit and tid reuse
-//! (§6, taken): registered threads retire their slot from a thread-local guard at exit;
-//! discovered threads that vanish, or whose tid now has another start time (stat field 22), are
-//! retired by the L holder in `discover_threads` and reaped by the next `drain_full`.
+//! # Thread discovery and retirement (design.md §6, and findings 1, 6 and 9 of the 2026-11-30 review)
+//! Until its stack bounds are known, a discovered thread's samples carry the leaf PC and the stack
+//! pointer only; discovery looks the last stack pointer up in /proc/self/maps and stores the
+//! mapping as the bounds. The main thread's stack grows down: its bounds reach as low as the
+//! stack may grow (RLIMIT_STACK, the mapping below), and the part known to be mapped follows the
+//! growth (`signal::walkable`). Registered threads retire their slot from a thread-local guard at
+//! exit. A slot is retired on behalf of another thread only when that thread is proven dead:
+//! `tgkill(pid, tid, 0)` fails with ESRCH, or its tid now names a thread with another start time
+//! (stat field 22) or a zombie. A thread missing from a /proc listing, a listing that could not be
+//! read (EMFILE, ENOMEM), a stat that could not be read or a thread that registered after the
+//! listing is never taken for dead. Even then the retirer takes over the slot only once no
+//! handler is admitted to it (I13), and the next `drain_full` processes its buffers and reaps it.
 //! fork (§6): a `pthread_atfork` child hook leaves the child not recording, with no lock held.
 
 pub mod buffer;
@@ -77,15 +86,16 @@ pub mod bench_support {
     pub fn open_perf_signal(tid: u32, period: Duration) -> io::Result<i32> {
         let fd = super::timer::perf_open(tid, period)?;
         if let Err(e) = super::timer::perf_enable(fd, tid) {
-            super::timer::disarm(super::timer::Source::Perf(fd));
+            super::timer::disarm(super::timer::Source::Perf(fd), tid);
             return Err(e);
         }
         Ok(fd)
     }
 
-    /// Disables and closes a source from [`open_perf_signal`].
-    pub fn close_perf_signal(fd: i32) {
-        super::timer::disarm(super::timer::Source::Perf(fd));
+    /// Disables and closes a source from [`open_perf_signal`] of thread `tid`.
+    pub fn close_perf_signal(fd: i32, tid: u32) {
+        super::timer::disarm(super::timer::Source::Perf(fd), tid);
+        super::timer::release_quarantine();
     }
 }
 
@@ -94,15 +104,15 @@ pub use imp::*;
 
 #[cfg(not(loom))]
 mod imp {
-    use super::buffer::{Core, LockedState, SampleRecord, SLOT_FREE, SLOT_LIVE};
+    use super::buffer::{Core, LockedState, SampleRecord, StackBounds, ThreadSlot, SLOT_FREE, SLOT_LIVE};
     use super::signal;
     use super::timer::{self, Source};
     use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
     use crate::sync::{AtomicU32, AtomicU64, Ordering};
     use std::cell::RefCell;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
     use std::io;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     /// How samples are triggered.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -171,18 +181,21 @@ mod imp {
         pub taken: u64,
         /// Samples handed to a drain callback.
         pub written: u64,
-        /// Samples lost (no spare buffer, suppressed).
+        /// Samples lost (no spare buffer, the thread's slot retired meanwhile).
         pub lost: u64,
-        /// Signals that reached no slot (stale after unregistration, foreign thread).
+        /// Signals that reached no slot (stale timer signal after unregistration, foreign thread).
         pub unattributed: u64,
+        /// Signals of a perf event that was disarmed before they were delivered (dropped: they
+        /// are no sample of a recorded thread).
+        pub stale: u64,
         /// Slots not FREE (live or awaiting reaping).
         pub slots_in_use: usize,
         /// Per thread, for slots not FREE.
         pub threads: Vec<ThreadStats>,
     }
 
-    /// State only holders of the chunk-writer lock L may touch (the CLEAN free list, scratch
-    /// space). Keep it inside the Mutex that is L.
+    /// State only holders of the chunk-writer lock L may touch (reassembly, order, scratch space).
+    /// Keep it inside the Mutex that is L.
     #[derive(Debug)]
     pub struct SamplerLocked {
         inner: LockedState,
@@ -197,11 +210,50 @@ mod imp {
         pub stats: SamplerStats,
     }
 
+    /// What one thread discovery did ([`Sampler::discover_threads_unlocked`]).
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct DiscoveryReport {
+        /// Threads in the /proc/self/task listing.
+        pub listed: usize,
+        /// The listing was read to its end (false: EMFILE, ENOMEM, ...; nothing was inferred from
+        /// what is missing).
+        pub listing_complete: bool,
+        /// Threads that started being sampled.
+        pub armed: usize,
+        /// Slots retired on behalf of threads proven dead.
+        pub retired: usize,
+        /// Threads missing from the listing that are not proven dead (kept).
+        pub kept_unproven: usize,
+        /// Retirements waiting for a handler to leave the slot (retried next time).
+        pub retire_pending: usize,
+        /// Whole discovery, wall time.
+        pub elapsed: Duration,
+        /// Time the registry lock was held, in all.
+        pub registry_held: Duration,
+        /// Longest single hold of the registry lock.
+        pub registry_held_max: Duration,
+        /// The kernel's name (`comm`) of every listed thread whose stat could be read, from the
+        /// read that gave its start time: for the recorder to name threads while they run.
+        pub names: Vec<(u32, String)>,
+    }
+
+    /// A registry entry: the thread a slot samples, identified by (tid, start time).
     #[derive(Debug)]
     struct Entry {
         tid: u32,
+        /// Stat field 22; 0 if it could not be read (then the tid alone identifies it).
         start_time: u64,
         source: Option<Source>,
+        /// The thread registered itself (exact bounds, exit guard); else it was discovered.
+        registered: bool,
+        /// Proven dead, slot retirement waiting for a handler to leave (I13).
+        retiring: bool,
+    }
+
+    impl Entry {
+        fn is(&self, tid: u32, start: u64) -> bool {
+            self.tid == tid && (self.start_time == 0 || start == 0 || self.start_time == start)
+        }
     }
 
     #[derive(Debug, Default)]
@@ -210,6 +262,17 @@ mod imp {
         entries: Vec<Option<Entry>>,
         /// (tid, start time) of threads that asked not to be sampled.
         excluded: Vec<(u32, u64)>,
+    }
+
+    impl Registry {
+        /// The slot of thread (tid, start), if it has one that is not being retired.
+        fn find(&self, tid: u32, start: u64) -> Option<usize> {
+            self.entries.iter().position(|e| e.as_ref().is_some_and(|e| !e.retiring && e.is(tid, start)))
+        }
+
+        fn is_excluded(&self, tid: u32, start: u64) -> bool {
+            self.excluded.iter().any(|&(t, s)| t == tid && (s == 0 || start == 0 || s == start))
+        }
     }
 
     /// Everything the handler can reach, behind [`signal::SHARED`].
@@ -225,15 +288,18 @@ mod imp {
         /// in order, then the ring of the last `outer` frames seen. Preallocated; only the slot's
         /// owner (its handler; SIGPROF is blocked while it runs) touches its part.
         scratch: Box<[AtomicU64]>,
+        /// This process's pid and the main thread's start stack (`unwind::main_thread_entry`),
+        /// for the handler's "reached the outermost frame" rule.
+        pub(super) pid: u32,
+        pub(super) main_entry: usize,
+        pub(super) page_size: usize,
+        /// Stale perf signals dropped (see `SamplerStats::stale`).
+        stale: AtomicU64,
         period: Duration,
         mode: SamplingMode,
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
         registry: parking_lot::Mutex<Registry>,
-        /// CLEAN buffers an L holder set aside so that a registering thread (which does not hold
-        /// L) gets its first buffer at once. Filled by L holders after every pass, popped by
-        /// registrants; never touched by the handler.
-        reserve: crossbeam_queue::ArrayQueue<u32>,
     }
 
     impl Shared {
@@ -257,29 +323,34 @@ mod imp {
             (v != 0).then(|| v as usize - 1)
         }
 
+        /// Counts a stale perf signal.
+        ///
+        /// # Signal safety
+        /// One atomic RMW.
+        #[inline]
+        pub(super) fn count_stale(&self) {
+            // Relaxed: statistics only.
+            self.stale.fetch_add(1, Ordering::Relaxed);
+        }
+
         /// Posts the recorder wakeup: one 8-byte `write` to the eventfd.
         ///
         /// # Signal safety
-        /// `write(2)` is async-signal-safe; the eventfd is non-blocking.
+        /// The raw `write(2)` syscall (glibc's `write` is a cancellation point); the eventfd is
+        /// non-blocking.
         #[inline]
         pub(super) fn post_wake(&self) {
             let one: u64 = 1;
             // SAFETY: `wake_fd` is our eventfd, open until `Shared` is dropped after stop's grace
             // period; `one` is 8 readable bytes.
-            unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+            unsafe { libc::syscall(libc::SYS_write, self.wake_fd, (&one as *const u64).cast::<u8>(), 8usize) };
         }
 
-        /// Tops the registration reserve up from the free list (L held).
-        fn top_up_reserve(&self, locked: &mut SamplerLocked) {
-            while !self.reserve.is_full() {
-                let Some(index) = self.core.take_clean(&mut locked.inner) else {
-                    break;
-                };
-                if let Err(index) = self.reserve.push(index) {
-                    // A registrant pushed one back meanwhile; keep this one on the free list.
-                    self.core.return_clean(&mut locked.inner, index);
-                    break;
-                }
+        /// Retires `slot` on its owner's thread (normal context) and posts the wakeup if asked
+        /// (finding 10 of the review: every retirement wakes the recorder when it must).
+        fn retire_own(&self, slot: &ThreadSlot) {
+            if self.core.retire_slot(slot) {
+                self.post_wake();
             }
         }
 
@@ -294,11 +365,11 @@ mod imp {
                             if timer::perf_enable(fd, tid).is_ok() {
                                 return Ok(Source::Perf(fd));
                             }
-                            // Relaxed: the fd is closed below, no signal will use the entry.
+                            // Relaxed: the event never fired; it is disarmed below.
                             e.store(0, Ordering::Relaxed);
-                            timer::disarm(Source::Perf(fd));
+                            timer::disarm(Source::Perf(fd), tid);
                         }
-                        None => timer::disarm(Source::Perf(fd)),
+                        None => timer::disarm(Source::Perf(fd), tid),
                     }
                 }
                 // Fall back to a CPU timer for this thread.
@@ -306,17 +377,18 @@ mod imp {
             timer::timer_arm(tid, slot, self.period)
         }
 
-        fn disarm(&self, source: Source) {
-            let fd = match source {
-                Source::Perf(fd) => Some(fd),
-                Source::Timer(_) => None,
-            };
-            timer::disarm(source);
-            if let Some(e) = fd.and_then(|fd| self.fd_slots.get(fd as usize)) {
-                // Relaxed: a stale signal carrying this fd maps to nothing or to a reused fd's
-                // slot, whose tid check drops it.
-                e.store(0, Ordering::Relaxed);
+        /// Disarms thread `tid`'s source. Called with the registry lock held, so the fd cannot
+        /// be armed again for another slot between the two steps.
+        fn disarm(&self, source: Source, tid: u32) {
+            if let Source::Perf(fd) = source {
+                if let Some(e) = self.fd_slots.get(fd as usize) {
+                    // Relaxed: from now on a signal carrying this fd is stale (dropped, counted);
+                    // the fd number stays reserved until no such signal can be pending
+                    // (`timer::disarm`).
+                    e.store(0, Ordering::Relaxed);
+                }
             }
+            timer::disarm(source, tid);
         }
     }
 
@@ -338,6 +410,7 @@ mod imp {
     /// The parent's `Shared` is leaked in the child (a copy of the parent's memory).
     extern "C" fn atfork_child() {
         let shared = signal::forget_in_child();
+        timer::forget_locks_in_child();
         if LIFECYCLE.is_locked() {
             // SAFETY: the holder was a parent thread that does not exist in the child.
             unsafe { LIFECYCLE.force_unlock() };
@@ -399,55 +472,216 @@ mod imp {
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
     }
 
+    fn getpid() -> u32 {
+        // SAFETY: no preconditions.
+        unsafe { libc::getpid() as u32 }
+    }
+
+    /// Fields of /proc/self/task/TID/stat that identify a thread.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct TaskStat {
+        /// Field 3 (R, S, D, Z, X, ...).
+        state: u8,
+        /// Field 22, in clock ticks since boot.
+        start_time: u64,
+    }
+
+    fn task_stat(tid: u32, buf: &mut String) -> io::Result<TaskStat> {
+        use std::io::Read;
+        buf.clear();
+        std::fs::File::open(format!("/proc/self/task/{tid}/stat"))?.read_to_string(buf)?;
+        parse_task_stat(buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable stat"))
+    }
+
+    fn parse_task_stat(stat: &str) -> Option<TaskStat> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace();
+        let state = *fields.next()?.as_bytes().first()?;
+        // Field 3 was the first after the comm; field 22 is the 19th after it.
+        let start_time = fields.nth(18)?.parse().ok()?;
+        Some(TaskStat { state, start_time })
+    }
+
     /// Start time (field 22 of /proc/self/task/TID/stat), 0 if unreadable.
     fn start_time(tid: u32) -> u64 {
-        start_time_and_name(tid).0
+        task_stat(tid, &mut String::new()).map_or(0, |s| s.start_time)
     }
 
-    /// Start time, as [`start_time`], and the thread's name (`comm`) from the same read.
-    fn start_time_and_name(tid: u32) -> (u64, Option<String>) {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-            return (0, None);
+    /// What is known about whether thread (tid, start) still runs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Fate {
+        Alive,
+        Dead,
+        Unknown,
+    }
+
+    /// Proves a thread dead, or not (finding 1 of the review): only the kernel's word counts.
+    /// `tgkill(pid, tid, 0)` failing with ESRCH (no task with that tid in this process), or its
+    /// tid naming a task with another start time (tid reuse) or a zombie, is death. Anything that
+    /// cannot be read is `Unknown`, never death.
+    fn fate(tid: u32, start: u64, buf: &mut String) -> Fate {
+        let exists = || {
+            // SAFETY: signal 0 only checks that the target exists and may be signalled.
+            let rc = unsafe { libc::syscall(libc::SYS_tgkill, getpid() as libc::pid_t, tid as libc::pid_t, 0) };
+            if rc == 0 {
+                Some(true)
+            } else if io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                Some(false)
+            } else {
+                None
+            }
         };
-        (parse_start_time(&stat).unwrap_or(0), crate::thread::stat_comm(&stat).map(str::to_owned))
+        match exists() {
+            Some(false) => return Fate::Dead,
+            None => return Fate::Unknown,
+            Some(true) => {}
+        }
+        match task_stat(tid, buf) {
+            Ok(st) if start != 0 && st.start_time != start => Fate::Dead,
+            Ok(st) if st.state == b'Z' || st.state == b'X' => Fate::Dead,
+            Ok(_) => Fate::Alive,
+            // /proc says no such task: believe it only if the kernel now agrees.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && exists() == Some(false) => Fate::Dead,
+            Err(_) => Fate::Unknown,
+        }
     }
 
-    fn parse_start_time(stat: &str) -> Option<u64> {
-        let rest = &stat[stat.rfind(')')? + 1..];
-        // Fields after the comm start at field 3; field 22 is the 20th of them.
-        rest.split_whitespace().nth(19)?.parse().ok()
+    /// The /proc/self/task listing with start times, read outside every lock.
+    #[derive(Debug, Default)]
+    struct TaskListing {
+        /// (tid, start time if its stat could be read).
+        threads: Vec<(u32, Option<u64>)>,
+        /// (tid, `comm`) of the threads whose stat was read, from that same read.
+        names: Vec<(u32, String)>,
+        complete: bool,
+    }
+
+    fn list_tasks() -> TaskListing {
+        let mut out = TaskListing::default();
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return out;
+        };
+        let mut buf = String::new();
+        out.complete = true;
+        for e in dir {
+            let Ok(e) = e else {
+                out.complete = false;
+                break;
+            };
+            if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+                let stat = task_stat(tid, &mut buf).ok();
+                if stat.is_some() {
+                    out.names.extend(crate::thread::stat_comm(&buf).map(|n| (tid, n.to_owned())));
+                }
+                out.threads.push((tid, stat.map(|s| s.start_time)));
+            }
+        }
+        out
     }
 
     /// Stack bounds of the calling thread (shared with the event-stack walk, which caches them per
-    /// thread).
-    fn current_stack_bounds() -> Option<(usize, usize)> {
+    /// thread). The main thread's stack may still grow: only the part above its current stack
+    /// pointer counts as verified (the handler checks the rest when it gets there).
+    fn current_stack_bounds() -> StackBounds {
         let (lo, hi) = crate::unwind::current_stack_bounds();
-        (hi != 0).then_some((lo, hi))
+        if hi == 0 {
+            return StackBounds::default();
+        }
+        let verified_lo = if gettid() == getpid() { crate::unwind::frame_pointer().clamp(lo, hi) } else { lo };
+        StackBounds { lo, verified_lo, hi }
     }
 
     /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
-    /// queue). Called on the thread itself (or, for a dead thread, by whoever noticed).
+    /// queue). Called on the thread itself.
     fn unregister(shared: &Shared, tid: u32, start: u64) {
-        let mut reg = shared.registry.lock();
-        let found = reg.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.tid == tid && e.start_time == start));
-        if let Some(index) = found {
-            retire_entry(shared, &mut reg, index);
-        }
-    }
-
-    /// Disarms entry `index` and retires its slot (registry lock held).
-    fn retire_entry(shared: &Shared, reg: &mut Registry, index: usize) {
-        let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) else {
-            return;
-        };
-        if let Some(source) = entry.source {
-            shared.disarm(source);
-        }
-        if let Some(slot) = shared.core.slot(index) {
-            if slot.state() == SLOT_LIVE && shared.core.retire_slot(slot) {
-                shared.post_wake();
+        {
+            let mut reg = shared.registry.lock();
+            if let Some(index) = reg.find(tid, start) {
+                if let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) {
+                    if let Some(source) = entry.source {
+                        shared.disarm(source, tid);
+                    }
+                    if let Some(slot) = shared.core.slot(index) {
+                        if slot.state() == SLOT_LIVE {
+                            shared.retire_own(slot);
+                        }
+                    }
+                }
             }
         }
+        timer::release_quarantine();
+    }
+
+    /// Retires entry `index` on behalf of its thread, which the caller proved dead (registry lock
+    /// held). Returns false if a handler is still inside the slot: the entry stays, marked
+    /// `retiring`, for the next discovery.
+    fn retire_dead(shared: &Shared, reg: &mut Registry, index: usize) -> bool {
+        let Some(entry) = reg.entries.get_mut(index).and_then(Option::as_mut) else {
+            return true;
+        };
+        if let Some(source) = entry.source.take() {
+            shared.disarm(source, entry.tid);
+        }
+        entry.retiring = true;
+        let done = match shared.core.slot(index) {
+            Some(slot) if slot.state() == SLOT_LIVE => match shared.core.retire_on_behalf(slot) {
+                Some(wake) => {
+                    if wake {
+                        shared.post_wake();
+                    }
+                    true
+                }
+                None => false,
+            },
+            _ => true,
+        };
+        if done {
+            if let Some(e) = reg.entries.get_mut(index) {
+                *e = None;
+            }
+        }
+        done
+    }
+
+    /// The `/proc/self/maps` mappings, sorted: `(lo, hi, is the main thread's [stack])`.
+    fn read_maps() -> Vec<(usize, usize, bool)> {
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return Vec::new();
+        };
+        let mut out: Vec<(usize, usize, bool)> = maps
+            .lines()
+            .filter_map(|line| {
+                let range = line.split_whitespace().next()?;
+                let (a, b) = range.split_once('-')?;
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                    line.ends_with("[stack]"),
+                ))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Bounds for a thread whose stack pointer is `sp`, from the mapping that contains it. For the
+    /// main thread's growing `[stack]`, `lo` is as low as it may grow: RLIMIT_STACK below its top,
+    /// and never into the mapping below (finding 6 of the review).
+    fn bounds_from_maps(maps: &[(usize, usize, bool)], sp: usize) -> Option<StackBounds> {
+        let i = maps.partition_point(|&(lo, _, _)| lo <= sp).checked_sub(1)?;
+        let &(lo, hi, growing) = maps.get(i)?;
+        if sp >= hi {
+            return None;
+        }
+        if !growing {
+            return Some(StackBounds { lo, verified_lo: lo, hi });
+        }
+        let below = i.checked_sub(1).and_then(|j| maps.get(j)).map_or(0, |m| m.1);
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: valid out pointer.
+        unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) };
+        let limit = if rl.rlim_cur == libc::RLIM_INFINITY { usize::MAX } else { rl.rlim_cur as usize };
+        Some(StackBounds { lo: hi.saturating_sub(limit).max(below).min(lo), verified_lo: lo, hi })
     }
 
     /// The CPU sampler. `Sync`: share it by reference or `Arc` between the recorder thread, the
@@ -457,11 +691,15 @@ mod imp {
         shared: *mut Shared,
     }
 
-    // SAFETY: `Shared` is made of atomics, immutable fields and a Mutex; the raw pointer is owned
+    // SAFETY: `Shared` is made of atomics, immutable fields and Mutexes; the raw pointer is owned
     // by this handle and freed only by `stop`/`drop`, which take it by value.
     unsafe impl Send for Sampler {}
-    // SAFETY: as above; every `&self` method synchronizes through atomics or the registry lock.
+    // SAFETY: as above; every `&self` method synchronizes through atomics or the locks.
     unsafe impl Sync for Sampler {}
+
+    /// New threads claimed per registry-lock hold during discovery (their sources are armed outside
+    /// the lock): bounds how long registering and exiting threads wait for discovery.
+    const ARM_BATCH: usize = 64;
 
     impl Sampler {
         fn shared(&self) -> &Shared {
@@ -520,25 +758,31 @@ mod imp {
             let mut nofile = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             // SAFETY: valid out pointer.
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut nofile) };
-            let fd_len = (nofile.rlim_cur as usize).clamp(1024, 1 << 16);
+            let fd_len = (nofile.rlim_cur as usize).clamp(1024, signal::PERF_FD_TABLE);
             if *life & ATFORK_REGISTERED == 0 {
                 // SAFETY: registers a hook that only does atomic stores and lock releases.
                 if unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) } == 0 {
                     *life |= ATFORK_REGISTERED;
                 }
             }
+            timer::release_quarantine();
             let (core, locked) = Core::with_spares(nslots, nbuffers, capacity_words, per_thread - 1);
             *life += 1;
+            // SAFETY: sysconf has no preconditions.
+            let page_size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
             let shared = Box::new(Shared {
                 core,
                 fd_slots: (0..fd_len).map(|_| AtomicU32::new(0)).collect(),
                 wake_fd,
                 depth,
                 scratch: (0..nslots * (depth.inner + depth.outer)).map(|_| AtomicU64::new(0)).collect(),
+                pid: getpid(),
+                main_entry: crate::unwind::main_thread_entry(),
+                page_size,
+                stale: AtomicU64::new(0),
                 period,
                 mode,
                 generation: *life,
-                reserve: crossbeam_queue::ArrayQueue::new(nslots.clamp(1, 16)),
                 registry: parking_lot::Mutex::new(Registry {
                     entries: (0..nslots).map(|_| None).collect(),
                     excluded: Vec::new(),
@@ -546,7 +790,6 @@ mod imp {
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
-            shared.top_up_reserve(&mut locked);
             signal::install()?;
             let shared = Box::into_raw(shared);
             signal::publish(shared);
@@ -563,66 +806,76 @@ mod imp {
             self.shared().period
         }
 
-        /// Starts sampling the calling thread now, with exact stack bounds (pthread_getattr_np).
-        /// Its first buffer comes at once from a lock-free reserve that L holders keep topped up;
-        /// its spare arrives with the next `drain`/`drain_full`/`discover_threads` (the recorder
-        /// is woken). The thread is unregistered automatically when it exits (a thread-local
-        /// guard; normal context). A no-op for excluded or already registered threads.
+        /// Starts sampling the calling thread now, with exact stack bounds (pthread_getattr_np)
+        /// and all its spare buffers taken from the pool at once (no L needed). The thread is
+        /// unregistered automatically when it exits (a thread-local guard; normal context). A
+        /// thread that was already discovered keeps its slot and gets its exact bounds and the
+        /// guard; a no-op for excluded or already registered threads.
         ///
         /// Fails if no slot is free (`max_threads`) or the sampling source cannot be armed.
         pub fn register_current_thread(&self) -> io::Result<()> {
             let shared = self.shared();
             let tid = gettid();
             let start = start_time(tid);
-            let (lo, hi) = current_stack_bounds().unwrap_or((0, 0));
+            let bounds = current_stack_bounds();
             {
                 let mut reg = shared.registry.lock();
-                if reg.excluded.contains(&(tid, start))
-                    || reg.entries.iter().flatten().any(|e| e.tid == tid && e.start_time == start)
-                {
+                if reg.is_excluded(tid, start) {
                     return Ok(());
                 }
-                // An entry with our tid but another start time belongs to a dead thread whose
-                // tid we reuse: retire it now rather than at the next discovery.
-                let stale: Vec<usize> = (0..reg.entries.len())
-                    .filter(|&i| {
-                        reg.entries
-                            .get(i)
-                            .and_then(Option::as_ref)
-                            .is_some_and(|e| e.tid == tid && e.start_time != start)
-                    })
-                    .collect();
-                for i in stale {
-                    retire_entry(shared, &mut reg, i);
-                }
-                let slot = shared
-                    .core
-                    .claim_slot(tid, lo, hi)
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))?;
-                slot.set_span_cell(crate::span_context::cell_for(tid));
-                let index = slot.index() as usize;
-                // First buffer now, from the reserve; the rest come from L holders' refills.
-                if let Some(b) = shared.reserve.pop() {
-                    if !shared.core.install_spare(slot, b) {
-                        // An L holder's refill got there first; hand the buffer back.
-                        // FIXME(sampler): if the reserve refilled to capacity meanwhile, the
-                        // buffer drops out of the pool until stop (bounded, never unsafe).
-                        let _ = shared.reserve.push(b);
+                if let Some(index) = reg.find(tid, start) {
+                    let Some(entry) = reg.entries.get_mut(index).and_then(Option::as_mut) else {
+                        return Ok(());
+                    };
+                    if entry.registered {
+                        return Ok(());
                     }
-                }
-                match shared.arm(tid, index) {
-                    Ok(source) => {
-                        if let Some(e) = reg.entries.get_mut(index) {
-                            *e = Some(Entry { tid, start_time: start, source: Some(source) });
+                    // Discovered before: now with exact bounds and an exit guard.
+                    entry.registered = true;
+                    if let (Some(slot), true) = (shared.core.slot(index), bounds.hi != 0) {
+                        slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);
+                    }
+                } else {
+                    // An entry with our tid but another start time belongs to a dead thread whose
+                    // tid we reuse (proof enough): retire it now rather than at the next discovery.
+                    let stale: Vec<usize> = (0..reg.entries.len())
+                        .filter(|&i| {
+                            reg.entries.get(i).and_then(Option::as_ref).is_some_and(|e| {
+                                e.tid == tid && e.start_time != 0 && start != 0 && e.start_time != start
+                            })
+                        })
+                        .collect();
+                    for i in stale {
+                        retire_dead(shared, &mut reg, i);
+                    }
+                    let slot = shared
+                        .core
+                        .claim_slot(tid, bounds)
+                        .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))?;
+                    slot.set_span_cell(crate::span_context::cell_for(tid));
+                    let index = slot.index() as usize;
+                    // Every spare now, before the timer can fire: the first samples (deep ones
+                    // need several buffers) do not wait for a refill.
+                    shared.core.fill_spares(slot);
+                    match shared.arm(tid, index) {
+                        Ok(source) => {
+                            if let Some(e) = reg.entries.get_mut(index) {
+                                *e = Some(Entry {
+                                    tid,
+                                    start_time: start,
+                                    source: Some(source),
+                                    registered: true,
+                                    retiring: false,
+                                });
+                            }
                         }
-                    }
-                    Err(err) => {
-                        shared.core.retire_slot(slot);
-                        return Err(err);
+                        Err(err) => {
+                            shared.retire_own(slot);
+                            return Err(err);
+                        }
                     }
                 }
             }
-            shared.post_wake();
             // `try_with`: fails only during thread teardown, when there is nothing to guard. A
             // previous guard is disarmed first so that dropping it cannot unregister us.
             let _ = EXIT_GUARD.try_with(|g| {
@@ -655,82 +908,217 @@ mod imp {
             self.unregister_current_thread();
         }
 
-        /// Scans /proc/self/task (L held): arms sampling for new threads, retires the slots of
-        /// vanished ones (tid reuse told apart by start time; their buffers go to the full queue
-        /// and the next `drain_full` processes and reaps them), finds stack bounds of discovered
-        /// threads from /proc/self/maps, refills spares. Returns the name (`comm`) of every thread
-        /// listed, read with its start time, for the recorder to name threads while they run.
-        pub fn discover_threads(&self, locked: &mut SamplerLocked) -> Vec<(u32, String)> {
+        /// [`Sampler::discover_threads_unlocked`], for callers that hold L anyway (L is not
+        /// needed; prefer the unlocked call, which keeps /proc reads out of the flush path).
+        pub fn discover_threads(&self, _locked: &mut SamplerLocked) -> DiscoveryReport {
+            self.discover_threads_unlocked()
+        }
+
+        /// Thread discovery, callable without L (and without any other lock of the caller's):
+        /// lists /proc/self/task with start times outside every lock, arms sampling for new threads
+        /// (a few at a time under the registry lock), retires the slots of threads proven dead
+        /// (their buffers go to the full queue; the next `drain_full` processes them and reaps the
+        /// slots), finds stack bounds of discovered threads in /proc/self/maps, refills spares and
+        /// closes perf fds whose signals can no longer arrive. Never retires a live thread (see the
+        /// module docs); a failed /proc read only means less is learned this time.
+        pub fn discover_threads_unlocked(&self) -> DiscoveryReport {
             let shared = self.shared();
-            let mut live: Vec<(u32, u64)> = Vec::new();
-            let mut names = Vec::new();
-            if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-                for e in dir.flatten() {
-                    if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                        let (start, name) = start_time_and_name(tid);
-                        live.push((tid, start));
-                        names.extend(name.map(|n| (tid, n)));
+            let t0 = Instant::now();
+            let mut report = DiscoveryReport::default();
+            let mut held = Duration::ZERO;
+            let mut held_max = Duration::ZERO;
+            let mut hold = |since: Instant| {
+                let d = since.elapsed();
+                held += d;
+                held_max = held_max.max(d);
+            };
+            // 1. Outside every lock: the listing.
+            let mut listing = list_tasks();
+            report.listed = listing.threads.len();
+            report.listing_complete = listing.complete;
+            report.names = std::mem::take(&mut listing.names);
+            let listed_tids: HashMap<u32, Option<u64>> = listing.threads.iter().copied().collect();
+            let is_listed = |tid: u32, start: u64| match listed_tids.get(&tid) {
+                Some(&Some(s)) => start == 0 || s == start,
+                _ => false,
+            };
+            // 2. Under the registry lock: who is missing from the listing (candidates),
+            // retirements still waiting for a handler to leave, and who is known already.
+            let (candidates, excluded_candidates, known) = {
+                let since = Instant::now();
+                let reg = shared.registry.lock();
+                let known: HashSet<(u32, u64)> = reg
+                    .entries
+                    .iter()
+                    .flatten()
+                    .map(|e| (e.tid, e.start_time))
+                    .chain(reg.excluded.iter().copied())
+                    .collect();
+                let c: Vec<(usize, u32, u64, bool)> = reg
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+                    .filter(|(_, e)| e.retiring || !is_listed(e.tid, e.start_time))
+                    .map(|(i, e)| (i, e.tid, e.start_time, e.retiring))
+                    .collect();
+                let x: Vec<(u32, u64)> = reg.excluded.iter().copied().filter(|&(t, s)| !is_listed(t, s)).collect();
+                drop(reg);
+                hold(since);
+                (c, x, known)
+            };
+            // 3. Outside the lock: the kernel's word on each candidate.
+            let mut buf = String::new();
+            let proven: Vec<(usize, u32, u64)> = candidates
+                .iter()
+                .filter_map(|&(i, tid, start, retiring)| {
+                    if retiring {
+                        return Some((i, tid, start));
                     }
-                }
-            }
-            let live_set: HashSet<(u32, u64)> = live.iter().copied().collect();
-            let mut need_bounds = Vec::new();
-            {
-                let mut reg = shared.registry.lock();
-                reg.excluded.retain(|t| live_set.contains(t));
-                let mut present = HashSet::new();
-                for index in 0..reg.entries.len() {
-                    let Some(Some(entry)) = reg.entries.get(index) else {
-                        continue;
-                    };
-                    let key = (entry.tid, entry.start_time);
-                    if live_set.contains(&key) {
-                        present.insert(key);
-                        if let Some(slot) = shared.core.slot(index) {
-                            if slot.stack_bounds().1 == 0 && slot.last_sp() != 0 {
-                                need_bounds.push((index, slot.last_sp()));
-                            }
+                    match fate(tid, start, &mut buf) {
+                        Fate::Dead => Some((i, tid, start)),
+                        Fate::Alive | Fate::Unknown => {
+                            report.kept_unproven += 1;
+                            None
                         }
+                    }
+                })
+                .collect();
+            let dead_excluded: Vec<(u32, u64)> = excluded_candidates
+                .into_iter()
+                .filter(|&(tid, start)| fate(tid, start, &mut buf) == Fate::Dead)
+                .collect();
+            // 4. Under the registry lock: retire the proven dead (if their entry is still the one
+            // we proved dead), forget dead excluded threads.
+            {
+                let since = Instant::now();
+                let mut reg = shared.registry.lock();
+                reg.excluded.retain(|t| !dead_excluded.contains(t));
+                for (i, tid, start) in proven {
+                    let same = reg
+                        .entries
+                        .get(i)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|e| e.tid == tid && e.start_time == start);
+                    if !same {
                         continue;
                     }
-                    // Vanished (or its tid now names a newer thread): the owner is dead, so no
-                    // handler can run for it; retire the slot on its behalf. Its buffers go to the
-                    // full queue; the next `drain_full` processes them and reaps the slot.
-                    retire_entry(shared, &mut reg, index);
+                    if retire_dead(shared, &mut reg, i) {
+                        report.retired += 1;
+                    } else {
+                        report.retire_pending += 1;
+                    }
                 }
-                for &(tid, start) in &live {
-                    if present.contains(&(tid, start)) || reg.excluded.contains(&(tid, start)) {
+                drop(reg);
+                hold(since);
+            }
+            // 5. New threads, a batch at a time: slots claimed (with their spares) under the
+            // registry lock, each checked against the registry as it is then (the thread may have
+            // registered or excluded itself meanwhile); sources armed outside it (a few syscalls
+            // each); armed sources recorded under it again, unless the entry went away meanwhile
+            // (the thread unregistered or excluded itself, or died and was retired).
+            let new: Vec<(u32, u64)> = listing
+                .threads
+                .iter()
+                .filter_map(|&(t, s)| s.map(|s| (t, s)))
+                .filter(|&(t, s)| !known.contains(&(t, s)) && !known.contains(&(t, 0)))
+                .collect();
+            for batch in new.chunks(ARM_BATCH) {
+                let since = Instant::now();
+                let mut reg = shared.registry.lock();
+                let mut claimed = Vec::with_capacity(batch.len());
+                let mut full = false;
+                for &(tid, start) in batch {
+                    if reg.find(tid, start).is_some() || reg.is_excluded(tid, start) {
                         continue;
                     }
-                    let Some(slot) = shared.core.claim_slot(tid, 0, 0) else {
+                    let Some(slot) = shared.core.claim_slot(tid, StackBounds::default()) else {
+                        full = true;
                         break;
                     };
                     slot.set_span_cell(crate::span_context::cell_for(tid));
                     let index = slot.index() as usize;
-                    match shared.arm(tid, index) {
-                        Ok(source) => {
+                    shared.core.fill_spares(slot);
+                    if let Some(e) = reg.entries.get_mut(index) {
+                        *e = Some(Entry { tid, start_time: start, source: None, registered: false, retiring: false });
+                    }
+                    claimed.push((index, tid, start));
+                }
+                drop(reg);
+                hold(since);
+                let armed: Vec<_> = claimed
+                    .into_iter()
+                    .map(|(index, tid, start)| (index, tid, start, shared.arm(tid, index)))
+                    .collect();
+                let since = Instant::now();
+                let mut reg = shared.registry.lock();
+                for (index, tid, start, source) in armed {
+                    let entry = reg
+                        .entries
+                        .get_mut(index)
+                        .and_then(Option::as_mut)
+                        .filter(|e| e.tid == tid && e.start_time == start && e.source.is_none() && !e.retiring);
+                    match (entry, source) {
+                        (Some(e), Ok(source)) => {
+                            e.source = Some(source);
+                            report.armed += 1;
+                        }
+                        (None, Ok(source)) => shared.disarm(source, tid),
+                        // The thread exited since the listing (its clock or task is gone): no
+                        // handler ever ran for this slot.
+                        (Some(_), Err(_)) => {
                             if let Some(e) = reg.entries.get_mut(index) {
-                                *e = Some(Entry { tid, start_time: start, source: Some(source) });
+                                *e = None;
+                            }
+                            if let Some(slot) = shared.core.slot(index) {
+                                if let Some(true) = shared.core.retire_on_behalf(slot) {
+                                    shared.post_wake();
+                                }
                             }
                         }
-                        Err(_) => {
-                            shared.core.retire_slot(slot);
-                        }
+                        (None, Err(_)) => {}
+                    }
+                }
+                drop(reg);
+                hold(since);
+                if full {
+                    break;
+                }
+            }
+            // 6. Stack bounds of discovered threads (unknown, or a main stack that grew past what
+            // the handler could verify), from one read of /proc/self/maps.
+            let need: Vec<(usize, usize)> = shared
+                .core
+                .slots()
+                .iter()
+                .filter(|s| s.state() == SLOT_LIVE && s.last_sp() != 0)
+                .filter(|s| {
+                    let b = s.stack_bounds();
+                    b.hi == 0 || (s.last_sp() < b.verified_lo && s.last_sp() >= b.lo)
+                })
+                .map(|s| (s.index() as usize, s.last_sp()))
+                .collect();
+            if !need.is_empty() {
+                let maps = read_maps();
+                for (index, sp) in need {
+                    let (Some(b), Some(slot)) = (bounds_from_maps(&maps, sp), shared.core.slot(index)) else {
+                        continue;
+                    };
+                    let old = slot.stack_bounds();
+                    if old.hi == 0 {
+                        slot.set_stack_bounds(b.lo, b.verified_lo, b.hi);
+                    } else if b.hi == old.hi {
+                        slot.lower_verified(b.verified_lo);
                     }
                 }
             }
-            if !need_bounds.is_empty() {
-                if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-                    for (index, sp) in need_bounds {
-                        if let (Some((lo, hi)), Some(slot)) = (mapping_containing(&maps, sp), shared.core.slot(index)) {
-                            slot.set_stack_bounds(lo, hi);
-                        }
-                    }
-                }
-            }
-            shared.core.refill_spares(&mut locked.inner);
-            shared.top_up_reserve(locked);
-            names
+            // 7. Spares for everyone (pool lock only), and perf fds whose last signal is in.
+            shared.core.refill_spares();
+            timer::release_quarantine();
+            report.registry_held = held;
+            report.registry_held_max = held_max;
+            report.elapsed = t0.elapsed();
+            report
         }
 
         /// Flusher pass (L held): the full queue (processed oldest first, recycled), reaping and
@@ -739,38 +1127,46 @@ mod imp {
         /// `Core::drain`). `f` sees whole samples only: fragments of oversized samples are
         /// reassembled first, incomplete ones counted lost.
         pub fn drain(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-            let shared = self.shared();
-            shared.core.drain(&mut locked.inner, f);
-            shared.top_up_reserve(locked);
+            self.shared().core.drain(&mut locked.inner, f);
         }
 
         /// Recorder pass (L held): the full queue only, then reaping and spare refills (§4.4).
         pub fn drain_full(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
-            let shared = self.shared();
-            shared.core.drain_full(&mut locked.inner, f);
-            shared.top_up_reserve(locked);
+            self.shared().core.drain_full(&mut locked.inner, f);
+        }
+
+        /// Gives every sampled thread's empty spare entries buffers from the pool. Needs no L (the
+        /// pool has its own lock), so the recorder thread can keep handlers supplied while
+        /// another thread holds L for long.
+        pub fn refill_spares(&self) {
+            self.shared().core.refill_spares();
         }
 
         /// Sleeps until a handler signals a full buffer / missing spare / new thread, or until
-        /// `timeout`. Returns true if there is work for `drain_full`. Call without holding L.
+        /// `timeout`; then refills spares (no L needed). Returns true if there is work for
+        /// `drain_full`. Call without holding L.
         pub fn wait_pending(&self, timeout: Duration) -> bool {
             let shared = self.shared();
-            if shared.core.take_pending() {
-                return true;
+            if !shared.core.take_pending() {
+                let mut pfd = libc::pollfd { fd: shared.wake_fd, events: libc::POLLIN, revents: 0 };
+                let ts = libc::timespec {
+                    tv_sec: timeout.as_secs() as libc::time_t,
+                    tv_nsec: timeout.subsec_nanos() as libc::c_long,
+                };
+                // SAFETY: one valid pollfd, valid timespec, no signal mask change.
+                let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+                if rc > 0 {
+                    let mut v: u64 = 0;
+                    // SAFETY: reads 8 bytes into `v` from our non-blocking eventfd.
+                    unsafe { libc::read(shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
+                }
+                if !shared.core.take_pending() {
+                    shared.core.refill_spares();
+                    return false;
+                }
             }
-            let mut pfd = libc::pollfd { fd: shared.wake_fd, events: libc::POLLIN, revents: 0 };
-            let ts = libc::timespec {
-                tv_sec: timeout.as_secs() as libc::time_t,
-                tv_nsec: timeout.subsec_nanos() as libc::c_long,
-            };
-            // SAFETY: one valid pollfd, valid timespec, no signal mask change.
-            let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-            if rc > 0 {
-                let mut v: u64 = 0;
-                // SAFETY: reads 8 bytes into `v` from our non-blocking eventfd.
-                unsafe { libc::read(shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
-            }
-            shared.core.take_pending()
+            shared.core.refill_spares();
+            true
         }
 
         /// Lost samples since the last call, per thread (L held), for data-loss events.
@@ -784,8 +1180,8 @@ mod imp {
         }
 
         /// Disarms every source, waits until no handler can touch the sampler, hands every record
-        /// still buffered to `f`, restores the application's SIGPROF handler (or leaves a harmless
-        /// one installed if there was none) and frees the pools.
+        /// still buffered to `f`, restores the application's SIGPROF handler (if ours is still the
+        /// current one; or leaves a harmless one installed if there was none) and frees the pools.
         pub fn stop(self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) -> StopReport {
             let shared = self.shared;
             std::mem::forget(self);
@@ -810,6 +1206,8 @@ mod imp {
             written: w,
             lost: l,
             unattributed: core.unattributed(),
+            // Relaxed: statistics.
+            stale: shared.stale.load(Ordering::Relaxed),
             ..SamplerStats::default()
         };
         for slot in core.slots() {
@@ -836,13 +1234,17 @@ mod imp {
         let sh = unsafe { &*shared };
         {
             let mut reg = sh.registry.lock();
-            for entry in reg.entries.iter_mut() {
-                if let Some(source) = entry.as_mut().and_then(|e| e.source.take()) {
-                    sh.disarm(source);
+            for entry in reg.entries.iter_mut().flatten() {
+                if let Some(source) = entry.source.take() {
+                    sh.disarm(source, entry.tid);
                 }
             }
         }
         signal::unpublish_and_wait();
+        // Perf fds whose thread has no SIGPROF pending are closed now; the others stay reserved
+        // (recognized as ours by the handler, which stays installed or chains) until a later
+        // start, stop or discovery sees their signal delivered.
+        timer::release_quarantine();
         let mut report = StopReport::default();
         if let Some((locked, f)) = fin {
             sh.core.drain_all_final(locked, f);
@@ -850,24 +1252,16 @@ mod imp {
             sh.core.unbind(locked);
         }
         report.stats = stats_of(sh);
-        signal::uninstall();
+        // A perf signal still pending on some thread would reach a restored application handler
+        // directly (finding 13): then ours stays installed; with no sampler it drops our stale
+        // signals and chains every other SIGPROF to the application's handler.
+        if timer::quarantine_is_empty() {
+            signal::uninstall();
+        }
         // SAFETY: unpublished and no handler is running (grace period above); exit guards check
         // the generation under LIFECYCLE, which we hold.
         drop(unsafe { Box::from_raw(shared) });
         report
-    }
-
-    /// The `/proc/self/maps` mapping `[lo, hi)` that contains `addr`.
-    fn mapping_containing(maps: &str, addr: usize) -> Option<(usize, usize)> {
-        for line in maps.lines() {
-            let range = line.split_whitespace().next()?;
-            let (a, b) = range.split_once('-')?;
-            let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
-            if lo <= addr && addr < hi {
-                return Some((lo, hi));
-            }
-        }
-        None
     }
 
     #[cfg(test)]
@@ -875,16 +1269,44 @@ mod imp {
         use super::*;
 
         #[test]
-        fn start_time_parses_field_22_after_comm_with_spaces() {
+        fn task_stat_parses_state_and_field_22_after_comm_with_spaces() {
             let stat = "123 (a b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21";
-            assert_eq!(parse_start_time(stat), Some(424242));
+            assert_eq!(parse_task_stat(stat), Some(TaskStat { state: b'S', start_time: 424242 }));
         }
 
         #[test]
-        fn mapping_lookup_finds_the_right_range() {
-            let maps = "1000-2000 r-xp 0 0:0 0 a\n7f00-8000 rw-p 0 0:0 0 [stack]\n";
-            assert_eq!(mapping_containing(maps, 0x7f10), Some((0x7f00, 0x8000)));
-            assert_eq!(mapping_containing(maps, 0x3000), None);
+        fn bounds_lookup_finds_the_mapping_and_lets_the_main_stack_grow() {
+            let maps = vec![(0x1000, 0x2000, false), (0x10_0000, 0x20_0000, false), (0x7f_0000, 0x80_0000, true)];
+            assert_eq!(
+                bounds_from_maps(&maps, 0x1800),
+                Some(StackBounds { lo: 0x1000, verified_lo: 0x1000, hi: 0x2000 })
+            );
+            assert_eq!(bounds_from_maps(&maps, 0x3000), None);
+            assert_eq!(bounds_from_maps(&maps, 0x500), None);
+            // The [stack] mapping may grow down to RLIMIT_STACK below its top, never into the
+            // mapping below it.
+            let b = bounds_from_maps(&maps, 0x7f_8000).unwrap();
+            assert_eq!((b.verified_lo, b.hi), (0x7f_0000, 0x80_0000));
+            assert!(b.lo >= 0x20_0000 && b.lo < 0x7f_0000, "{b:?}");
+        }
+
+        #[test]
+        fn fate_never_takes_a_live_thread_for_dead() {
+            let mut buf = String::new();
+            let me = gettid();
+            assert_eq!(fate(me, start_time(me), &mut buf), Fate::Alive);
+            // Unknown start time: the kernel's word that it exists is enough.
+            assert_eq!(fate(me, 0, &mut buf), Fate::Alive);
+            // Same tid, another start time: the entry's thread is dead (tid reuse).
+            assert_eq!(fate(me, start_time(me) + 1, &mut buf), Fate::Dead);
+            let t = std::thread::spawn(gettid);
+            let gone = t.join().unwrap();
+            // A joined thread may linger for a moment before the kernel forgets it.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while fate(gone, 0, &mut buf) != Fate::Dead {
+                assert!(Instant::now() < deadline, "a joined thread never became dead");
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 }

@@ -4,17 +4,24 @@
 //!
 //! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
 //! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
-//! preallocated table), check the slot belongs to this thread, walk once under the depth policy
+//! preallocated table), get admitted to the slot (it belongs to this thread and is not retired;
+//! I13), check the stack pointer lies in the thread's stack, walk once under the depth policy
 //! into the slot's scratch (innermost N in order, outermost M in a ring), `Core::write_sample`
-//! (fragments if the sample is larger than a buffer), post the wakeup if asked, restore errno. Signals that are not ours go to the application's previous
-//! SIGPROF handler, if it had one.
+//! (fragments if the sample is larger than a buffer), leave the slot, post the wakeup if asked,
+//! restore errno.
+//!
+//! Signals that are not ours go to the application's previous SIGPROF handler, if it had one.
+//! Ours are recognized even when stale: a POSIX timer signal carries our tag in `si_value`; a perf
+//! event signal carries an fd number that [`PERF_FDS`] marks as ours from before the event is
+//! enabled until no signal of it can be pending any more (see `timer::disarm`), whether or not a
+//! sampler is running.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::buffer::{RecordHeader, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
+use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
 use super::Shared;
 use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
-use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use crate::unwind::HARD_WALK_LIMIT;
+use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::unwind::{at_entry, HARD_WALK_LIMIT};
 use libc::{c_int, c_void, siginfo_t};
 use std::ptr;
 
@@ -28,6 +35,26 @@ static PREV_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
 /// The previous action, for restoring it (normal context only).
 static PREV_ACTION: parking_lot::Mutex<Option<libc::sigaction>> = parking_lot::const_mutex(None);
+
+/// fd numbers of our perf events, armed or quarantined (`timer.rs`): 1 = ours. Written in normal
+/// context only; read by the handler to tell a stale signal of ours from the application's own.
+pub(super) static PERF_FDS: [AtomicU8; PERF_FD_TABLE] = [const { AtomicU8::new(0) }; PERF_FD_TABLE];
+/// fds at or above this number are never used for perf events (`timer::perf_open` refuses them).
+pub(super) const PERF_FD_TABLE: usize = 1 << 16;
+
+/// Whether `fd` is (or was, with a signal possibly still pending) one of our perf events.
+///
+/// # Signal safety
+/// One bounds-checked atomic load.
+#[inline]
+fn is_our_perf_fd(fd: c_int) -> bool {
+    let Some(mark) = usize::try_from(fd).ok().and_then(|i| PERF_FDS.get(i)) else {
+        return false;
+    };
+    // Acquire: pairs with the Release store of the mark in `timer::perf_open`, made before the
+    // event is enabled.
+    mark.load(Ordering::Acquire) != 0
+}
 
 /// Tag in the high 32 bits of a POSIX timer's `sigev_value`, so a timer signal carries
 /// (tag, slot index) and foreign timer signals are told apart.
@@ -69,13 +96,25 @@ pub(super) fn install() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN). If it was
-/// SIG_DFL our handler stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal
-/// still pending from a disarmed timer can never kill the process.
+/// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN), but only
+/// while ours is the current one: a handler the application (or another profiler) installed while
+/// we recorded stays (finding 4 of the 2026-11-30 review). If the previous one was SIG_DFL ours
+/// stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal still pending from a
+/// disarmed source can never kill the process.
 pub(super) fn uninstall() {
     let prev = *PREV_ACTION.lock();
     let Some(prev) = prev else { return };
     if prev.sa_sigaction == libc::SIG_DFL {
+        return;
+    }
+    // SAFETY: zeroed is a valid `sigaction`.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: query only; `current` is a valid out pointer.
+    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0 {
+        return;
+    }
+    if current.sa_sigaction != on_sigprof as *const () as usize {
+        // The application replaced ours while we recorded: it keeps its own.
         return;
     }
     // SAFETY: `prev` is the action the kernel gave us in `install`.
@@ -135,7 +174,8 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     // IN_HANDLER to reach 0 before freeing.
     let handled = match unsafe { shared.as_ref() } {
         Some(shared) => on_signal(shared, info, ctx),
-        None => is_our_timer(info),
+        // No sampler: a stale signal of ours (a source disarmed by stop) is dropped.
+        None => !matches!(source_of(info), Source::Foreign),
     };
     // Release: our reads of `Shared` happen-before `unpublish_and_wait` sees the count drop.
     IN_HANDLER.fetch_sub(1, Ordering::Release);
@@ -166,42 +206,55 @@ fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     }
 }
 
-fn is_our_timer(info: *mut siginfo_t) -> bool {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let Some(info) = (unsafe { info.as_ref() }) else {
-        return false;
-    };
-    if info.si_code != libc::SI_TIMER {
-        return false;
-    }
-    // SAFETY: SI_TIMER siginfo carries `si_value`.
-    let v = unsafe { info.si_value() }.sival_ptr as usize as u64;
-    v >> 32 == TIMER_TAG
+/// Where a SIGPROF came from.
+enum Source {
+    /// Not ours: chain it to the application's handler.
+    Foreign,
+    /// One of our POSIX timers: the slot index it carries.
+    Timer(usize),
+    /// One of our perf events (live or quarantined): its fd.
+    Perf(c_int),
 }
 
-/// Maps the siginfo to a slot index: POSIX timer (`si_value`) or perf event (`si_fd`).
-fn slot_index(shared: &Shared, info: *mut siginfo_t) -> Option<usize> {
+/// Tells our signals from foreign ones by the siginfo alone (valid with or without a sampler).
+///
+/// # Signal safety
+/// Loads from the kernel-provided siginfo and one atomic load.
+fn source_of(info: *mut siginfo_t) -> Source {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let info_ref = unsafe { info.as_ref() }?;
+    let Some(info_ref) = (unsafe { info.as_ref() }) else {
+        return Source::Foreign;
+    };
     let code = info_ref.si_code;
     if code == libc::SI_TIMER {
         // SAFETY: SI_TIMER siginfo carries `si_value`.
         let v = unsafe { info_ref.si_value() }.sival_ptr as usize as u64;
-        return (v >> 32 == TIMER_TAG).then_some((v & 0xffff_ffff) as usize);
+        return if v >> 32 == TIMER_TAG { Source::Timer((v & 0xffff_ffff) as usize) } else { Source::Foreign };
     }
     if code == POLL_IN || code == POLL_HUP {
         // The SIGPOLL member: `long si_band` at offset 16, `int si_fd` at offset 24 on 64-bit.
         // SAFETY: siginfo_t is 128 bytes; offset 24 is inside it and 4-byte aligned.
         let fd = unsafe { (info as *const u8).add(24).cast::<c_int>().read() };
-        return shared.slot_for_fd(fd);
+        if is_our_perf_fd(fd) {
+            return Source::Perf(fd);
+        }
     }
-    None
+    Source::Foreign
 }
 
-/// Returns true if the signal was ours (handled or counted), false if it must be chained.
+/// Returns true if the signal was ours (handled, counted or stale), false if it must be chained.
 fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
-    let Some(index) = slot_index(shared, info) else {
-        return false;
+    let index = match source_of(info) {
+        Source::Foreign => return false,
+        Source::Timer(index) => index,
+        Source::Perf(fd) => match shared.slot_for_fd(fd) {
+            Some(index) => index,
+            None => {
+                // Ours, from a perf event disarmed before the signal was delivered.
+                shared.count_stale();
+                return true;
+            }
+        },
     };
     let core = &shared.core;
     let Some(slot) = core.slot(index) else {
@@ -210,29 +263,33 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     };
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    if !core.admit(slot, tid) {
+    let Some(adm) = core.admit(slot, tid) else {
         return true;
-    }
+    };
     let Some(regs) = arch::registers(ctx) else {
         // No context: count it lost (taken was counted by `admit`).
-        core.lose(slot);
+        core.lose(&adm);
         return true;
     };
     slot.note_sp(regs.sp);
-    let (lo, hi) = slot.stack_bounds();
     let depth = shared.depth;
     let scratch = shared.scratch(index);
     let mut flags = 0;
+    // Frames are read only from [sp, hi) of a stack known to be mapped there. On a signal stack,
+    // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded (finding 7 of
+    // the 2026-11-30 review).
+    let (lo, hi) = if walkable(slot, shared.page_size, regs.sp) {
+        (regs.sp, slot.stack_bounds().hi)
+    } else {
+        flags |= FLAG_LEAF_ONLY;
+        (0, 0)
+    };
+    let entry = if tid == shared.pid { shared.main_entry } else { 0 };
     // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
     // `outer` in a ring, the rest counted.
-    let (total, cut_short) = if hi == 0 {
-        flags |= FLAG_LEAF_ONLY;
-        walk(&regs, 0, 0, depth.inner, depth.outer, scratch)
-    } else {
-        walk(&regs, lo, hi, depth.inner, depth.outer, scratch)
-    };
+    let (total, complete) = walk(&regs, lo, hi, entry, depth.inner, depth.outer, scratch);
     let layout = WalkLayout::new(depth.inner, depth.outer, total);
-    if cut_short || layout.dropped() > 0 {
+    if !complete || layout.dropped() > 0 {
         flags |= FLAG_TRUNCATED;
     }
     // With only the outer end kept, frame 0 is a return address: store it minus one, so every
@@ -252,9 +309,9 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     // owner's alone.
     let outcome = if layout.dropped() == 0 {
         // Nothing dropped: the kept stack is the scratch in order (the ring never wrapped).
-        core.write_sample(slot, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
+        core.write_sample(&adm, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
     } else {
-        core.write_sample(slot, &hdr, layout.len(), |i| match layout.frame(i) {
+        core.write_sample(&adm, &hdr, layout.len(), |i| match layout.frame(i) {
             LayoutFrame::Scratch(k) => {
                 let ip = scratch.get(k).map_or(0, |w| w.load(Ordering::Relaxed));
                 if i == 0 && first_is_return {
@@ -266,9 +323,38 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
             LayoutFrame::Elided(k) => elided_marker(k),
         })
     };
+    // Leave the slot (I13) before the syscall.
+    drop(adm);
     if outcome.wake {
         shared.post_wake();
     }
+    true
+}
+
+/// Whether the frames above `sp` may be read: `sp` lies in the thread's stack `[lo, hi)` and
+/// `[sp, hi)` is mapped. Below `verified_lo` (a main-thread stack that grew since its bounds were
+/// taken, finding 6 of the review) one `msync(MS_ASYNC)` checks that the new part is mapped (it
+/// fails with ENOMEM on any hole and, since Linux 2.6.19, does nothing else); a success lowers
+/// `verified_lo`, so each growth is checked once.
+///
+/// # Signal safety
+/// Atomic loads, at most one raw syscall (not glibc's `msync`, which is a cancellation point).
+#[inline]
+fn walkable(slot: &ThreadSlot, page_size: usize, sp: usize) -> bool {
+    let b = slot.stack_bounds();
+    if b.hi == 0 || sp < b.lo || sp >= b.hi {
+        return false;
+    }
+    if sp >= b.verified_lo {
+        return true;
+    }
+    let page = sp & !(page_size.max(1) - 1);
+    // SAFETY: msync only inspects the mappings of the range; MS_ASYNC writes nothing back.
+    let rc = unsafe { libc::syscall(libc::SYS_msync, page, b.verified_lo - page, libc::MS_ASYNC) };
+    if rc != 0 {
+        return false;
+    }
+    slot.lower_verified(page);
     true
 }
 
@@ -283,12 +369,19 @@ pub(super) struct Registers {
 /// Walks frame pointers from `regs`, innermost first: the PC, then each return address. Frame
 /// number n goes to `scratch[n]` while n < `inner`, later ones into the ring
 /// `scratch[inner..inner + outer]` (see [`WalkLayout`]); the rest are only counted. Returns
-/// (frames walked, cut short by [`HARD_WALK_LIMIT`]). `hi == 0`: the PC only.
+/// (frames walked, complete). `hi == 0`: the PC only, not complete.
+///
+/// Complete means the walk reached the outermost frame (finding 12 of the 2026-11-30 review): a
+/// null frame pointer (the ABI's end marker; glibc's thread start leaves one) or a null return
+/// address, or, on the main thread (`entry` = the process's start stack, 0 elsewhere), a chain
+/// that ends in a frame record at most [`crate::unwind::ENTRY_SLACK`] below it: libc's start-up code, compiled
+/// without frame pointers, is all that lies between. Any other end (a frame pointer that is
+/// misaligned, outside `[lo, hi)` or not increasing: a chain broken by code without frame
+/// pointers; or [`HARD_WALK_LIMIT`]) is not complete, and the record is marked truncated.
 ///
 /// Every read is validated: the frame pointer is 8-byte aligned, inside `[max(lo, sp), hi - 16]`
-/// (the sampled thread's own stack, which is mapped), and strictly increasing; a zero return
-/// address ends the walk. A garbage frame pointer ends the walk; it never faults. The walk is
-/// bounded by `HARD_WALK_LIMIT` frames whatever the stack holds.
+/// (the sampled thread's own stack, checked mapped by the caller), and strictly increasing; a
+/// garbage frame pointer ends the walk; it never faults.
 ///
 /// # Signal safety
 /// Loads from the thread's own stack and relaxed stores into the slot's own scratch only.
@@ -297,6 +390,7 @@ pub(super) fn walk(
     regs: &Registers,
     lo: usize,
     hi: usize,
+    entry: usize,
     inner: usize,
     outer: usize,
     scratch: &[AtomicU64],
@@ -324,31 +418,37 @@ pub(super) fn walk(
         n += 1;
     };
     store(regs.pc as u64);
+    if hi == 0 {
+        return (1, false);
+    }
     let lo = lo.max(regs.sp);
     let Some(top) = hi.checked_sub(16) else {
         return (1, false);
     };
     let mut fp = regs.fp;
+    // The frame record read last (0: none yet).
+    let mut last = 0usize;
     let mut walked = 1usize;
     loop {
-        if !fp.is_multiple_of(8) || fp < lo || fp > top {
-            return (walked, false);
+        if fp == 0 {
+            return (walked, true);
+        }
+        if !fp.is_multiple_of(8) || fp < lo || fp > top || (last != 0 && fp <= last) {
+            return (walked, at_entry(last, entry));
         }
         // SAFETY: `fp` is 8-byte aligned and `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped
-        // part of this thread's stack (bounds from registration or /proc/self/maps).
+        // part of this thread's stack (bounds from registration or /proc/self/maps, `walkable`).
         let (next, ret) =
             unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
         if ret == 0 {
-            return (walked, false);
+            return (walked, true);
         }
         if walked >= HARD_WALK_LIMIT {
-            return (walked, true);
+            return (walked, false);
         }
         store(ret as u64);
         walked += 1;
-        if next <= fp {
-            return (walked, false);
-        }
+        last = fp;
         fp = next;
     }
 }

@@ -2,11 +2,34 @@
 //! per-thread `perf_event_open` task-clock events that deliver SIGPROF to their thread (F_SETSIG +
 //! F_SETOWN_EX with the tid), or per-thread POSIX timers on the thread's CPU clock
 //! (`timer_create` + SIGEV_THREAD_ID).
+//!
+//! # Stale signals (finding 13 of the 2026-11-30 review)
+//! A disarmed source must not have its late signals passed to the application's own SIGPROF
+//! handler. `timer_delete` discards a timer's pending signal, and a timer signal names our tag in
+//! `si_value` anyway. A perf event's signal carries only its fd number, and a SIGPROF the kernel
+//! queued before the event was closed stays pending on its thread (for as long as the thread
+//! blocks SIGPROF). So an fd number is marked ours ([`signal::PERF_FDS`]) before its event is
+//! enabled, and on disarm the event is disabled and closed by `dup3`ing a placeholder over the
+//! number: the close completes before `dup3` returns (no signal can be generated after it), and
+//! the number stays reserved and marked. It is released (unmarked, then closed) once its thread
+//! has no SIGPROF pending (`SigPnd` of /proc/self/task/TID/status) or is dead, checked at every
+//! discovery, unregistration, start and stop. What remains: a signal the kernel has already
+//! dequeued for a thread that has not yet run the handler's first instruction when the check
+//! reads `SigPnd`; delivered after the release, it is passed to the application (it is an
+//! ordinary SIGPROF with si_code POLL_IN). Without a placeholder (it could not be opened) the
+//! number is released at once.
 
-use super::signal::TIMER_TAG;
+use super::signal::{PERF_FDS, TIMER_TAG};
+use crate::sync::Ordering;
 use libc::c_int;
 use std::io;
 use std::time::Duration;
+
+/// Perf fds disabled and closed, their numbers held by the placeholder until their thread `u32`
+/// has no SIGPROF pending. Normal context only.
+static QUARANTINE: parking_lot::Mutex<Vec<(c_int, u32)>> = parking_lot::const_mutex(Vec::new());
+/// An fd on /dev/null, opened once, dup'ed over the numbers of closed perf events.
+static PLACEHOLDER: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
 const F_SETSIG: c_int = 10;
 const F_SETOWN_EX: c_int = 15;
@@ -69,8 +92,22 @@ fn cvt(rc: c_int) -> io::Result<c_int> {
     }
 }
 
-/// Opens a disabled task-clock perf event for `tid`, counting user time only.
+/// Opens a disabled task-clock perf event for `tid`, counting user time only, and marks its fd
+/// number as ours (see the module docs).
 pub(super) fn perf_open(tid: u32, period: Duration) -> io::Result<c_int> {
+    let fd = perf_open_unmarked(tid, period)?;
+    let Some(mark) = PERF_FDS.get(fd as usize) else {
+        // SAFETY: we own `fd`; it never fired (disabled).
+        unsafe { libc::close(fd) };
+        return Err(io::Error::new(io::ErrorKind::OutOfMemory, "perf fd number above the sampler's table"));
+    };
+    // Release: pairs with the Acquire load in `signal::is_our_perf_fd`; stored before the event
+    // is enabled, so every signal it sends finds the mark.
+    mark.store(1, Ordering::Release);
+    Ok(fd)
+}
+
+fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
     let attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -114,7 +151,7 @@ pub(super) fn perf_enable(fd: c_int, tid: u32) -> io::Result<()> {
 pub(super) fn perf_available(period: Duration) -> bool {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    match perf_open(tid, period) {
+    match perf_open_unmarked(tid, period) {
         Ok(fd) => {
             // SAFETY: we own `fd`.
             unsafe { libc::close(fd) };
@@ -152,19 +189,92 @@ pub(super) fn timer_arm(tid: u32, slot: usize, period: Duration) -> io::Result<S
     Ok(Source::Timer(timer))
 }
 
-/// Stops and releases a source.
-pub(super) fn disarm(source: Source) {
+/// Stops and releases the source of thread `tid`. A perf event's fd number stays reserved until
+/// none of its signals can be pending (see the module docs and [`release_quarantine`]).
+pub(super) fn disarm(source: Source, tid: u32) {
     match source {
         Source::Timer(t) => {
-            // SAFETY: `t` is a live timer we created; deleting it stops further expirations.
+            // SAFETY: `t` is a live timer we created; deleting it stops further expirations and
+            // discards its pending signal.
             unsafe { libc::timer_delete(t) };
         }
         Source::Perf(fd) => {
             // SAFETY: `fd` is a perf event fd we own.
-            unsafe {
-                libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-                libc::close(fd);
+            unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+            let placeholder = *PLACEHOLDER.get_or_init(|| {
+                // SAFETY: plain open of a path we pass as a C string.
+                unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
+            });
+            // SAFETY: both fds are ours; dup3 closes the perf event's file (its last reference)
+            // before it returns and leaves `fd` naming the placeholder.
+            if placeholder >= 0 && unsafe { libc::dup3(placeholder, fd, libc::O_CLOEXEC) } == fd {
+                QUARANTINE.lock().push((fd, tid));
+            } else {
+                unmark_and_close(fd);
             }
         }
     }
+}
+
+/// Releases quarantined fd numbers whose thread has no SIGPROF pending any more (or is dead).
+/// Normal context; reads /proc for each entry.
+pub(super) fn release_quarantine() {
+    let mut q = QUARANTINE.lock();
+    if q.is_empty() {
+        return;
+    }
+    let mut buf = String::new();
+    q.retain(|&(fd, tid)| {
+        if sigprof_may_be_pending(tid, &mut buf) {
+            return true;
+        }
+        unmark_and_close(fd);
+        false
+    });
+}
+
+/// Whether no perf fd number is held back (no stale signal of ours can still arrive).
+pub(super) fn quarantine_is_empty() -> bool {
+    QUARANTINE.lock().is_empty()
+}
+
+/// In a forked child: the quarantine lock may be held by a parent thread that does not exist.
+pub(super) fn forget_locks_in_child() {
+    if QUARANTINE.is_locked() {
+        // SAFETY: the holder was a parent thread that does not exist in the child.
+        unsafe { QUARANTINE.force_unlock() };
+    }
+}
+
+fn unmark_and_close(fd: c_int) {
+    if let Some(mark) = PERF_FDS.get(fd as usize) {
+        // Relaxed: no signal carrying this number can be pending (the caller checked), and the
+        // number is not reused before the close below.
+        mark.store(0, Ordering::Relaxed);
+    }
+    // SAFETY: `fd` is ours (the perf event, or the placeholder's duplicate).
+    unsafe { libc::close(fd) };
+}
+
+/// Whether thread `tid` may still have a SIGPROF pending: true unless it is dead or its `SigPnd`
+/// says none (unreadable: true).
+fn sigprof_may_be_pending(tid: u32, buf: &mut String) -> bool {
+    use std::io::Read;
+    // SAFETY: signal 0 only checks that the target exists.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        // A dead thread's pending signals died with it.
+        return false;
+    }
+    buf.clear();
+    let read = std::fs::File::open(format!("/proc/self/task/{tid}/status")).and_then(|mut f| f.read_to_string(buf));
+    if read.is_err() {
+        return true;
+    }
+    let Some(mask) =
+        buf.lines().find_map(|l| l.strip_prefix("SigPnd:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    else {
+        return true;
+    };
+    mask & (1 << (libc::SIGPROF - 1)) != 0
 }

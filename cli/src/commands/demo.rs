@@ -35,10 +35,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
     );
     let report =
         demo::run_with(&rec, &DemoOptions { duration: Duration::from_secs(args.seconds), threads: args.threads });
-    if let Some(out) = &args.output {
-        rec.dump(out).with_context(|| format!("writing {}", out.display()))?;
-    }
     let final_report = rec.stop_with_report().context("stopping the recording")?;
+    if let Some(out) = &args.output {
+        // After the stop, so the file has the last flush too (checkpoint, statistics, thread ends).
+        write_recording(&repository, out).with_context(|| format!("writing {}", out.display()))?;
+    }
 
     let mut out = std::io::stdout().lock();
     writeln!(out, "Recorded {} requests on {} threads in {} s.", report.requests, args.threads, args.seconds)?;
@@ -101,6 +102,21 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<crate::Outcome> {
         writeln!(out, "(To type just `recorder`: cargo install --path cli, from the repository's root.)")?;
     }
     Ok(crate::Outcome::Clean)
+}
+
+/// Writes the finished repository as one file: its chunks in start order, as they are on disk (the
+/// last one has the final flag), so the file holds exactly what the repository does.
+fn write_recording(repository: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let source = source::load(repository, source::Recordings::All)?;
+    if let Some(damage) = source.damage.first() {
+        anyhow::bail!("the repository {} is damaged: {damage}", repository.display());
+    }
+    let mut bytes = Vec::new();
+    for sc in &source.chunks {
+        bytes.extend_from_slice(sc.chunk.bytes());
+    }
+    std::fs::write(out, bytes)?;
+    Ok(())
 }
 
 /// How the user's shell runs this very binary: `recorder` when PATH finds this file under that
