@@ -1,6 +1,23 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `jdk.ExecutionSample` declares and carries `spanId` (the recording's setting; set at its start,
+/// before its first chunk, so a chunk's metadata and its samples always agree).
+static SAMPLE_SPAN_IDS: AtomicBool = AtomicBool::new(true);
+
+/// Sets whether the samples of the recording that starts carry `spanId`.
+pub(crate) fn set_sample_span_ids(on: bool) {
+    // Relaxed: read under L by the flushes of the recording that starts after this.
+    SAMPLE_SPAN_IDS.store(on, Ordering::Relaxed);
+}
+
+/// `jdk.ExecutionSample` has its `spanId` field.
+pub(crate) fn sample_span_ids() -> bool {
+    // Relaxed: see `set_sample_span_ids`.
+    SAMPLE_SPAN_IDS.load(Ordering::Relaxed)
+}
 
 /// `jdk.ExecutionSample`.
 pub const EXECUTION_SAMPLE: u64 = 100;
@@ -24,6 +41,8 @@ pub const DATA_LOSS: u64 = 108;
 pub const SAMPLER_STATISTICS: u64 = 109;
 /// `recorder.Diagnostic`: a problem with the recording's quality and its fix (`diagnostics.rs`).
 pub const DIAGNOSTIC: u64 = 110;
+/// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative.
+pub const SCOPE_TIMING: u64 = 130;
 /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
 #[cfg(feature = "push")]
 pub const PUSH_STATISTICS: u64 = 111;
@@ -76,13 +95,21 @@ fn spec<'a>(
 pub fn classes() -> Vec<Class> {
     let mut out = Vec::new();
 
-    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread).
+    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread),
+    // and ours: spanId, unless the recording turned it off.
+    let mut sample_fields = vec![
+        f("sampledThread", ids::THREAD, "Thread").pooled(),
+        f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
+        f("state", ids::THREAD_STATE, "Thread State").pooled(),
+    ];
+    if sample_span_ids() {
+        sample_fields.push(f("spanId", ids::LONG, "Span Id").with(Annotation::value(
+            ids::DESCRIPTION,
+            "The tracing span the thread was in (recorder.Span spanId; 0: none)",
+        )));
+    }
     let mut sample = event_class(EventTypeSpec {
-        fields: vec![
-            f("sampledThread", ids::THREAD, "Thread").pooled(),
-            f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
-            f("state", ids::THREAD_STATE, "Thread State").pooled(),
-        ],
+        fields: sample_fields,
         ..spec(
             EXECUTION_SAMPLE,
             "jdk.ExecutionSample",
@@ -288,6 +315,25 @@ pub fn classes() -> Vec<Class> {
             "Live Set",
             &["Java Application"],
             "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            f("pathId", ids::LONG, "Path Id"),
+            f("parentPathId", ids::LONG, "Parent Path Id"),
+            f("name", ids::STRING, "Name"),
+            f("calls", ids::LONG, "Calls"),
+            f("totalTime", ids::LONG, "Total Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
+            f("selfTime", ids::LONG, "Self Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
+        ],
+        ..spec(
+            SCOPE_TIMING,
+            "recorder.ScopeTiming",
+            "Scope Timing",
+            &["Flight Recorder", "Scopes"],
+            "One call path of the instrumented scopes, all threads merged, since the recording started: completed \
+             calls, total time and self time (the profiler's own bookkeeping excluded); parentPathId 0 is the root",
         )
     }));
     out.push(event_class(spec(

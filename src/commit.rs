@@ -529,6 +529,13 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
     }
 }
 
+/// The running recording's generation (0: none runs).
+#[inline]
+pub(crate) fn generation() -> u64 {
+    // Acquire: pairs with the Release store in `Recorder::start`.
+    GENERATION.load(Ordering::Acquire)
+}
+
 /// A recording is running.
 #[inline]
 pub(crate) fn recording() -> bool {
@@ -573,7 +580,7 @@ pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl Fn(&mut En
     if generation != 0 {
         let (start, duration) = times(span_start);
         if !commit_in_place(c, &write_fields, generation, type_id, start, duration) {
-            commit_slow(&write_fields, type_id, start, duration, None);
+            commit_slow(&write_fields, type_id, start, duration, StackSource::None);
         }
     }
     leave(mark);
@@ -596,7 +603,7 @@ fn commit_general(ty: &'static EventType, write_fields: &impl Fn(&mut Encoder<'_
     }
     // Relaxed: a setting.
     if ty.stack_trace.load(Ordering::Relaxed) {
-        return commit_slow(write_fields, type_id, start, duration, Some(anchor));
+        return commit_slow(write_fields, type_id, start, duration, StackSource::Walk(anchor));
     }
     // SAFETY: as in `commit_event`.
     let c = unsafe { &*cursor() };
@@ -605,9 +612,78 @@ fn commit_general(ty: &'static EventType, write_fields: &impl Fn(&mut Encoder<'_
     // Acquire: as in `commit_event`.
     let generation = GENERATION.load(Ordering::Acquire);
     if generation != 0 && !commit_in_place(c, write_fields, generation, type_id, start, duration) {
-        commit_slow(write_fields, type_id, start, duration, None);
+        commit_slow(write_fields, type_id, start, duration, StackSource::None);
     }
     leave(mark);
+}
+
+/// A stack captured for an event committed later (a span's stack where it was created).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CapturedStack {
+    /// The recording whose stack table `key` names (0: no stack).
+    generation: u64,
+    key: u64,
+}
+
+/// Where a record's stack comes from.
+#[derive(Debug, Clone, Copy)]
+enum StackSource {
+    None,
+    /// Walked now from this frame record (the walk keeps frames from its caller outwards).
+    Walk(usize),
+    /// Captured earlier ([`capture_stack`]).
+    Captured(CapturedStack),
+}
+
+/// Captures the caller's stack now, for an event of type `ty` committed later with
+/// [`commit_event_with_stack`]; nothing if no recording runs or the type records no stacks.
+#[inline(never)]
+pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
+    // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
+    let generation = GENERATION.load(Ordering::Acquire);
+    ty.id();
+    // Relaxed: a setting.
+    if generation == 0 || !ty.stack_trace.load(Ordering::Relaxed) {
+        return CapturedStack::default();
+    }
+    let anchor = crate::unwind::frame_pointer();
+    LOCAL
+        .try_with(|cell| {
+            let Ok(mut local) = cell.try_borrow_mut() else { return CapturedStack::default() };
+            // Marked in flight like a commit: a thread's first attach sets its mark (it expects
+            // the commit it is part of to clear it), and `stop` waits for every set mark.
+            local.enter();
+            let attached = local.generation == generation || local.attach(generation);
+            let key = if attached { local.stack_key(anchor) } else { 0 };
+            local.leave();
+            CapturedStack { generation: if attached { generation } else { 0 }, key }
+        })
+        .unwrap_or_default()
+}
+
+/// Records an event of type `ty` that started at `start` and lasted `duration` ticks, with the
+/// stack captured earlier (none if it belongs to another recording, or the type's setting is off
+/// now). Always the slow path: spans close far less often than events are committed.
+#[inline(never)]
+pub(crate) fn commit_event_with_stack(
+    ty: &'static EventType,
+    write_fields: impl Fn(&mut Encoder<'_>),
+    start: i64,
+    duration: i64,
+    stack: CapturedStack,
+) {
+    // Relaxed: as in `commit_event`.
+    if GENERATION.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let type_id = ty.id();
+    // Relaxed: settings.
+    if !ty.enabled.load(Ordering::Relaxed) || duration < ty.threshold_ticks.load(Ordering::Relaxed) {
+        return;
+    }
+    // Relaxed: a setting.
+    let stack = if ty.stack_trace.load(Ordering::Relaxed) { StackSource::Captured(stack) } else { StackSource::None };
+    commit_slow(&write_fields, type_id, start, duration, stack);
 }
 
 /// (start, duration) of an event that ends now.
@@ -727,18 +803,12 @@ fn encode_record(
 }
 
 /// Everything the fast path does not do: attach the thread to the recording, capture the stack
-/// (from the frame record `stack_anchor`: the walk keeps frames from its caller outwards), take
+/// (`stack`), take
 /// the logical clock, check the thread's name, or move to a new buffer when the record does not
 /// fit. Marks itself in flight and checks the recording again (the caller's mark may not exist
 /// yet: it is made at the thread's first attach).
 #[inline(never)]
-fn commit_slow(
-    write_fields: &impl Fn(&mut Encoder<'_>),
-    type_id: u64,
-    start: i64,
-    duration: i64,
-    stack_anchor: Option<usize>,
-) {
+fn commit_slow(write_fields: &impl Fn(&mut Encoder<'_>), type_id: u64, start: i64, duration: i64, stack: StackSource) {
     let done = LOCAL.try_with(|cell| {
         let Ok(mut local) = cell.try_borrow_mut() else {
             // Re-entered from inside a commit (e.g. a field's encoder committed an event).
@@ -750,7 +820,7 @@ fn commit_slow(
                 return false;
             }
             local.enter();
-            let recorded = local.record(c, write_fields, type_id, start, duration, stack_anchor);
+            let recorded = local.record(c, write_fields, type_id, start, duration, stack);
             local.leave();
             recorded
         })
@@ -773,6 +843,22 @@ impl Local {
         leave(self.in_flight.as_ref().map_or(std::ptr::null(), Arc::as_ptr));
     }
 
+    /// The key of the stack from frame record `anchor` outwards, in this recording's table.
+    fn stack_key(&mut self, anchor: usize) -> u64 {
+        let Some(shared) = self.shared.as_ref() else { return 0 };
+        let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
+        if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
+            // The table is insert-only: the key interned last time still names this stack.
+            self.last_key
+        } else {
+            let key = shared.stacks.intern(&self.frames, truncated).0;
+            self.last_frames.clone_from(&self.frames);
+            self.last_truncated = truncated;
+            self.last_key = key;
+            key
+        }
+    }
+
     /// The slow path's record. Returns false if the event could not be recorded at all (the
     /// caller counts it lost).
     fn record(
@@ -782,7 +868,7 @@ impl Local {
         type_id: u64,
         start: i64,
         duration: i64,
-        stack_anchor: Option<usize>,
+        stack: StackSource,
     ) -> bool {
         // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
         let generation = GENERATION.load(Ordering::Acquire);
@@ -791,27 +877,18 @@ impl Local {
         }
         let _busy = Busy::new(&c.state);
         self.check_name();
+        let stack_key = match stack {
+            StackSource::None => 0,
+            StackSource::Walk(anchor) => self.stack_key(anchor),
+            StackSource::Captured(captured) if captured.generation == generation => captured.key,
+            StackSource::Captured(_) => 0,
+        };
         let Some(shared) = self.shared.as_ref() else {
             return false;
         };
         if self.buffer.is_none() {
             self.buffer = shared.new_buffer(self.tid, 0);
         }
-        let stack_key = if let Some(anchor) = stack_anchor {
-            let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
-            if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
-                // The table is insert-only: the key interned last time still names this stack.
-                self.last_key
-            } else {
-                let key = shared.stacks.intern(&self.frames, truncated).0;
-                self.last_frames.clone_from(&self.frames);
-                self.last_truncated = truncated;
-                self.last_key = key;
-                key
-            }
-        } else {
-            0
-        };
         let logical = shared.logical.is_some();
         let (start, duration) = match &shared.logical {
             Some(l) => (l.tick(), 0),

@@ -75,6 +75,10 @@ mod recorder;
 pub mod repository;
 #[allow(unsafe_code)]
 pub mod sampler;
+#[cfg(not(loom))]
+pub mod scope;
+#[cfg(not(loom))]
+mod span_context;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;
@@ -85,6 +89,8 @@ pub(crate) mod sync;
 mod thread;
 #[cfg(not(loom))]
 pub mod thread_hooks;
+#[cfg(all(feature = "tracing", not(loom)))]
+pub mod tracing;
 #[cfg(not(loom))]
 mod unwind;
 
@@ -103,8 +109,14 @@ pub use recorder::{
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use recorder::{Holder as LockHolder, LockHold};
+/// Makes a function's body an instrumented scope: `#[recorder::profile]` or
+/// `#[recorder::profile(name = "...")]` (see [`scope!`]).
+#[cfg(not(loom))]
+pub use recorder_macros::profile;
 #[cfg(not(loom))]
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
+#[cfg(not(loom))]
+pub use scope::{scope_at, ScopeReport};
 
 #[cfg(not(loom))]
 #[doc(hidden)]

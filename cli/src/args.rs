@@ -276,6 +276,8 @@ EXAMPLES:
     recorder dump app.jfr --format collapsed --since 30s > app.folded
     recorder dump /tmp/2026_11_29_16_36_53_10829/ --format flamegraph -o cpu.svg
     recorder dump app.jfr --format flamegraph --by-thread -o threads.svg
+    recorder dump app.jfr --format collapsed --by-span > spans.folded     # span:outer;span:inner;frames...
+    recorder dump app.jfr --format flamegraph --weight self-time -o scopes.svg
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
     recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
@@ -418,6 +420,14 @@ pub struct DumpArgs {
     /// collapsed, flamegraph: one root per thread (the thread's name, in brackets).
     #[arg(long)]
     pub by_thread: bool,
+    /// collapsed, flamegraph: each CPU sample under the path of the tracing span it was taken in
+    /// (`span:outer;span:inner;frames...`; from jdk.ExecutionSample.spanId and recorder.Span).
+    #[arg(long)]
+    pub by_span: bool,
+    /// collapsed, flamegraph: what a stack weighs: samples (the default), or self-time: the
+    /// instrumented scope tree (recorder.ScopeTiming) in nanoseconds of self time.
+    #[arg(long, value_enum, default_value_t = DumpWeight::Samples, value_name = "WEIGHT")]
+    pub weight: DumpWeight,
     /// collapsed, flamegraph, pprof: keep the thread-start frames of the runtime (std's thread
     /// spawn and panic-catching frames, start_thread, clone3, _start) that are folded away by
     /// default.
@@ -429,6 +439,15 @@ pub struct DumpArgs {
     /// Keep every event type except these (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
     pub exclude_events: Option<Vec<String>>,
+}
+
+/// What `dump --format collapsed|flamegraph` weighs a stack by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DumpWeight {
+    /// The samples of the `--type` (or the `--events`).
+    Samples,
+    /// Self time of the instrumented scopes (recorder.ScopeTiming), in nanoseconds.
+    SelfTime,
 }
 
 /// Which event types a command works on.
@@ -501,6 +520,8 @@ pub struct DumpConfig {
     /// `--live`: the last live-set snapshot.
     pub live: bool,
     pub fold: crate::fold::FoldOptions,
+    /// What collapsed and flamegraph weigh.
+    pub weight: DumpWeight,
 }
 
 #[derive(Debug, Args)]
@@ -519,6 +540,10 @@ pub struct TopArgs {
     /// Print one table and exit.
     #[arg(long)]
     pub once: bool,
+    /// List the hottest tracing spans (by the CPU samples taken inside them: self = innermost
+    /// span, total = anywhere in the span path) instead of functions.
+    #[arg(long)]
+    pub by_span: bool,
 }
 
 #[derive(Debug)]
@@ -529,6 +554,7 @@ pub struct TopConfig {
     pub window: std::time::Duration,
     pub n: usize,
     pub once: bool,
+    pub by_span: bool,
 }
 
 impl TopArgs {
@@ -543,6 +569,7 @@ impl TopArgs {
             window: self.window,
             n: self.n.max(1),
             once: self.once,
+            by_span: self.by_span,
         })
     }
 }
@@ -588,9 +615,13 @@ impl DumpArgs {
                 .is_some_and(|s| s == clap::parser::ValueSource::CommandLine)
         };
         if !self.format.is_profile() {
-            for (id, flag) in
-                [("kind", "--type"), ("by_thread", "--by-thread"), ("keep_runtime_frames", "--keep-runtime-frames")]
-            {
+            for (id, flag) in [
+                ("kind", "--type"),
+                ("by_thread", "--by-thread"),
+                ("by_span", "--by-span"),
+                ("keep_runtime_frames", "--keep-runtime-frames"),
+                ("weight", "--weight"),
+            ] {
                 if explicit(id) {
                     anyhow::bail!("{flag} applies to --format collapsed, flamegraph and pprof");
                 }
@@ -604,6 +635,20 @@ impl DumpArgs {
         }
         if self.format == DumpFormat::Pprof && matches!(filter, TypeFilter::Only(_)) {
             anyhow::bail!("--format pprof writes the samples of a --type (cpu, alloc or wall), not --events");
+        }
+        if self.format == DumpFormat::Pprof && (self.by_span || explicit("weight")) {
+            anyhow::bail!("--by-span and --weight are for collapsed and flamegraph");
+        }
+        if self.weight == DumpWeight::SelfTime {
+            for (id, flag) in
+                [("kind", "--type"), ("by_thread", "--by-thread"), ("by_span", "--by-span"), ("events", "--events")]
+            {
+                if explicit(id) {
+                    anyhow::bail!(
+                        "--weight self-time draws the scope tree (recorder.ScopeTiming); {flag} applies to samples"
+                    );
+                }
+            }
         }
         if self.format == DumpFormat::Pprof && self.by_thread {
             anyhow::bail!("--by-thread is for collapsed and flamegraph; a pprof profile labels each sample with its thread (go tool pprof -tagroot thread)");
@@ -644,7 +689,12 @@ impl DumpArgs {
             compress: self.compress,
             kind: explicit("kind").then_some(self.kind),
             live: self.live,
-            fold: crate::fold::FoldOptions { by_thread: self.by_thread, keep_runtime_frames: self.keep_runtime_frames },
+            fold: crate::fold::FoldOptions {
+                by_thread: self.by_thread,
+                keep_runtime_frames: self.keep_runtime_frames,
+                by_span: self.by_span,
+            },
+            weight: self.weight,
         })
     }
 }

@@ -7,6 +7,7 @@
 use crate::frames;
 use crate::profile::{self, Weighing};
 use crate::source::SourceChunk;
+use crate::spans::SpanNames;
 use jfr_format::{Chunk, Event, FrameInfo, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -124,6 +125,8 @@ pub struct FoldOptions {
     pub by_thread: bool,
     /// Keep the thread-start boilerplate frames ([`frames::runtime_frames`]).
     pub keep_runtime_frames: bool,
+    /// Each stack under the path of the span it was taken in (`span:outer;span:inner;...`).
+    pub by_span: bool,
 }
 
 /// Folded stacks and their weights, aggregated over chunks.
@@ -144,6 +147,18 @@ impl Folded {
         selection: &Selection,
         options: FoldOptions,
     ) -> jfr_format::Result<()> {
+        self.add_chunk_with_spans(chunk, weighing, selection, options, &SpanNames::default())
+    }
+
+    /// [`Folded::add_chunk`], with the span names `--by-span` folds under.
+    pub fn add_chunk_with_spans(
+        &mut self,
+        chunk: &Chunk,
+        weighing: &Weighing,
+        selection: &Selection,
+        options: FoldOptions,
+        spans: &SpanNames,
+    ) -> jfr_format::Result<()> {
         let mut folded: HashMap<u64, Arc<str>> = HashMap::new();
         let mut line = String::new();
         profile::for_each_sample(chunk, weighing, selection, |sample| {
@@ -155,6 +170,13 @@ impl Folded {
                 line.push('[');
                 line.push_str(&frames::token(sample.thread.map_or("unknown thread", |t| &**t)));
                 line.push_str("];");
+            }
+            if options.by_span {
+                for name in spans.path(sample.span) {
+                    line.push_str("span:");
+                    line.push_str(&frames::token(&name));
+                    line.push(';');
+                }
             }
             line.push_str(stack);
             match self.counts.get_mut(line.as_str()) {

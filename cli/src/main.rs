@@ -13,6 +13,7 @@ mod pprof;
 mod profile;
 mod render;
 mod source;
+mod spans;
 mod time;
 
 use clap::{CommandFactory, FromArgMatches};

@@ -151,6 +151,8 @@ pub struct Sample<'a> {
     pub thread: Option<&'a Arc<str>>,
     /// The event's weight.
     pub weight: u64,
+    /// The span it was taken in (`spanId` of our CPU samples; 0: none).
+    pub span: u64,
 }
 
 /// Per type id: the field indexes of the stack trace, the thread and the weight.
@@ -158,6 +160,7 @@ struct TypePlan {
     stack: usize,
     thread: Option<usize>,
     weight: Option<usize>,
+    span: Option<usize>,
 }
 
 /// Calls `f` for each event of `chunk` whose type `weighing` names and that `selection` keeps.
@@ -177,7 +180,7 @@ pub fn for_each_sample(
             Weight::One => None,
             Weight::Field(field) => class.field_index(field),
         };
-        plans.insert(class.id, TypePlan { stack, thread, weight });
+        plans.insert(class.id, TypePlan { stack, thread, weight, span: class.field_index("spanId") });
     }
     if plans.is_empty() {
         return Ok(());
@@ -217,7 +220,8 @@ pub fn for_each_sample(
             }
             _ => None,
         };
-        f(Sample { stack_key, stack, thread, weight });
+        let span = plan.span.and_then(|i| event.values.get(i)).and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
+        f(Sample { stack_key, stack, thread, weight, span });
     }
     Ok(())
 }

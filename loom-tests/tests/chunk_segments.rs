@@ -285,6 +285,7 @@ fn produce_same_stack(core: &Core, id: u64) {
             frag_count: 1,
             sample_id: id,
             sp: 0,
+            span: 0,
         };
         core.write_record(&adm, &hdr, 1, |s| s.push(10));
     }

@@ -539,6 +539,7 @@ mod tests {
                 e.thread(7 + segment);
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
+                e.long(0); // spanId
             });
             let unresolved = w.unresolved(&stacks);
             if segment == 0 {

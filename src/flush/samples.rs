@@ -6,10 +6,12 @@ use crate::builtin;
 use crate::sampler::SampleRecord;
 use jfr_format::metadata::THREAD_STATE_RUNNABLE;
 
-/// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE.
+/// One `jdk.ExecutionSample`: the sampled thread, the interned stack, RUNNABLE, the span (if the
+/// recording declares it).
 pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     // A leaf-only sample (stack bounds not known yet) is an honest, truncated one-frame stack.
     let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+    let span_ids = builtin::sample_span_ids();
     #[cfg(not(loom))]
     crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
     seg.chunk.event(builtin::EXECUTION_SAMPLE, |e| {
@@ -17,6 +19,9 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
         e.thread(rec.tid);
         e.stack(key);
         e.fixed(THREAD_STATE_RUNNABLE);
+        if span_ids {
+            e.long(rec.span as i64);
+        }
     });
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;
 }

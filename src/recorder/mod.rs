@@ -39,6 +39,7 @@ use crate::flush::LossReport;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository;
 use crate::sampler::{Sampler, SamplerStats};
+use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use lock::{Held, L};
@@ -80,6 +81,8 @@ pub struct FinalReport {
     pub sampler: Option<SamplerStats>,
     /// The allocation sampler's final counters, if it sampled allocations.
     pub allocation: Option<crate::alloc::AllocationStats>,
+    /// The scope tree of the whole recording, all threads merged.
+    pub scopes: ScopeReport,
     /// The Pyroscope uploader's final counters, if it pushed.
     #[cfg(feature = "push")]
     pub push: Option<crate::push::PushStats>,
@@ -136,6 +139,10 @@ impl Recorder {
         }
         crate::diagnostics::recording_started();
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        // Scopes of this recording start with empty trees (before the first flush, which would
+        // otherwise write the previous recording's).
+        crate::scope::start(generation, settings.deterministic);
+        crate::builtin::set_sample_span_ids(settings.sample_span_ids);
         let shared = Arc::new(Shared {
             generation,
             stacks: StackTable::new(settings.stack_table_capacity),
@@ -284,13 +291,29 @@ impl Recorder {
         self.inner.owner()?;
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
+        let (stats, sampler, allocation) =
+            (state.stats, state.final_sampler_stats.clone(), state.final_allocation_stats);
+        #[cfg(feature = "push")]
+        let push = self.inner.push_stats();
+        drop(state);
         Ok(FinalReport {
-            stats: state.stats,
-            sampler: state.final_sampler_stats.clone(),
-            allocation: state.final_allocation_stats,
+            stats,
+            sampler,
+            allocation,
             #[cfg(feature = "push")]
-            push: self.inner.push_stats(),
+            push,
+            scopes: crate::scope::absorb(|m| m.report()),
         })
+    }
+
+    /// The scope tree so far ([`scope!`](crate::scope), `#[recorder::profile]`,
+    /// [`scope_at`](crate::scope_at), spans of the tracing layer): the trees of all threads, those
+    /// that exited included, merged into one report. Empty in a forked child.
+    pub fn scope_report(&self) -> ScopeReport {
+        if self.inner.owner().is_err() {
+            return ScopeReport::default();
+        }
+        crate::scope::absorb(|m| m.report())
     }
 
     /// The Pyroscope uploader's counters, if the recording pushes.
@@ -412,12 +435,13 @@ impl Inner {
         let now = l.now_ticks();
         l.drain_event_buffers(); // 1. application events
         l.drain_sample_sources(); // 2. CPU samples (wall-clock, allocation: more sources)
-        l.write_own_events(now); // 3. thread starts/ends, data loss, settings, statistics
+        l.write_scope_timings(now); // 3. the scope tree's changed nodes
+        l.write_own_events(now); // 4. thread starts/ends, data loss, settings, statistics
         let mut l = self.resolve_without_l(l, id); // names of new addresses and threads
         l.open_chunk_if_needed(); // (a write failed meanwhile: the chunk was closed)
         let now = l.now_ticks();
-        l.close_segment(now); // 4-5. metadata if changed, one checkpoint
-        l.publish(now); // 6. the segment, then the header (guard protocol); retention
+        l.close_segment(now); // 5-6. metadata if changed, one checkpoint
+        l.publish(now); // 7. the segment, then the header (guard protocol); retention
         l
     }
 

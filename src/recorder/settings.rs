@@ -129,6 +129,8 @@ pub struct Settings {
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
     /// files.
     pub deterministic: bool,
+    /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in (default on).
+    pub sample_span_ids: bool,
     /// Diagnostics: log how long every holder keeps the chunk-writer lock L
     /// (`Recorder::lock_holds`; `examples/lock_hold.rs`).
     #[doc(hidden)]
@@ -159,6 +161,7 @@ impl Default for Settings {
             allocation: None,
             compress_finished_chunks: false,
             deterministic: false,
+            sample_span_ids: true,
             log_lock_holds: false,
             #[cfg(feature = "push")]
             push: None,
@@ -326,6 +329,14 @@ impl RecorderBuilder {
     pub fn allocation_live_set(mut self, on: bool) -> Self {
         let interval = self.settings.allocation.map_or(crate::alloc::DEFAULT_INTERVAL, |a| a.interval);
         self.settings.allocation = Some(AllocationSampling { interval, live_set: on });
+        self
+    }
+    /// Whether each `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in
+    /// (default on). Off, the event has exactly the JDK's four fields: for readers that assume
+    /// that layout instead of reading the metadata (async-profiler's `jfrconv` reads a sample's
+    /// four fields and not its size, so an extra field derails it).
+    pub fn sample_span_ids(mut self, on: bool) -> Self {
+        self.settings.sample_span_ids = on;
         self
     }
     /// Records no CPU samples (events only).

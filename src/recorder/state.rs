@@ -11,6 +11,7 @@ use crate::clock::{self, ClockPair};
 use crate::commit::{NoteKind, Shared, ThreadNote};
 use crate::flush::events::EventBuffers;
 use crate::flush::own::{self, Losses, RecordingInfo};
+use crate::flush::scopes::ScopeTimings;
 use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Tally};
 use crate::metadata_registry;
 use crate::sampler::SamplerStats;
@@ -37,7 +38,9 @@ pub(super) struct State {
     events: EventBuffers,
     /// Flush source 2: sampler-style sources, drained in this order after the event buffers.
     samplers: Vec<Box<dyn SampleSource>>,
-    /// Flush source 3 (with thread notes and settings): loss reports.
+    /// Flush source 3: the merged scope tree.
+    scopes: ScopeTimings,
+    /// Flush source 4 (with thread notes and settings): loss reports.
     losses: Losses,
     pending_notes: Vec<ThreadNote>,
     reported_events: u64,
@@ -103,6 +106,7 @@ impl State {
             storage: Storage::new(dir, policy),
             next_start: Some(start),
             samplers: Vec::new(),
+            scopes: ScopeTimings::default(),
             losses: Losses::default(),
             pending_notes: Vec::new(),
             reported_events: 0,
@@ -188,7 +192,12 @@ impl State {
         }
     }
 
-    /// Flush source 3: the recorder's own events — thread starts and ends, data loss, the
+    /// Flush source 3: the scope tree's changed nodes (`recorder.ScopeTiming`).
+    pub fn write_scope_timings(&mut self, now: i64) {
+        self.scopes.write(&mut self.chunk, now);
+    }
+
+    /// Flush source 4: the recorder's own events — thread starts and ends, data loss, the
     /// uploader's statistics, the settings (new chunk or changed), the sources' statistics.
     pub fn write_own_events(&mut self, now: i64) {
         self.take_thread_notes();

@@ -107,7 +107,7 @@ macro_rules! owner_assert {
 }
 
 /// Words in a record header (see [`RecordHeader`]).
-pub const HEADER_WORDS: usize = 5;
+pub const HEADER_WORDS: usize = 6;
 
 /// Record flag: the stack is not complete: frames were dropped (depth policy, walk limit) or the
 /// walk ended before the outermost frame (broken frame-pointer chain, bounds, leaf only).
@@ -134,7 +134,8 @@ const RETIRED: u32 = 2;
 ///
 /// Layout, one u64 word each: w0 = nframes (bits 0..16) | flags (16..24) | kind (24..32) |
 /// fragment index k (32..48) | fragment count n (48..64); w1 = ticks; w2 = tid (low 32) | slot
-/// index (high 32); w3 = sample id; w4 = stack pointer at the sample. Then `nframes` IPs.
+/// index (high 32); w3 = sample id; w4 = stack pointer at the sample; w5 = the thread's span id
+/// (0: none). Then `nframes` IPs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     /// CLOCK_MONOTONIC ns.
@@ -151,6 +152,8 @@ pub struct RecordHeader {
     pub sample_id: u64,
     /// Stack pointer of the interrupted context.
     pub sp: u64,
+    /// The span the thread was in (its span word; 0: none).
+    pub span: u64,
 }
 
 /// One decoded record, handed to the drain callback.
@@ -171,6 +174,8 @@ pub struct SampleRecord<'a> {
     pub sample_id: u64,
     /// Stack pointer at the sample.
     pub sp: u64,
+    /// The span the thread was in (0: none).
+    pub span: u64,
     /// Always 0: callbacks receive reassembled samples only.
     pub frag_index: u16,
     /// Always 1 (see `frag_index`).
@@ -288,6 +293,9 @@ pub struct ThreadSlot {
     stack_hi: AtomicUsize,
     /// Last sampled stack pointer, so an L holder can find bounds for discovered threads.
     last_sp: AtomicUsize,
+    /// The owner's span word (`crate::span_context`): a cell that lives as long as the process
+    /// (cells are pooled, never freed), or null.
+    span_cell: AtomicPtr<AtomicU64>,
 }
 
 impl ThreadSlot {
@@ -308,6 +316,29 @@ impl ThreadSlot {
             stack_verified_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
             last_sp: AtomicUsize::new(0),
+            span_cell: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Points the slot at its owner's span word (null: none).
+    pub fn set_span_cell(&self, cell: *const AtomicU64) {
+        // Release: pairs with the Acquire load in `span`; the cell is initialized before.
+        self.span_cell.store(cell.cast_mut(), Ordering::Release);
+    }
+
+    /// The owner's current span id (0: none or unknown).
+    ///
+    /// # Signal safety
+    /// Two atomic loads; the cell is never freed.
+    #[inline]
+    pub fn span(&self) -> u64 {
+        // Acquire: pairs with the Release store in `set_span_cell`.
+        let cell = self.span_cell.load(Ordering::Acquire);
+        // SAFETY: non-null cells come from `span_context`, which never frees them.
+        match unsafe { cell.as_ref() } {
+            // Relaxed: the owner's own word, written by the same thread the handler interrupts.
+            Some(cell) => cell.load(Ordering::Relaxed),
+            None => 0,
         }
     }
 
@@ -442,6 +473,7 @@ struct Pending {
     ticks: i64,
     flags: u8,
     sp: u64,
+    span: u64,
     frames: Vec<u64>,
     /// The last sample discarded as incomplete (already counted lost): its stray fragments are
     /// dropped without counting it again.
@@ -898,6 +930,7 @@ impl Core {
         buf.write_word(p + 2, u64::from(hdr.tid) | (u64::from(slot.index) << 32));
         buf.write_word(p + 3, hdr.sample_id);
         buf.write_word(p + 4, hdr.sp);
+        buf.write_word(p + 5, hdr.span);
         let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
         // Missing frames are zeros. Bounded by `end`, never by the writes' success, so that a
@@ -1238,6 +1271,7 @@ impl Core {
             let ticks = b.read_word(s + 1) as i64;
             let sample_id = b.read_word(s + 3);
             let sp = b.read_word(s + 4);
+            let span = b.read_word(s + 5);
             let slot = self.slots.get(slot_index);
             let LockedState { scratch, pending, .. } = &mut *locked;
             let Some(p) = pending.get_mut(slot_index) else {
@@ -1257,6 +1291,7 @@ impl Core {
                     ips: scratch,
                     sample_id,
                     sp,
+                    span,
                     frag_index: 0,
                     frag_count: 1,
                 };
@@ -1274,6 +1309,7 @@ impl Core {
                         ips: &p.frames,
                         sample_id: p.sample_id,
                         sp: p.sp,
+                        span: p.span,
                         frag_index: 0,
                         frag_count: 1,
                     };
@@ -1293,6 +1329,7 @@ impl Core {
                     p.ticks = ticks;
                     p.flags = flags;
                     p.sp = sp;
+                    p.span = span;
                     p.frames.clear();
                     p.frames.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
                 } else {
@@ -1553,6 +1590,7 @@ mod fragment_tests {
             frag_count: n,
             sample_id: id,
             sp: 0,
+            span: 0,
         };
         assert!(core.write_record(&adm, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
     }
@@ -1628,13 +1666,14 @@ mod fragment_tests {
 
     #[test]
     fn sample_larger_than_every_buffer_together_is_lost() {
-        // 16-word buffers hold 11 frames each; active + 2 spares.
+        // 16-word buffers hold `per` frames each; active + 2 spares.
+        let per = 16 - HEADER_WORDS;
         let (c, mut l) = core(1, 6, 16, 2);
         let slot = c.slot(0).unwrap();
         let hdr = RecordHeader { tid: TID, sample_id: 1, ..RecordHeader::default() };
         let adm = c.admit(slot, TID).unwrap();
-        // Nothing active yet, so at most 2 spares * 11 frames.
-        let o = c.write_sample(&adm, &hdr, 23, |i| i as u64);
+        // Nothing active yet, so at most 2 spares * `per` frames.
+        let o = c.write_sample(&adm, &hdr, 2 * per + 1, |i| i as u64);
         drop(adm);
         assert!(!o.committed);
         assert!(drain(&c, &mut l).is_empty());
@@ -1642,11 +1681,11 @@ mod fragment_tests {
         // The same sample with one frame fewer fits two buffers exactly.
         let adm = c.admit(slot, TID).unwrap();
         let hdr = RecordHeader { sample_id: 2, flags: FLAG_TRUNCATED, ..hdr };
-        assert!(c.write_sample(&adm, &hdr, 22, |i| 1000 + i as u64).committed);
+        assert!(c.write_sample(&adm, &hdr, 2 * per, |i| 1000 + i as u64).committed);
         drop(adm);
         let out = drain(&c, &mut l);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].2, (1000..1022).collect::<Vec<u64>>());
+        assert_eq!(out[0].2, (1000..1000 + 2 * per as u64).collect::<Vec<u64>>());
         exact(&c, 0, 1, 1);
     }
 

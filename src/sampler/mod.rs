@@ -477,6 +477,24 @@ mod imp {
         }
     }
 
+    /// Points the sampler slot of thread `tid` (if it is sampled) at its span word (null: none).
+    /// Normal context; takes the lifecycle and registry locks (in that order).
+    pub(crate) fn attach_span_cell(tid: u32, cell: *const std::sync::atomic::AtomicU64) {
+        let _life = LIFECYCLE.lock();
+        // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
+        let shared = signal::SHARED.load(Ordering::Relaxed);
+        // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+        let Some(shared) = (unsafe { shared.as_ref() }) else { return };
+        let reg = shared.registry.lock();
+        for (index, entry) in reg.entries.iter().enumerate() {
+            if entry.as_ref().is_some_and(|e| e.tid == tid) {
+                if let Some(slot) = shared.core.slot(index) {
+                    slot.set_span_cell(cell);
+                }
+            }
+        }
+    }
+
     fn gettid() -> u32 {
         // SAFETY: no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
@@ -731,6 +749,7 @@ mod imp {
                         retire_dead(self, &mut reg, i);
                     }
                     let slot = self.core.claim_slot(tid, bounds).ok_or(RegisterError::NoSlot)?;
+                    slot.set_span_cell(crate::span_context::cell_for(tid));
                     let index = slot.index() as usize;
                     // Every spare now, before the timer can fire: the first samples (deep ones
                     // need several buffers) do not wait for a refill.
@@ -1238,6 +1257,7 @@ mod imp {
                         full = true;
                         break;
                     };
+                    slot.set_span_cell(crate::span_context::cell_for(tid));
                     let index = slot.index() as usize;
                     shared.core.fill_spares(slot);
                     if let Some(e) = reg.entries.get_mut(index) {

@@ -347,6 +347,7 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
         frag_count: 1,
         sample_id: core.next_sample_id(),
         sp: regs.sp as u64,
+        span: slot.span(),
     };
     // Relaxed (loads below): the scratch was written by this same handler above; it is the
     // owner's alone.

@@ -172,3 +172,13 @@ fn iso_timestamps_convert_to_epoch_nanos() {
     assert_eq!(epoch_nanos_of_iso("2000-03-01T00:00:01.5Z"), 951_868_801_500_000_000);
     assert_eq!(epoch_nanos_of_iso("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
 }
+
+/// A scope's total time in ns is its self time plus its children's totals, up to the rounding
+/// of each term's conversion from ticks (toward zero: at most 1 ns per child short).
+pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
+    let parts = self_nanos + children.iter().sum::<u64>();
+    assert!(
+        total >= parts && total - parts <= children.len() as u64,
+        "total {total} ns is not self {self_nanos} + children {children:?} ns"
+    );
+}

@@ -15,7 +15,8 @@ use std::path::Path;
 
 pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
     let which = if args.all { Recordings::All } else { Recordings::Newest };
-    let options = FoldOptions { by_thread: args.by_thread, keep_runtime_frames: args.keep_runtime_frames };
+    let options =
+        FoldOptions { by_thread: args.by_thread, keep_runtime_frames: args.keep_runtime_frames, by_span: false };
     let weighing = args.kind.weighing();
     let mut damaged = false;
     let mut fold = |path: &Path| -> anyhow::Result<Folded> {

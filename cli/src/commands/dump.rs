@@ -21,12 +21,13 @@
 //! file output's name gets `.zst`, see `args.rs`). A file output is written under a temporary
 //! name and renamed, so it is never half-written; errors name the file asked for.
 
-use crate::args::{DumpConfig, DumpFormat, TypeFilter};
+use crate::args::{DumpConfig, DumpFormat, DumpWeight, TypeFilter};
 use crate::fold::{self, Folded, Selection};
 use crate::pprof;
 use crate::profile::{ProfileKind, Unit, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
 use crate::source::{self, Damage, SourceChunk};
+use crate::spans::{self, SpanNames};
 use crate::Outcome;
 use anyhow::Context;
 use clap::ValueEnum;
@@ -79,7 +80,24 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     // Profile formats read everything first: a selection with no samples is an error about the
     // input, and no output file is made.
     let mut profile_output: Option<WriteProfile> = None;
-    if cfg.format.is_profile() {
+    if cfg.format.is_profile() && cfg.weight == DumpWeight::SelfTime {
+        // The instrumented scope tree: self time in ns; empty (a valid empty output) if the
+        // recording has no scopes.
+        let report = match spans::scope_report(source.chunks.iter().map(|sc| &sc.chunk)) {
+            Ok(report) => report,
+            Err(e) => anyhow::bail!("{}: reading recorder.ScopeTiming: {e}", cfg.path.display()),
+        };
+        let collapsed = report.collapsed(recorder::scope::Weight::SelfTime);
+        let title = format!("recorder: {} (scope self time)", cfg.path.display());
+        let flamegraph = cfg.format == DumpFormat::Flamegraph;
+        profile_output = Some(Box::new(move |sink: &mut Sink| {
+            if flamegraph {
+                write_flamegraph_lines(collapsed.lines(), &title, "ns", sink)
+            } else {
+                Ok(sink.write_all(collapsed.as_bytes())?)
+            }
+        }));
+    } else if cfg.format.is_profile() {
         let weighing = weighing(cfg, &source.chunks)?;
         let nothing = |what: &str| {
             let mut text = format!("{}: no {what} were selected", cfg.path.display());
@@ -100,8 +118,17 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             profile_output = Some(Box::new(move |sink: &mut Sink| Ok(builder.write(sink)?)));
         } else {
             let mut folded = Folded::default();
+            let mut span_names = SpanNames::default();
+            if cfg.fold.by_span {
+                for sc in &source.chunks {
+                    if let Err(e) = span_names.add_chunk(&sc.chunk) {
+                        chunk_damage = Some(Damage::in_chunk(&sc.file, e));
+                        break;
+                    }
+                }
+            }
             for sc in &source.chunks {
-                if let Err(e) = folded.add_chunk(&sc.chunk, &weighing, &selection, cfg.fold) {
+                if let Err(e) = folded.add_chunk_with_spans(&sc.chunk, &weighing, &selection, cfg.fold, &span_names) {
                     chunk_damage = Some(Damage::in_chunk(&sc.file, e));
                     break;
                 }
@@ -136,7 +163,13 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     let mut sink = Sink::open(cfg).with_context(|| sink_name(cfg))?;
     let result = match (cfg.format, profile_output) {
         (DumpFormat::Jfr, _) => write_jfr(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
-        (DumpFormat::Json, _) => write_json(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
+        (DumpFormat::Json, _) => write_json(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage)
+            .and_then(|written| {
+                if written && chunk_damage.is_none() {
+                    write_scope_tree(&source.chunks, cfg, &mut sink)?;
+                }
+                Ok(written)
+            }),
         (_, Some(write)) => write(&mut sink).map(|()| true),
         (_, None) => Ok(true),
     };
@@ -268,6 +301,55 @@ pub fn count_name(unit: Unit) -> &'static str {
         Unit::Samples => "samples",
         Unit::Bytes => "bytes",
     }
+}
+
+/// `--format json`: after the events, the merged scope tree (when the recording has
+/// recorder.ScopeTiming events and the selection keeps them), as one more line:
+/// `{"type":"recorder.ScopeTree","values":{"deterministic":..,"unit":"ns","roots":[..]}}`.
+fn write_scope_tree(chunks: &[SourceChunk], cfg: &DumpConfig, out: &mut Sink) -> anyhow::Result<()> {
+    let declared = chunks.iter().any(|c| c.chunk.metadata().class_by_name("recorder.ScopeTiming").is_some());
+    if !declared || !cfg.filter.keeps("recorder.ScopeTiming") || cfg.thread.is_some() {
+        return Ok(());
+    }
+    let report = spans::scope_report(chunks.iter().map(|sc| &sc.chunk))?;
+    if report.nodes.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "{{\"type\":\"recorder.ScopeTree\",\"values\":{}}}", report.to_json())?;
+    Ok(())
+}
+
+/// Draws collapsed `lines` as a flame graph SVG (inferno); no lines (nothing has weight) give an
+/// empty flame graph, a valid SVG that says so.
+pub fn write_flamegraph_lines<'a>(
+    lines: impl Iterator<Item = &'a str>,
+    title: &str,
+    count_name: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let lines: Vec<&str> = lines.collect();
+    if lines.is_empty() {
+        let text = format!("{title}: nothing has weight (no scope entered, or deterministic mode)");
+        let mut escaped = String::new();
+        for c in text.chars() {
+            match c {
+                '<' => escaped.push_str("&lt;"),
+                '>' => escaped.push_str("&gt;"),
+                '&' => escaped.push_str("&amp;"),
+                c => escaped.push(c),
+            }
+        }
+        write!(
+            out,
+            "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg version=\"1.1\" width=\"1200\" height=\"60\" \
+             xmlns=\"http://www.w3.org/2000/svg\"><text x=\"600\" y=\"30\" text-anchor=\"middle\">{escaped}</text></svg>\n"
+        )?;
+        return Ok(());
+    }
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_owned();
+    options.count_name = count_name.to_owned();
+    inferno::flamegraph::from_lines(&mut options, lines, out).context("drawing the flame graph")
 }
 
 /// Draws `folded` as an interactive flame graph SVG (inferno).

@@ -13,6 +13,7 @@
 
 use crate::args::TopConfig;
 use crate::source::{self, Damage};
+use crate::spans::SpanNames;
 use crate::Outcome;
 use jfr_format::header::{FLAG_FINAL_CHUNK, HEADER_SIZE};
 use jfr_format::{Chunk, Item, Refresh, Value};
@@ -25,6 +26,8 @@ use std::sync::Arc;
 struct Sample {
     time_ns: i64,
     frames: Arc<[Arc<str>]>,
+    /// The span it was taken in (0: none).
+    span: u64,
 }
 
 /// The samples of the window, and the end of the recording as known so far.
@@ -32,12 +35,21 @@ struct Sample {
 struct Samples {
     samples: VecDeque<Sample>,
     end_ns: i64,
+    /// Span names, for `--by-span`.
+    spans: SpanNames,
 }
 
 /// Per-chunk decoding state: the stack cache (stack keys are chunk-local).
 struct ChunkReader {
     sample_type: Option<u64>,
     stacks: HashMap<u64, Arc<[Arc<str>]>>,
+    /// recorder.Span: type id and the indexes of spanId, parentSpanId, name.
+    span_type: Option<(u64, [usize; 3])>,
+}
+
+fn span_type(chunk: &Chunk) -> Option<(u64, [usize; 3])> {
+    let c = chunk.metadata().class_by_name("recorder.Span")?;
+    Some((c.id, [c.field_index("spanId")?, c.field_index("parentSpanId")?, c.field_index("name")?]))
 }
 
 impl ChunkReader {
@@ -45,6 +57,7 @@ impl ChunkReader {
         ChunkReader {
             sample_type: chunk.metadata().class_by_name("jdk.ExecutionSample").map(|c| c.id),
             stacks: HashMap::new(),
+            span_type: span_type(chunk),
         }
     }
 
@@ -56,9 +69,17 @@ impl ChunkReader {
             // New metadata may declare it later.
             self.sample_type = chunk.metadata().class_by_name("jdk.ExecutionSample").map(|c| c.id);
         }
+        if self.span_type.is_none() {
+            self.span_type = span_type(chunk);
+        }
         let mut items = chunk.items(from);
         for item in items.by_ref() {
             let Item::Event(event) = item? else { continue };
+            if let Some((id, [span, parent, name])) = self.span_type.filter(|(id, _)| *id == event.type_id) {
+                let _ = id;
+                samples.spans.add_event(chunk, &event.values, span, parent, name);
+                continue;
+            }
             if Some(event.type_id) != self.sample_type {
                 continue;
             }
@@ -76,7 +97,8 @@ impl ChunkReader {
             };
             let time_ns = chunk.ticks_to_epoch_nanos(event.start_ticks());
             samples.end_ns = samples.end_ns.max(time_ns);
-            samples.samples.push_back(Sample { time_ns, frames });
+            let span = chunk.event_field(&event, "spanId").and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
+            samples.samples.push_back(Sample { time_ns, frames, span });
         }
         Ok(items.position())
     }
@@ -251,16 +273,29 @@ fn table(samples: &Samples, cfg: &TopConfig, path: &Path) -> String {
     let mut self_counts: HashMap<&str, u64> = HashMap::new();
     let mut total_counts: HashMap<&str, u64> = HashMap::new();
     let mut n = 0u64;
+    // --by-span: the span path (innermost first) stands for the stack.
+    let mut span_paths: HashMap<u64, Arc<[Arc<str>]>> = HashMap::new();
+    if cfg.by_span {
+        for s in samples.samples.iter().filter(|s| s.time_ns >= cutoff) {
+            span_paths.entry(s.span).or_insert_with(|| {
+                if s.span == 0 {
+                    return Arc::from(vec![Arc::<str>::from("[no span]")]);
+                }
+                samples.spans.path(s.span).into_iter().rev().collect()
+            });
+        }
+    }
     for s in samples.samples.iter().filter(|s| s.time_ns >= cutoff) {
         n += 1;
-        let Some(first) = s.frames.first() else {
+        let frames = if cfg.by_span { &span_paths[&s.span] } else { &s.frames };
+        let Some(first) = frames.first() else {
             *self_counts.entry("[no stack]").or_default() += 1;
             *total_counts.entry("[no stack]").or_default() += 1;
             continue;
         };
         *self_counts.entry(first).or_default() += 1;
         let mut seen = HashSet::new();
-        for f in s.frames.iter() {
+        for f in frames.iter() {
             if seen.insert(&**f) {
                 *total_counts.entry(f).or_default() += 1;
             }
@@ -275,7 +310,7 @@ fn table(samples: &Samples, cfg: &TopConfig, path: &Path) -> String {
         cfg.window.as_secs_f64(),
         crate::time::date_time_seconds(samples.end_ns)
     );
-    let _ = writeln!(out, "{:>7} {:>7}  function", "self", "total");
+    let _ = writeln!(out, "{:>7} {:>7}  {}", "self", "total", if cfg.by_span { "span" } else { "function" });
     if n == 0 {
         let _ = writeln!(out, "      -       -  (no CPU samples in the window)");
         return out;
