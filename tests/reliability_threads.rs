@@ -253,7 +253,13 @@ fn storm(strict_loss: bool) {
         if tids.contains(&(*tid as u64)) {
             storm_samples += 1;
             assert!(name.as_deref().is_some_and(|n| n.starts_with("storm-")), "storm tid {tid} named {name:?}");
-            if *cut || !stack.last().is_some_and(|f| f.contains("start_thread")) {
+            // The thread's root: start_thread, or past it the clone3 that started it (the CFI
+            // walk through libc reaches that far).
+            let root = stack.iter().rev().take(2).any(|f| f.contains("start_thread"));
+            if *cut || !root {
+                if storm_samples == 1 {
+                    eprintln!("a storm sample not reaching its root: {stack:?}");
+                }
                 // The walk did not reach the thread's root (flagged truncated, or ended at a frame
                 // without a frame pointer, e.g. inside libc): no outer frame to check.
                 truncated += 1;

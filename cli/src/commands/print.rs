@@ -37,7 +37,9 @@ pub fn run(cfg: &PrintConfig) -> anyhow::Result<Outcome> {
     out.flush()?;
     drop(out);
     if let Some(d) = damage {
-        // Events were printed up to the damage; later chunks are not printed.
+        // Events were printed up to the damage; later chunks are not printed. One damage per
+        // file: the load may have met the same one.
+        source.damage.retain(|x| x.file != d.file);
         source.damage.insert(0, d);
     }
     source.report_damage();

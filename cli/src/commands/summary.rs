@@ -71,6 +71,10 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             WeighedTotals::default()
         }
     };
+    // One damage per file: the weighing pass meets the damage the counting pass met.
+    let mut seen = std::collections::HashSet::new();
+    record_damage.retain(|d| seen.insert(d.file.clone()));
+    source.damage.retain(|d| !seen.contains(&d.file));
     source.damage.splice(0..0, record_damage);
     // Nothing readable: the errors alone, no empty table.
     if source.chunks.is_empty() && !source.damage.is_empty() {
