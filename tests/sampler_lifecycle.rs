@@ -651,18 +651,23 @@ fn deep_samples_are_not_lost_while_l_is_held() {
     recorder_stop.store(true, Ordering::Relaxed);
     recorder.join().unwrap();
     let tid = tid.load(Ordering::Relaxed);
-    let (mut whole, mut other) = (0u64, 0u64);
+    // A sample may land on the way down (or up) the recursion, with fewer frames; the thread's
+    // CPU time is spent at the bottom, so most samples are deep.
+    let (mut whole, mut shallow, mut other) = (0u64, 0u64, 0u64);
     sampler.drain(&mut locked, &mut |r: &SampleRecord<'_>| {
-        if r.tid == tid && r.ips.len() >= 2000 {
+        if r.tid != tid {
+            other += 1;
+        } else if r.ips.len() >= 2000 {
             whole += 1;
         } else {
-            other += 1;
+            shallow += 1;
         }
     });
     let stats = sampler.stats();
     assert_eq!(stats.taken, stats.written + stats.lost, "taken = written + lost");
     assert_eq!(stats.lost, 0, "spares were refilled without L: nothing may be lost ({whole} written)");
-    assert_eq!(other, 0, "every sample is the deep thread's, in the recursion");
-    assert_eq!(whole, stats.written);
+    assert_eq!(other, 0, "every sample is the deep thread's");
+    assert_eq!(whole + shallow, stats.written);
+    assert!(whole * 2 >= stats.written, "most samples are deep and written whole: {whole} of {}", stats.written);
     let _ = Arc::into_inner(sampler).unwrap().stop(&mut locked, &mut |_| {});
 }
