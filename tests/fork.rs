@@ -54,15 +54,27 @@ fn forked_child_is_clean_and_can_record_on_its_own() {
     }
     for pid in children {
         let mut status = 0;
-        // A deadlocked child would hang here: bound the wait.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // A deadlocked child would hang here: bound the wait. Generously: 20 children each start a
+        // recording of their own (CFI tables of every module compiled anew, symbolization) on a
+        // machine that may be busy with other tests, so a slow child is not a hung one.
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
         loop {
             // SAFETY: plain waitpid on our own child.
             let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
             if r == pid {
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "child {pid} hangs (deadlock after fork?)");
+            if std::time::Instant::now() >= deadline {
+                // What each of its threads is doing (state and kernel wait channel), for the report.
+                let mut threads = String::new();
+                for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+                    let p = t.path();
+                    let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+                    let wchan = std::fs::read_to_string(p.join("wchan")).unwrap_or_default();
+                    threads.push_str(&format!("\n  {} wchan {wchan}", stat.trim()));
+                }
+                panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}");
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
