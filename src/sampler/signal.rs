@@ -410,6 +410,50 @@ pub(super) struct Registers {
     pub(super) sp: usize,
 }
 
+/// Where a walk keeps the return addresses it finds, in the slot's scratch: the first `inner` in
+/// order, then the outermost `outer` in a ring (so the outer end survives a walk deeper than
+/// both limits); the rest are only counted by the walk. Shared by [`walk`] and [`walk_cfi`].
+///
+/// # Signal safety
+/// Relaxed stores into the slot's own scratch only.
+struct KeptFrames<'a> {
+    scratch: &'a [AtomicU64],
+    inner: usize,
+    outer: usize,
+    /// Addresses stored so far.
+    n: usize,
+    /// The ring's next index, in `inner..inner + outer`.
+    ring: usize,
+}
+
+impl<'a> KeptFrames<'a> {
+    #[inline]
+    fn new(inner: usize, outer: usize, scratch: &'a [AtomicU64]) -> Self {
+        KeptFrames { scratch, inner, outer, n: 0, ring: inner }
+    }
+
+    #[inline]
+    fn store(&mut self, ip: u64) {
+        let at = if self.n < self.inner {
+            self.n
+        } else if self.outer > 0 {
+            let at = self.ring;
+            self.ring += 1;
+            if self.ring == self.inner + self.outer {
+                self.ring = self.inner;
+            }
+            at
+        } else {
+            usize::MAX
+        };
+        if let Some(w) = self.scratch.get(at) {
+            // Relaxed: the scratch is read back only by this handler (same thread).
+            w.store(ip, Ordering::Relaxed);
+        }
+        self.n += 1;
+    }
+}
+
 /// Walks frame pointers from `regs`, innermost first: the PC, then each return address. Frame
 /// number n goes to `scratch[n]` while n < `inner`, later ones into the ring
 /// `scratch[inner..inner + outer]` (see [`WalkLayout`]); the rest are only counted. Returns
@@ -439,28 +483,8 @@ pub(super) fn walk(
     outer: usize,
     scratch: &[AtomicU64],
 ) -> (usize, bool) {
-    let mut n = 0usize;
-    let mut ring = inner;
-    let ring_end = inner + outer;
-    let mut store = |ip: u64| {
-        let at = if n < inner {
-            n
-        } else if outer > 0 {
-            let at = ring;
-            ring += 1;
-            if ring == ring_end {
-                ring = inner;
-            }
-            at
-        } else {
-            usize::MAX
-        };
-        if let Some(w) = scratch.get(at) {
-            // Relaxed: the scratch is read back only by this handler (same thread).
-            w.store(ip, Ordering::Relaxed);
-        }
-        n += 1;
-    };
+    let mut kept = KeptFrames::new(inner, outer, scratch);
+    let mut store = |ip: u64| kept.store(ip);
     store(regs.pc as u64);
     if hi == 0 {
         return (1, false);
@@ -515,28 +539,8 @@ fn walk_cfi(
     outer: usize,
     scratch: &[AtomicU64],
 ) -> (usize, bool) {
-    let mut n = 0usize;
-    let mut ring = inner;
-    let ring_end = inner + outer;
-    let store = |ip: u64| {
-        let at = if n < inner {
-            n
-        } else if outer > 0 {
-            let at = ring;
-            ring += 1;
-            if ring == ring_end {
-                ring = inner;
-            }
-            at
-        } else {
-            usize::MAX
-        };
-        if let Some(w) = scratch.get(at) {
-            // Relaxed: the scratch is read back only by this handler (same thread).
-            w.store(ip, Ordering::Relaxed);
-        }
-        n += 1;
-    };
+    let mut kept = KeptFrames::new(inner, outer, scratch);
+    let store = |ip: u64| kept.store(ip);
     let start = crate::cfi::Regs { pc: regs.pc, sp: regs.sp, fp: regs.fp };
     let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, HARD_WALK_LIMIT, store);
     // Complete: the outermost frame was reached (as `walk` defines it).
