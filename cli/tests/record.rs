@@ -413,8 +413,10 @@ fn the_programs_own_signal_handlers_keep_working_including_a_later_sigprof_profi
     // query must report its own handler, and the recording must keep its samples.
     let dir = test_dir("the_programs_own_signal_handlers_keep_working_including_a_later_sigprof_profiler");
     let prog = build_program("signals.c", "gcc", &["-O2", "-fomit-frame-pointer"]);
+    // Long enough that the recorder's own start-up on the main thread (CFI tables, symbols: its
+    // samples are leaf-only, before main) stays a small share of the samples.
     let out =
-        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "sig.jfr"], &[prog.to_str().unwrap(), "800"]);
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "sig.jfr"], &[prog.to_str().unwrap(), "3000"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
     let line = String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("usr1=")).unwrap_or("").to_owned();
