@@ -147,9 +147,14 @@ pub struct RecordArgs {
     /// Wall-clock sampling period (not available yet in this build: refused).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wall: Option<std::time::Duration>,
-    /// Allocation sampling interval, e.g. 512KiB (not available yet in this build: refused).
-    #[arg(long, value_name = "SIZE")]
-    pub alloc: Option<String>,
+    /// Sample allocations (malloc, calloc, realloc, the aligned ones; C++ new goes through
+    /// malloc): one sample per SIZE bytes allocated on average, e.g. 512KiB (B, KiB, MiB, GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub alloc: Option<u64>,
+    /// Follow the sampled allocations until they are freed: `recorder dump --live` then shows
+    /// what was still allocated at the end (leaks). Turns --alloc on at 512KiB if not given.
+    #[arg(long)]
+    pub alloc_live: bool,
     /// Stop recording (not the program) after this long; -o and the summary are written then.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,
@@ -231,6 +236,26 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{text}` is not a duration such as 10ms"));
     }
     Ok(std::time::Duration::from_nanos((value * nanos_per) as u64))
+}
+
+/// `512KiB`, `1MiB`, `4096` (bytes), `64k`: at least one byte.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 512KiB"))?;
+    let per = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
+    };
+    let bytes = value * per;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("`{text}`: the size must be at least 1 byte"));
+    }
+    Ok(bytes as u64)
 }
 
 const TOP_EXAMPLES: &str = "\

@@ -31,6 +31,7 @@
 #![allow(unsafe_code)]
 
 mod environ;
+mod malloc;
 pub mod options;
 
 use libc::{c_char, c_int, c_void};
@@ -66,6 +67,10 @@ extern "C" fn constructor() {
     // A panic must not unwind into the loader.
     let _ = std::panic::catch_unwind(|| {
         let options = read_options();
+        if options.as_ref().is_some_and(|o| o.alloc.is_some() || o.alloc_live) {
+            // Allocations reach the recorder through this library's `malloc` (see `malloc`).
+            recorder::alloc::interpose::use_foreign_allocator();
+        }
         if let Some(o) = &options {
             if !o.follow_children {
                 let ours = own_path();
@@ -171,8 +176,11 @@ fn start_recording() {
     if options.wall.is_some() {
         eprintln!("recorder-preload: wall-clock sampling (wall=) is not available yet; recording CPU samples only");
     }
-    if options.alloc.is_some() {
-        eprintln!("recorder-preload: allocation sampling (alloc=) is not available yet; recording CPU samples only");
+    if let Some(bytes) = options.alloc {
+        builder = builder.allocation_sampling(bytes);
+    }
+    if options.alloc_live {
+        builder = builder.allocation_live_set(true);
     }
     let rec = match builder.start() {
         Ok(rec) => rec,

@@ -37,6 +37,9 @@ pub struct Options {
     pub wall: Option<Duration>,
     /// Allocation sampling interval in bytes (`alloc=512KiB`).
     pub alloc: Option<u64>,
+    /// Follow the sampled allocations until they are freed (`alloc_live=1`; turns `alloc` on at
+    /// 512 KiB if it is not given).
+    pub alloc_live: bool,
     /// `unwinder=auto|fp|dwarf`.
     pub unwinder: UnwinderChoice,
     /// A file the library appends one line to at start and at the end of each recording
@@ -58,7 +61,14 @@ pub fn parse(text: &str) -> Result<Options, String> {
             "duration" => o.duration = Some(parse_duration(value).map_err(bad)?),
             "follow-children" => o.follow_children = parse_bool(value).map_err(bad)?,
             "wall" => o.wall = Some(parse_duration(value).map_err(bad)?),
-            "alloc" => o.alloc = Some(parse_size(value).map_err(bad)?),
+            "alloc" => {
+                let bytes = parse_size(value).map_err(bad)?;
+                if bytes == 0 {
+                    return Err(bad("the interval must be at least 1 byte".into()));
+                }
+                o.alloc = Some(bytes);
+            }
+            "alloc_live" | "alloc-live" => o.alloc_live = parse_bool(value).map_err(bad)?,
             "unwinder" => {
                 o.unwinder = match value {
                     "auto" => UnwinderChoice::Auto,
@@ -70,7 +80,7 @@ pub fn parse(text: &str) -> Result<Options, String> {
             "report" => o.report = Some(non_empty_path(value).map_err(bad)?),
             _ => {
                 return Err(format!(
-                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, unwinder, report)"
+                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, alloc_live, unwinder, report)"
                 ))
             }
         }
@@ -139,7 +149,7 @@ mod tests {
 
     #[test]
     fn parses_every_option_and_round_trips() {
-        let o = parse("period=1ms, repository=/tmp/r,output=a.jfr,duration=2s,follow-children=1,wall=50ms,alloc=512KiB,unwinder=dwarf,report=/tmp/x")
+        let o = parse("period=1ms, repository=/tmp/r,output=a.jfr,duration=2s,follow-children=1,wall=50ms,alloc=512KiB,alloc_live=1,unwinder=dwarf,report=/tmp/x")
             .unwrap();
         assert_eq!(o.period, Some(Duration::from_millis(1)));
         assert_eq!(o.repository.as_deref(), Some(std::path::Path::new("/tmp/r")));
@@ -148,6 +158,7 @@ mod tests {
         assert!(o.follow_children);
         assert_eq!(o.wall, Some(Duration::from_millis(50)));
         assert_eq!(o.alloc, Some(512 * 1024));
+        assert!(o.alloc_live);
         assert_eq!(o.unwinder, UnwinderChoice::Dwarf);
         assert_eq!(parse("").unwrap(), Options::default());
     }
@@ -158,5 +169,7 @@ mod tests {
         assert!(parse("colour=red").unwrap_err().contains("unknown option `colour`"));
         assert!(parse("unwinder=libgcc").unwrap_err().contains("auto, fp or dwarf"));
         assert!(parse("repository=").unwrap_err().contains("path is required"));
+        assert!(parse("alloc=0").unwrap_err().contains("at least 1 byte"));
+        assert!(parse("alloc_live=maybe").unwrap_err().starts_with("alloc_live=maybe:"));
     }
 }

@@ -414,9 +414,18 @@ impl Ticket {
     /// first time a thread's stack is seen.
     #[inline(never)]
     pub(crate) fn capture(&mut self) {
+        self.capture_from(crate::unwind::frame_pointer());
+    }
+
+    /// [`Ticket::capture`] from the frame record at `fp` (a frame of the caller's: the walk
+    /// starts at that frame's return address, so the frames between it and here are not kept).
+    ///
+    /// # Signal safety
+    /// As [`Ticket::capture`].
+    #[inline(never)]
+    pub(crate) fn capture_from(&mut self, fp: usize) {
         let marker = 0u8;
         let sp = std::hint::black_box(&marker) as *const u8 as usize;
-        let mut fp = crate::unwind::frame_pointer();
         let (inner, outer) = (self.active.inner, self.active.outer);
         let Some((lo, hi)) = stack_bounds(sp) else {
             self.claim.write(LAYOUT_WORD, FLAG_NO_STACK << 48);
@@ -424,35 +433,26 @@ impl Ticket {
             return;
         };
         let lo = lo.max(sp);
-        let (mut n, mut ring, mut ring_len, mut flags) = (0usize, 0usize, 0usize, 0u64);
-        loop {
-            if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
-                break;
-            }
-            // SAFETY: `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped stack this thread runs on
-            // (its mapping in /proc/self/maps), and `fp` is 8-byte aligned.
-            let (next, ret) =
-                unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
-            if ret == 0 {
-                break;
-            }
-            if n >= crate::unwind::HARD_WALK_LIMIT {
-                flags |= FLAG_CUT;
-                break;
-            }
+        let claim = &mut self.claim;
+        let (mut n, mut ring, mut ring_len) = (0usize, 0usize, 0usize);
+        // Keeps one return address: the innermost `inner` in order, the last `outer` in a ring.
+        let mut store = |ret: usize| {
             if n < inner {
-                self.claim.write(RECORD_HEADER_WORDS + n, ret as u64);
+                claim.write(RECORD_HEADER_WORDS + n, ret as u64);
             } else if outer > 0 {
-                self.claim.write(RECORD_HEADER_WORDS + inner + ring, ret as u64);
+                claim.write(RECORD_HEADER_WORDS + inner + ring, ret as u64);
                 ring = (ring + 1) % outer;
                 ring_len = (ring_len + 1).min(outer);
             }
             n += 1;
-            if next <= fp {
-                break;
-            }
-            fp = next;
-        }
+        };
+        // The sampler's DWARF tables when it runs with them (code without frame pointers, such
+        // as a C program's `malloc` callers under `recorder record`), else frame pointers.
+        let cut = crate::sampler::with_unwind_tables(|tables| match tables {
+            Some((tables, mode)) => walk_tables(tables, mode, fp, lo, hi, &mut store),
+            None => walk_frame_pointers(fp, lo, hi, &mut store),
+        });
+        let flags = if cut { FLAG_CUT } else { 0 };
         let n_inner = n.min(inner);
         let dropped = n - n_inner - ring_len;
         let head = if ring_len == outer { ring } else { 0 };
@@ -504,6 +504,77 @@ impl Ticket {
         }
         drop(_entered);
     }
+}
+
+/// The return address and caller registers of the frame record at `fp`, if it lies in
+/// `[lo, hi)`.
+///
+/// # Signal safety
+/// Two checked loads from this thread's mapped stack.
+#[inline]
+fn frame_record(fp: usize, lo: usize, hi: usize) -> Option<(usize, usize)> {
+    if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
+        return None;
+    }
+    // SAFETY: `[fp, fp + 16)` lies inside `[lo, hi)`, the mapped stack this thread runs on (its
+    // mapping in /proc/self/maps, from the current sp up), and `fp` is 8-byte aligned.
+    let (next, ret) = unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
+    (ret != 0).then_some((next, ret))
+}
+
+/// Walks frame pointers from the record at `fp`, handing each return address to `store`.
+/// Returns true if the walk stopped at `HARD_WALK_LIMIT`.
+///
+/// # Signal safety
+/// Checked loads from this thread's stack.
+fn walk_frame_pointers(mut fp: usize, lo: usize, hi: usize, store: &mut impl FnMut(usize)) -> bool {
+    let mut n = 0usize;
+    while let Some((next, ret)) = frame_record(fp, lo, hi) {
+        if n >= crate::unwind::HARD_WALK_LIMIT {
+            return true;
+        }
+        store(ret);
+        n += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    false
+}
+
+/// Walks from the record at `fp` with the sampler's DWARF tables (`cfi::step`: frame pointers
+/// where `mode` says a module keeps them), handing each return address to `store`. Returns true
+/// if the walk stopped at `HARD_WALK_LIMIT`.
+///
+/// # Signal safety
+/// As `cfi::step`: binary searches over immutable tables, checked loads from `[lo, hi)`.
+fn walk_tables(
+    tables: &crate::cfi::Tables,
+    mode: crate::cfi::Unwinder,
+    fp: usize,
+    lo: usize,
+    hi: usize,
+    store: &mut impl FnMut(usize),
+) -> bool {
+    // The caller of the frame at `fp`: its pc is the return address, its sp the frame's CFA, its
+    // frame pointer the one the frame saved.
+    let Some((next, ret)) = frame_record(fp, lo, hi) else { return false };
+    let mut regs = crate::cfi::Regs { pc: ret, sp: fp + 16, fp: next };
+    store(ret);
+    let mut n = 1usize;
+    while let Ok(caller) = crate::cfi::step(Some(tables), mode, regs, false, lo, hi) {
+        if caller.sp <= regs.sp {
+            break;
+        }
+        if n >= crate::unwind::HARD_WALK_LIMIT {
+            return true;
+        }
+        store(caller.pc);
+        n += 1;
+        regs = caller;
+    }
+    false
 }
 
 /// One sample as the drain hands it out.

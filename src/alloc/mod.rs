@@ -49,7 +49,9 @@
 //! apart by the 8 bytes before the pointer ([`hook::header`]). With any other allocator (or a
 //! `malloc` interposed by a preloaded library) the header cannot be told apart safely, and
 //! `dealloc` searches the address's bucket of the table instead (one cache line) while the live
-//! set is tracked. In header mode, memory allocated through this allocator must be freed through
+//! set is tracked. A library that interposes the C allocator itself (`recorder record --alloc`)
+//! samples through [`interpose`] and always uses the table search. In header mode, memory
+//! allocated through this allocator must be freed through
 //! it (as Rust requires): a C `free()` of a sampled block would see the header, not the block.
 #![allow(unsafe_code)]
 
@@ -57,6 +59,8 @@
 mod allocator;
 #[cfg(not(loom))]
 mod hook;
+#[cfg(not(loom))]
+pub mod interpose;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod pool;

@@ -165,6 +165,32 @@ pub(super) fn unpublish_and_wait() {
     }
 }
 
+/// Runs `f` with the running sampler's unwinding mode and DWARF tables (`None`: no sampler runs,
+/// it walks frame pointers only, or its tables are not built yet), counted in `IN_HANDLER` like
+/// a handler, so that the tables outlive `f` (stop frees them only after its grace period). For
+/// the allocation hook, which walks its own stack in any context a handler may run in.
+///
+/// # Signal safety
+/// As the handler's entry and exit: two atomic RMWs, a fence and two loads, then `f`.
+#[inline]
+pub(crate) fn with_unwind_tables<R>(f: impl FnOnce(Option<(&crate::cfi::Tables, crate::cfi::Unwinder)>) -> R) -> R {
+    // Relaxed + SeqCst fence: Dekker with `unpublish_and_wait`, as in `on_sigprof`.
+    IN_HANDLER.fetch_add(1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    // Acquire: pairs with the Release store in `publish`.
+    let shared = SHARED.load(Ordering::Acquire);
+    // SAFETY: non-null means published and not yet freed: `stop` nulls it and waits for
+    // IN_HANDLER to reach 0 before freeing.
+    let tables = unsafe { shared.as_ref() }.and_then(|s| match s.unwinder {
+        crate::cfi::Unwinder::FramePointer => None,
+        mode => s.cfi.load().map(|t| (t, mode)),
+    });
+    let r = f(tables);
+    // Release: our reads of `Shared` happen-before `unpublish_and_wait` sees the count drop.
+    IN_HANDLER.fetch_sub(1, Ordering::Release);
+    r
+}
+
 /// In a forked child (only the forking thread survives): forget the parent's sampler, so the
 /// child starts "not recording" and may start a recording of its own. Returns the parent's
 /// `Shared` (still mapped in the child) so its locks can be released.

@@ -34,9 +34,6 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if args.wall.is_some() {
         bail!("--wall: wall-clock sampling is not available yet in this build of the recorder");
     }
-    if args.alloc.is_some() {
-        bail!("--alloc: allocation sampling is not available yet in this build of the recorder");
-    }
     let library = find_library()?;
     let Some((program, program_args)) = args.command.split_first() else {
         bail!("no command given: recorder record [OPTIONS] -- CMD [ARGS...]");
@@ -58,6 +55,12 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         options.push("follow-children=1".into());
     }
     options.push(format!("unwinder={}", args.unwinder));
+    if let Some(bytes) = args.alloc {
+        options.push(format!("alloc={bytes}"));
+    }
+    if args.alloc_live {
+        options.push("alloc_live=1".into());
+    }
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(existing) if !existing.is_empty() => {
             let mut v = existing;
