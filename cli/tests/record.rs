@@ -511,3 +511,167 @@ fn threads_made_before_main_and_with_a_raw_clone_are_discovered_and_sampled() {
     assert!(with("early_worker_loop") >= 100, "constructor thread: {} samples\n{t}", with("early_worker_loop"));
     assert!(with("clone_worker_loop") >= 100, "clone thread: {} samples\n{t}", with("clone_worker_loop"));
 }
+
+// ---- allocation sampling of an unmodified program (`record --alloc`) ----
+
+/// Collapsed stacks of `dump ARGS PATH` (e.g. `--type alloc`, `--live`): (frames root first,
+/// weight).
+fn weighted_stacks(path: &Path, args: &[&str]) -> Vec<(Vec<String>, u64)> {
+    let mut all = vec!["dump", "--format", "collapsed"];
+    all.extend_from_slice(args);
+    all.push(path.to_str().unwrap());
+    recorder_ok(&all)
+        .lines()
+        .filter_map(|l| {
+            let (stack, weight) = l.rsplit_once(' ')?;
+            Some((stack.split(';').map(str::to_owned).collect(), weight.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Weight of the stacks whose innermost frame satisfies `leaf`.
+fn weight_where(stacks: &[(Vec<String>, u64)], leaf: impl Fn(&str) -> bool) -> u64 {
+    stacks.iter().filter(|(f, _)| f.last().is_some_and(|n| leaf(n))).map(|s| s.1).sum()
+}
+
+/// `estimate` is within 5 standard deviations of `truth` (sampling every `interval` bytes on
+/// average, the relative sd of an estimate is about sqrt(interval / bytes)), and 10 % at least.
+fn assert_estimate(site: &str, estimate: u64, truth: u64, interval: u64) {
+    let tolerance = (5.0 * (interval as f64 / truth as f64).sqrt()).max(0.10);
+    let error = (estimate as f64 - truth as f64) / truth as f64;
+    assert!(
+        error.abs() <= tolerance,
+        "{site}: estimated {estimate} bytes, allocated {truth} ({:+.1} %, tolerance {:.1} %)",
+        error * 100.0,
+        tolerance * 100.0
+    );
+}
+
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn alloc_samples_a_c_program_per_site_with_cpu_samples_and_the_leak_tops_live() {
+    let dir = test_dir("alloc_samples_a_c_program_per_site_with_cpu_samples_and_the_leak_tops_live");
+    let prog = build_program("allocs.c", "gcc", &["-O2", "-pthread"]);
+    let out = record(
+        &dir,
+        &["--alloc", "64KiB", "--alloc-live", "--period", "1ms", "--repository", "repo", "-o", "a.jfr"],
+        &[prog.to_str().unwrap(), "cpu"],
+    );
+    let t = text(&out);
+    // Status 3: a block did not cover its size or alignment (malloc_usable_size, posix_memalign...).
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("Allocation samples:"), "{t}");
+    let jfr = dir.join("a.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let counts = jfr_summary_counts(&jfr);
+    let samples = counts.get("jdk.ObjectAllocationSample").copied().unwrap_or(0);
+    assert!(samples > 5000, "{samples} allocation samples (about 10 000 expected): {counts:?}");
+    let printed = jdk("jfr", &["print", "--events", "jdk.ObjectAllocationSample", jfr.to_str().unwrap()]);
+    assert_eq!(printed.matches("jdk.ObjectAllocationSample {").count() as u64, samples);
+    assert!(printed.contains("leak_site") && printed.contains("weight = "), "{}", &printed[..printed.len().min(2000)]);
+
+    let alloc = weighted_stacks(&jfr, &["--type", "alloc"]);
+    let interval = 64 * 1024;
+    for (site, truth) in [
+        ("leak_site", 32 * MIB),
+        ("churn_site", 128 * MIB),
+        ("calloc_site", 64 * MIB),
+        ("aligned_site", 96 * MIB),
+        ("realloc_site", 260 * MIB),
+        ("valloc_site", 16 * MIB),
+        ("array_site", 32 * MIB),
+    ] {
+        assert_estimate(site, weight_where(&alloc, |n| n == site), truth, interval);
+    }
+    // The program's call sites are reached through code without frame pointers.
+    let total: u64 = alloc.iter().map(|s| s.1).sum();
+    let with_main: u64 = alloc.iter().filter(|(f, _)| f.iter().any(|n| n == "main")).map(|s| s.1).sum();
+    assert!(with_main as f64 >= 0.95 * total as f64, "{with_main} of {total} bytes reach main: {alloc:?}");
+
+    let live = weighted_stacks(&jfr, &["--live"]);
+    let top = live.iter().max_by_key(|s| s.1).expect("a live set");
+    assert_eq!(top.0.last().map(String::as_str), Some("leak_site"), "{live:?}");
+    assert_estimate("leak_site (live)", top.1, 32 * MIB, interval);
+    let freed_sites: u64 = weight_where(&live, |n| n.ends_with("_site") && n != "leak_site");
+    assert_eq!(freed_sites, 0, "sites that free everything are not live: {live:?}");
+
+    // CPU samples alongside.
+    let cpu = stacks(&jfr);
+    let (_, burn_share, cpu_total) = shares(&cpu, "burn");
+    assert!(cpu_total >= 100 && burn_share >= 0.3, "{cpu_total} CPU samples, burn {:.1} %", burn_share * 100.0);
+}
+
+#[test]
+fn alloc_samples_cpp_new_and_containers_through_malloc() {
+    let dir = test_dir("alloc_samples_cpp_new_and_containers_through_malloc");
+    let prog = build_program("allocs.cpp", "g++", &["-O2"]);
+    let out = record(
+        &dir,
+        &["--alloc", "64KiB", "--alloc-live", "--repository", "repo", "-o", "cpp.jfr"],
+        &[prog.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let jfr = dir.join("cpp.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let alloc = weighted_stacks(&jfr, &["--type", "alloc"]);
+    // operator new is the innermost frame, the program's function its caller.
+    let site = |name: &str| -> u64 {
+        alloc
+            .iter()
+            .filter(|(f, _)| {
+                f.last().is_some_and(|n| n.starts_with("operator new") || n.starts_with("operator_new"))
+                    && f.iter().any(|n| n.starts_with(&format!("{name}(")))
+            })
+            .map(|s| s.1)
+            .sum()
+    };
+    assert_estimate("new_site", site("new_site"), 64 * MIB, 64 * 1024);
+    assert_estimate("vector_site", site("vector_site"), 32 * MIB, 64 * 1024);
+    let live = weighted_stacks(&jfr, &["--live"]);
+    let top = live.iter().max_by_key(|s| s.1).expect("a live set");
+    assert!(top.0.iter().any(|n| n.starts_with("keep_site(")), "{live:?}");
+    // 4096 strings of 4000 chars (4001-byte blocks).
+    assert_estimate("keep_site (live)", top.1, 4096 * 4001, 64 * 1024);
+}
+
+#[test]
+fn alloc_hook_survives_constructors_signal_handlers_thread_exit_and_fork() {
+    let dir = test_dir("alloc_hook_survives_constructors_signal_handlers_thread_exit_and_fork");
+    let prog = build_program("allocs.c", "gcc", &["-O2", "-pthread"]);
+    // A small interval: thousands of samples in every one of those contexts.
+    let out = record(
+        &dir,
+        &["--alloc", "4KiB", "--alloc-live", "--repository", "repo", "-o", "edge.jfr"],
+        &[prog.to_str().unwrap(), "edge"],
+    );
+    // 3: a bad block; 4: the forked child's allocations failed.
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let jfr = dir.join("edge.jfr");
+    jdk_accepts(std::slice::from_ref(&jfr));
+    let alloc = weighted_stacks(&jfr, &["--type", "alloc"]);
+    // 8 threads x (256 + 256 at exit) x 4 KiB in churn, 16 x 256 x 4 KiB in the signal handler.
+    let in_threads = alloc
+        .iter()
+        .filter(|(f, _)| f.last().is_some_and(|n| n == "churn") && f.iter().any(|n| n == "thread_main"))
+        .map(|s| s.1)
+        .sum::<u64>();
+    assert_estimate("churn in threads", in_threads, 8 * 256 * 4096, 4096);
+    let churn_total = weight_where(&alloc, |n| n == "churn");
+    assert_estimate("churn everywhere", churn_total, (8 * 512 + 16 * 256) * 4096, 4096);
+}
+
+#[test]
+fn without_alloc_no_allocation_samples_and_a_bad_size_is_refused() {
+    let dir = test_dir("without_alloc_no_allocation_samples_and_a_bad_size_is_refused");
+    let prog = build_program("allocs.c", "gcc", &["-O2", "-pthread"]);
+    let out = record(&dir, &["--repository", "repo", "-o", "none.jfr"], &[prog.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let counts = jfr_summary_counts(&dir.join("none.jfr"));
+    assert_eq!(counts.get("jdk.ObjectAllocationSample").copied().unwrap_or(0), 0, "{counts:?}");
+    for bad in ["0", "lots", "12XB"] {
+        let out = record(&dir, &["--alloc", bad, "--repository", "repo"], &[prog.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "--alloc {bad}: {}", text(&out));
+        assert!(text(&out).contains("--alloc"), "{}", text(&out));
+    }
+}

@@ -409,8 +409,10 @@ fn finish(why: &str) {
                     eprintln!("recorder-preload: writing {}: {e}", out.display());
                 }
             }
-            let (taken, lost) = r.sampler.as_ref().map_or((0, 0), |s| (s.taken, s.lost));
-            report(options, &format!("finished {pid} {why} {taken} {} {lost}", r.stats.samples_written));
+            // The CPU sampler's own counts (the recording's samples written include allocation
+            // samples).
+            let (taken, written, lost) = r.sampler.as_ref().map_or((0, 0, 0), |s| (s.taken, s.written, s.lost));
+            report(options, &format!("finished {pid} {why} {taken} {written} {lost}"));
         }
         Err(e) => {
             eprintln!("recorder-preload: stopping the recording: {e}");

@@ -11,10 +11,17 @@
  *   valloc_site     valloc 8192 B x 1024 = 8 MiB, pvalloc 8192 B x 1024 = 8 MiB, freed
  *   array_site      reallocarray(NULL, 1024, 32) x 1024 = 32 MiB, freed
  * Every block is checked with malloc_usable_size (it must cover what was asked) and alignment;
- * a failure exits with status 3. Optional argv[1]: "cpu" also burns ~300 ms of CPU in burn().
+ * a failure exits with status 3. Optional argv[1]: "cpu" also burns ~300 ms of CPU in burn();
+ * "edge" also allocates where a hook must not break anything: in a constructor before main, in
+ * a signal handler (raised outside any allocation), in a thread's TLS destructors at its exit
+ * (8 threads), and in a forked child (which exits with status 0 if its allocations worked).
  */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +124,57 @@ __attribute__((noinline)) void burn(void) {
     } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 300);
 }
 
+static void *before_main;
+
+__attribute__((constructor)) static void allocate_before_main(void) {
+    before_main = malloc(1 << 20);
+    check(before_main, 1 << 20, 16);
+}
+
+__attribute__((noinline)) void churn(int n, size_t size) {
+    for (int i = 0; i < n; i++) {
+        void *p = malloc(size);
+        check(p, size, 16);
+        free(p);
+    }
+}
+
+static void on_usr1(int sig) {
+    (void)sig;
+    churn(256, 4096);
+}
+
+static pthread_key_t key;
+
+static void at_thread_exit(void *value) {
+    free(value);
+    churn(256, 4096);
+}
+
+static void *thread_main(void *arg) {
+    (void)arg;
+    pthread_setspecific(key, malloc(4096));
+    churn(256, 4096);
+    return NULL;
+}
+
+__attribute__((noinline)) void edge_cases(void) {
+    signal(SIGUSR1, on_usr1);
+    for (int i = 0; i < 16; i++) raise(SIGUSR1);
+    pthread_key_create(&key, at_thread_exit);
+    pthread_t threads[8];
+    for (int i = 0; i < 8; i++) pthread_create(&threads[i], NULL, thread_main, NULL);
+    for (int i = 0; i < 8; i++) pthread_join(threads[i], NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        churn(4096, 4096);
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) exit(4);
+    free(before_main);
+}
+
 int main(int argc, char **argv) {
     leak_site();
     churn_site();
@@ -126,6 +184,7 @@ int main(int argc, char **argv) {
     valloc_site();
     array_site();
     if (argc > 1 && strcmp(argv[1], "cpu") == 0) burn();
+    if (argc > 1 && strcmp(argv[1], "edge") == 0) edge_cases();
     /* A failing reallocarray must be refused, not sampled. */
     volatile size_t huge = SIZE_MAX / 2;
     if (reallocarray(NULL, huge, 4) != NULL) return 3;
