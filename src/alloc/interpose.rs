@@ -31,14 +31,15 @@ pub fn use_foreign_allocator() {
     hook::note_installed(false);
 }
 
-/// The fast path: counts `size` bytes down; true if the allocation is not sampled (almost
-/// always), and the interposer just forwards.
+/// The fast path: true if the allocation is not sampled (almost always), and the interposer
+/// just forwards. While no recording samples allocations it reads one global flag; while one
+/// does, it counts `size` bytes down in a thread-local.
 ///
 /// # Signal safety
-/// One global load, thread-local loads and a store.
+/// Global loads, thread-local loads and a store.
 #[inline(always)]
 pub fn skip(size: usize) -> bool {
-    hook::skip(size)
+    hook::idle() || hook::skip(size)
 }
 
 /// The slow path of an allocation [`skip`] did not skip: decides whether it is sampled, and if

@@ -15,6 +15,8 @@
  * "edge" also allocates where a hook must not break anything: in a constructor before main, in
  * a signal handler (raised outside any allocation), in a thread's TLS destructors at its exit
  * (8 threads), and in a forked child (which exits with status 0 if its allocations worked).
+ * "bench N": only an allocation-heavy loop for overhead measurements (scripts/bench-record-alloc.sh):
+ * N rounds of 1 Mi malloc/free pairs of 16..1039 bytes through a ring of 4096 live blocks.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -175,7 +177,26 @@ __attribute__((noinline)) void edge_cases(void) {
     free(before_main);
 }
 
+__attribute__((noinline)) void bench(long rounds) {
+    static void *ring[4096];
+    unsigned long x = 1;
+    for (long r = 0; r < rounds; r++) {
+        for (long i = 0; i < (1L << 20); i++) {
+            x = x * 6364136223846793005UL + 1442695040888963407UL;
+            size_t slot = (x >> 20) & 4095;
+            free(ring[slot]);
+            ring[slot] = malloc(16 + ((x >> 40) & 1023));
+            ((volatile char *)ring[slot])[0] = 1;
+        }
+    }
+    for (int i = 0; i < 4096; i++) free(ring[i]);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "bench") == 0) {
+        bench(atol(argv[2]));
+        return 0;
+    }
     leak_site();
     churn_site();
     calloc_site();
