@@ -675,3 +675,34 @@ fn without_alloc_no_allocation_samples_and_a_bad_size_is_refused() {
         assert!(text(&out).contains("--alloc"), "{}", text(&out));
     }
 }
+
+#[test]
+fn bsd_signal_and_sysv_signal_handlers_of_the_program_are_chained_like_signal() {
+    // Before they were interposed, either call replaced the sampler's SIGPROF handler: it returned
+    // the sampler's handler as "old", the program's handler got the sampler's signals, and the
+    // recording lost its samples.
+    let dir = test_dir("bsd_signal_and_sysv_signal_handlers_of_the_program_are_chained_like_signal");
+    let prog = build_program("oldsignals.c", "gcc", &["-O2", "-fomit-frame-pointer"]);
+    for mode in ["bsd", "sysv"] {
+        let jfr = format!("{mode}.jfr");
+        let out = record(
+            &dir,
+            &["--period", "1ms", "--repository", "repo", "-o", &jfr],
+            &[prog.to_str().unwrap(), mode, "1500"],
+        );
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {t}");
+        let line =
+            String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("old=")).unwrap_or("").to_owned();
+        assert!(line.starts_with("old=dfl "), "{mode}: the previous disposition is the program's: {line}\n{t}");
+        assert!(line.ends_with(" query=ok"), "{mode}: {line}");
+        let own: i64 =
+            line.split_whitespace().find_map(|f| f.strip_prefix("own=")).and_then(|v| v.parse().ok()).unwrap_or(-1);
+        // Its 10 ms itimer over 1.5 s of CPU: about 150; the sampler's 1 kHz signals would be 1500.
+        assert!((1..=600).contains(&own), "{mode}: its handler saw {own} SIGPROFs: {line}");
+        let s = stacks(&dir.join(&jfr));
+        let (main_share, leaf_share, total) = shares(&s, "spin");
+        assert!(total >= 200, "{mode}: sampling went on after the program's call: {total} samples\n{t}");
+        assert!(main_share >= 0.95 && leaf_share >= 0.8, "{mode}: {main_share} {leaf_share}");
+    }
+}

@@ -352,6 +352,43 @@ fn adopt(act: Option<&libc::sigaction>) -> Option<libc::sigaction> {
     adopted
 }
 
+/// Installs `handler` for SIGPROF as `signal`-like functions do (an action with `flags` and
+/// `sig` itself blocked or not) by making it the handler the sampler chains to, if a recording
+/// runs; `None`: the caller goes to the C library.
+fn adopt_like_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+    flags: c_int,
+    block_sig: bool,
+) -> Option<libc::sighandler_t> {
+    // Relaxed: as in `sigaction`.
+    if sig != libc::SIGPROF || !RECORDING_ACTIVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: zeroed is a valid `sigaction`.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    // SAFETY: `act.sa_mask` is a valid sigset.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        if block_sig {
+            libc::sigaddset(&mut act.sa_mask, sig);
+        }
+    }
+    adopt(Some(&act)).map(|previous| previous.sa_sigaction)
+}
+
+/// The C library's `name` (a `signal`-like function), called with the caller's arguments.
+fn next_signal_like(cache: &AtomicUsize, name: &CStr, sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    let real = next_symbol(cache, name);
+    if real == 0 {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: `signal`, `bsd_signal` and `sysv_signal` of the C library have this signature.
+    unsafe { std::mem::transmute::<usize, SignalFn>(real)(sig, handler) }
+}
+
 /// Interposes `signal` for the same reason as [`sigaction`] (the C library's `signal` does not
 /// go through the exported `sigaction`). Its semantics are glibc's: `SA_RESTART`, the signal
 /// blocked while its handler runs.
@@ -360,27 +397,49 @@ fn adopt(act: Option<&libc::sigaction>) -> Option<libc::sigaction> {
 /// `signal`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // Relaxed: as in `sigaction`.
-    if sig == libc::SIGPROF && RECORDING_ACTIVE.load(Ordering::Relaxed) {
-        // SAFETY: zeroed is a valid `sigaction`.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = handler;
-        act.sa_flags = libc::SA_RESTART;
-        // SAFETY: `act.sa_mask` is a valid sigset.
-        unsafe {
-            libc::sigemptyset(&mut act.sa_mask);
-            libc::sigaddset(&mut act.sa_mask, sig);
-        }
-        if let Some(previous) = adopt(Some(&act)) {
-            return previous.sa_sigaction;
-        }
-    }
-    let real = next_symbol(&REAL_SIGNAL, c"signal");
-    if real == 0 {
-        return libc::SIG_ERR;
-    }
-    // SAFETY: the C library's `signal`, with the caller's arguments.
-    unsafe { std::mem::transmute::<usize, SignalFn>(real)(sig, handler) }
+    adopt_like_signal(sig, handler, libc::SA_RESTART, true)
+        .unwrap_or_else(|| next_signal_like(&REAL_SIGNAL, c"signal", sig, handler))
+}
+
+static REAL_BSD_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+static REAL_SYSV_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+
+/// Interposes `bsd_signal` (POSIX's old name for BSD-semantics `signal`), as [`signal`]: same
+/// semantics.
+///
+/// # Safety
+/// `bsd_signal`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    adopt_like_signal(sig, handler, libc::SA_RESTART, true)
+        .unwrap_or_else(|| next_signal_like(&REAL_BSD_SIGNAL, c"bsd_signal", sig, handler))
+}
+
+/// Interposes `sysv_signal` (System V semantics: `SA_RESETHAND | SA_NODEFER`, no restart), as
+/// [`signal`]. The flags are kept with the adopted action (a query reports them); the sampler
+/// calls the handler for each of the program's own SIGPROFs without resetting it to `SIG_DFL`
+/// first (a program that re-installs its handler in the handler, as System V programs do, sees
+/// no difference; one that does not is not killed by its next SIGPROF).
+///
+/// # Safety
+/// `sysv_signal`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    adopt_like_signal(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+        .unwrap_or_else(|| next_signal_like(&REAL_SYSV_SIGNAL, c"sysv_signal", sig, handler))
+}
+
+static REAL_SYSV_SIGNAL_INTERNAL: AtomicUsize = AtomicUsize::new(0);
+
+/// `__sysv_signal`: what `<signal.h>` binds `signal` to in strict standard modes (`-std=c11`
+/// without `_DEFAULT_SOURCE`); as [`sysv_signal`].
+///
+/// # Safety
+/// `sysv_signal`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    adopt_like_signal(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+        .unwrap_or_else(|| next_signal_like(&REAL_SYSV_SIGNAL_INTERNAL, c"__sysv_signal", sig, handler))
 }
 
 extern "C" fn at_exit() {
