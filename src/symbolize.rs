@@ -69,7 +69,8 @@
 //! # Gaps
 //!
 //! - Separate debug files are found by build ID only (`/usr/lib/debug/.build-id/ab/cdef.debug`,
-//!   what Debian's `-dbg` and Fedora's debuginfo packages install); `.gnu_debuglink` and
+//!   what Debian's `-dbg` and Fedora's debuginfo packages install; other directories with
+//!   [`set_debug_file_directories`], `debug_dir=` of the preload); `.gnu_debuglink` and
 //!   debuginfod are not used. Without a debug file, a system library gives its exported
 //!   (`.dynsym`) names only, without lines.
 //! - The vDSO is read from memory and named from its dynamic symbols (`__vdso_clock_gettime`,
@@ -100,7 +101,9 @@ use object::{Object as _, ObjectSymbol as _};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SymbolizedFrame {
     /// Demangled full name without the hash suffix (`myapp::parser::Parser::parse`), the plain
-    /// name of a C symbol (`epoll_wait`), or `0x7f12...` for an unknown address.
+    /// name of a C symbol (`epoll_wait`), `library+0x1a2b` for a nameless address of a module's
+    /// code (the address in the module's ELF address space), or `0x7f12...` for an address in no
+    /// file.
     pub function: String,
     /// The function's path without its last segment (`myapp::parser::Parser`); for a C symbol
     /// the library's file name (`libc.so.6`); for an unknown address the module name or "".
@@ -292,16 +295,19 @@ impl Symbolizer {
         let svma = object.file_offset_to_vaddr(file_offset);
         let object = &*object;
         let module = object.name.as_str();
+        // A frame with no name shows where it is as `perf report` and pprof do: the module and the
+        // address in the module's own (ELF) address space, the same for every run and every process.
+        let here = svma.wrapping_add(ip - probe);
         let loader = match &object.loader {
             LoadState::Loaded(loader) => loader,
             LoadState::Symbols(symbols) => {
                 let i = symbols.partition_point(|&(addr, _)| addr <= svma);
                 return Box::new([match i.checked_sub(1) {
                     Some(i) => named(demangle(&symbols[i].1), module, None, None, false),
-                    None => unknown(ip, module),
+                    None => unknown_in(module, here),
                 }]);
             }
-            LoadState::NotTried | LoadState::Failed => return Box::new([unknown(ip, module)]),
+            LoadState::NotTried | LoadState::Failed => return Box::new([unknown_in(module, here)]),
         };
 
         // DWARF: innermost first. `find_frames` may fail on malformed DWARF: treat as absent.
@@ -336,7 +342,7 @@ impl Symbolizer {
         if dwarf.is_empty() {
             return Box::new([match symtab() {
                 Some(name) => named(name, module, None, None, false),
-                None => unknown(ip, module),
+                None => unknown_in(module, here),
             }]);
         }
         let last = dwarf.len() - 1;
@@ -381,7 +387,7 @@ impl Symbolizer {
                     }
                     f
                 }
-                None => SymbolizedFrame { file: d.file, line: d.line, inlined, ..unknown(ip, module) },
+                None => SymbolizedFrame { file: d.file, line: d.line, inlined, ..unknown_in(module, here) },
             };
             out.push(frame);
         }
@@ -469,7 +475,7 @@ impl ObjectState {
         self.loads = Some(layout.loads);
         // A separate debug file (Debian's libc6-dbg, Fedora's debuginfo packages) has the full
         // symbol table and the DWARF at the same addresses; prefer it when present.
-        let debug_file = layout.build_id.as_deref().and_then(build_id_debug_path).filter(|p| p.is_file());
+        let debug_file = layout.build_id.as_deref().and_then(build_id_debug_path);
         let from_debug_file = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
         self.exports = exported_names(&self.open_path);
         let loaded = from_debug_file.or_else(|| addr2line::Loader::new(&self.open_path).ok());
@@ -618,18 +624,41 @@ struct ElfLayout {
     build_id: Option<Vec<u8>>,
 }
 
-/// `/usr/lib/debug/.build-id/ab/cdef....debug` for build ID `abcdef...`.
+/// Where separate debug files are looked for when none is set: what Debian's `-dbg` and
+/// `-dbgsym` and Fedora's debuginfo packages install under (gdb's default
+/// `debug-file-directory`).
+pub const DEFAULT_DEBUG_FILE_DIRECTORY: &str = "/usr/lib/debug";
+
+/// The debug-file directories set with [`set_debug_file_directories`] (`None`: the default).
+static DEBUG_FILE_DIRECTORIES: parking_lot::Mutex<Option<Vec<PathBuf>>> = parking_lot::const_mutex(None);
+
+/// Sets the directories separate debug files are looked for in, in order, as gdb's
+/// `debug-file-directory`: a file with build ID `abcdef...` is found at
+/// `DIR/.build-id/ab/cdef....debug`. The default is [`DEFAULT_DEBUG_FILE_DIRECTORY`]; include it
+/// to keep it. Applies to modules symbolized from then on (call it before a recording starts);
+/// an empty list turns separate debug files off.
+pub fn set_debug_file_directories<P: Into<PathBuf>>(dirs: impl IntoIterator<Item = P>) {
+    *DEBUG_FILE_DIRECTORIES.lock() = Some(dirs.into_iter().map(Into::into).collect());
+}
+
+/// The directories separate debug files are looked for in now.
+pub fn debug_file_directories() -> Vec<PathBuf> {
+    DEBUG_FILE_DIRECTORIES.lock().clone().unwrap_or_else(|| vec![PathBuf::from(DEFAULT_DEBUG_FILE_DIRECTORY)])
+}
+
+/// `DIR/.build-id/ab/cdef....debug` for build ID `abcdef...`: the first that exists of the
+/// debug-file directories.
 fn build_id_debug_path(id: &[u8]) -> Option<PathBuf> {
     let (first, rest) = id.split_first()?;
     if rest.is_empty() {
         return None;
     }
-    let mut path = format!("/usr/lib/debug/.build-id/{first:02x}/");
+    let mut name = format!(".build-id/{first:02x}/");
     for b in rest {
-        path.push_str(&format!("{b:02x}"));
+        name.push_str(&format!("{b:02x}"));
     }
-    path.push_str(".debug");
-    Some(PathBuf::from(path))
+    name.push_str(".debug");
+    debug_file_directories().into_iter().map(|dir| dir.join(&name)).find(|p| p.is_file())
 }
 
 /// Reads the program headers of an ELF64 image through `read_at(buf, offset)`.
@@ -718,6 +747,22 @@ fn unknown(ip: u64, module: &str) -> SymbolizedFrame {
         function: format!("{ip:#x}"),
         class: module.to_owned(),
         method: format!("{ip:#x}"),
+        package: module.to_owned(),
+        module: module_name(module).to_owned(),
+        file: None,
+        line: None,
+        inlined: false,
+    }
+}
+
+/// A nameless address of a module's code, as `library+0xOFFSET` (`OFFSET`: the address in the
+/// module's ELF address space, as `perf report`, pprof and `addr2line -e library` use it).
+fn unknown_in(module: &str, offset: u64) -> SymbolizedFrame {
+    let name = format!("{}+{offset:#x}", module_name(module));
+    SymbolizedFrame {
+        function: name.clone(),
+        class: module.to_owned(),
+        method: name,
         package: module.to_owned(),
         module: module_name(module).to_owned(),
         file: None,

@@ -163,6 +163,11 @@ pub struct RecordArgs {
     /// they exist).
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "fp", "dwarf"])]
     pub unwinder: String,
+    /// Where separate debug files are looked for, by build ID (DIR/.build-id/ab/cdef.debug), as
+    /// gdb's debug-file-directory; repeat for several. Default /usr/lib/debug (give it again to
+    /// keep it with others).
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
     /// Record the programs CMD executes too, each into its own recording of the same base directory.
     #[arg(long)]
     pub follow_children: bool,

@@ -161,6 +161,9 @@ unsafe extern "C" fn main_with_recorder(argc: c_int, argv: *mut *mut c_char, env
 
 fn start_recording() {
     let Some(Some(options)) = OPTIONS.get() else { return };
+    if let Some(dirs) = &options.debug_dirs {
+        recorder::symbolize::set_debug_file_directories(dirs.iter().cloned());
+    }
     let mut builder = Recorder::builder().name(format!("recorder record: {}", program_name()));
     if let Some(p) = options.period {
         builder = builder.sampling_period(p);

@@ -42,6 +42,9 @@ pub struct Options {
     pub alloc_live: bool,
     /// `unwinder=auto|fp|dwarf`.
     pub unwinder: UnwinderChoice,
+    /// Directories separate debug files are looked for in (`debug_dir=DIR[:DIR...]`, as gdb's
+    /// `debug-file-directory`); `None`: `/usr/lib/debug`.
+    pub debug_dirs: Option<Vec<PathBuf>>,
     /// A file the library appends one line to at start and at the end of each recording
     /// (`recorder record` reads it; see [`crate::report`]).
     pub report: Option<PathBuf>,
@@ -78,9 +81,12 @@ pub fn parse(text: &str) -> Result<Options, String> {
                 }
             }
             "report" => o.report = Some(non_empty_path(value).map_err(bad)?),
+            "debug_dir" | "debug-dir" => {
+                o.debug_dirs = Some(value.split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect())
+            }
             _ => {
                 return Err(format!(
-                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, alloc_live, unwinder, report)"
+                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, alloc_live, unwinder, debug_dir, report)"
                 ))
             }
         }
@@ -149,7 +155,7 @@ mod tests {
 
     #[test]
     fn parses_every_option_and_round_trips() {
-        let o = parse("period=1ms, repository=/tmp/r,output=a.jfr,duration=2s,follow-children=1,wall=50ms,alloc=512KiB,alloc_live=1,unwinder=dwarf,report=/tmp/x")
+        let o = parse("period=1ms, repository=/tmp/r,output=a.jfr,duration=2s,follow-children=1,wall=50ms,alloc=512KiB,alloc_live=1,unwinder=dwarf,debug_dir=/a:/b,report=/tmp/x")
             .unwrap();
         assert_eq!(o.period, Some(Duration::from_millis(1)));
         assert_eq!(o.repository.as_deref(), Some(std::path::Path::new("/tmp/r")));
@@ -159,6 +165,7 @@ mod tests {
         assert_eq!(o.wall, Some(Duration::from_millis(50)));
         assert_eq!(o.alloc, Some(512 * 1024));
         assert!(o.alloc_live);
+        assert_eq!(o.debug_dirs, Some(vec![PathBuf::from("/a"), PathBuf::from("/b")]));
         assert_eq!(o.unwinder, UnwinderChoice::Dwarf);
         assert_eq!(parse("").unwrap(), Options::default());
     }

@@ -61,6 +61,18 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if args.alloc_live {
         options.push("alloc_live=1".into());
     }
+    if !args.debug_dirs.is_empty() {
+        let mut dirs = Vec::new();
+        for d in &args.debug_dirs {
+            let d = d.canonicalize().with_context(|| format!("--debug-dir {}", d.display()))?;
+            let d = d
+                .to_str()
+                .filter(|s| !s.contains([':', ',']))
+                .with_context(|| format!("--debug-dir {}: a path with ':' or ',' cannot be passed on", d.display()))?;
+            dirs.push(d.to_owned());
+        }
+        options.push(format!("debug_dir={}", dirs.join(":")));
+    }
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(existing) if !existing.is_empty() => {
             let mut v = existing;
