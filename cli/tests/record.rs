@@ -792,3 +792,54 @@ fn stripped_code_is_library_plus_offset_and_build_id_debug_files_bring_names_and
         assert!(line.is_some_and(|n| n > 0), "{function} has no line: {}", &printed[..printed.len().min(1500)]);
     }
 }
+
+/// Thread CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    // SAFETY: a valid out pointer.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_THREAD_CPUTIME_ID needs nothing else.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[test]
+fn the_programs_main_does_not_wait_for_the_libraries_unwind_tables() {
+    // The recorder starts before main on the main thread; the DWARF tables of the libraries
+    // (libc's, the preload library's own) are built by its sampler thread instead. Judged by
+    // CPU work, not time: the CPU the program's main thread spent before main is less than
+    // compiling those two tables costs on its own, measured here with the same code (before,
+    // it included that work, so it was always more), and the program's samples stay whole.
+    let dir = test_dir("the_programs_main_does_not_wait_for_the_libraries_unwind_tables");
+    let prog = build_program("startup.c", "gcc", &["-O2", "-fomit-frame-pointer"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "start.jfr"], &[prog.to_str().unwrap(), "300"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let premain_us: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("premain_cpu_us="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no premain line: {t}"));
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5).map(str::to_owned))
+        .find(|p| p.contains("/libc.so"))
+        .expect("libc in our own maps");
+    let t0 = thread_cpu();
+    for path in [libc.as_str(), preload_library().to_str().unwrap()] {
+        recorder::cfi::compile::compile_file(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    }
+    let tables_us = (thread_cpu() - t0).as_micros() as u64;
+    assert!(
+        premain_us < tables_us,
+        "main started after {premain_us} µs of CPU on its thread, more than the libraries' tables cost \
+         ({tables_us} µs): they were built on the main thread"
+    );
+    let s = stacks(&dir.join("start.jfr"));
+    let (main_share, leaf_share, total) = shares(&s, "burn");
+    assert!(total >= 100, "{total} samples");
+    assert!(main_share >= 0.95 && leaf_share >= 0.9, "{main_share} {leaf_share}: {:?}", &s[..s.len().min(6)]);
+    let leaf_only: u64 = s.iter().filter(|(f, _)| f.len() == 1).map(|x| x.1).sum();
+    assert_eq!(leaf_only, 0, "leaf-only samples: {s:?}");
+}

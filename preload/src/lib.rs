@@ -171,6 +171,9 @@ fn start_recording() {
     if let Some(dir) = &options.repository {
         builder = builder.repository(dir);
     }
+    // The program's `main` waits for the start: the unwind tables (hundreds of ms in a debug
+    // build) are built by the recorder's sampler thread instead; see the module docs.
+    builder = builder.unwind_tables_in_background(true);
     builder = builder.unwinder(match options.unwinder {
         options::UnwinderChoice::Auto => recorder::Unwinder::Auto,
         options::UnwinderChoice::FramePointer => recorder::Unwinder::FramePointer,

@@ -203,6 +203,12 @@ pub struct Compiler {
 impl Compiler {
     /// A new snapshot if the executable mappings changed since the last call (`None`: unchanged).
     pub fn refresh(&mut self) -> Option<Tables> {
+        self.refresh_files(&|_| true)
+    }
+
+    /// As [`Compiler::refresh`], compiling only the files `wanted` accepts (the others are left
+    /// out of the snapshot, and the next call looks at the mappings again even if unchanged).
+    pub fn refresh_files(&mut self, wanted: &dyn Fn(&str) -> bool) -> Option<Tables> {
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
         let mut exec: Vec<MapLine> = maps.lines().filter_map(parse_line).filter(|m| m.exec).collect();
         exec.sort_by_key(|m| m.start);
@@ -212,8 +218,13 @@ impl Compiler {
         }
         self.last = key;
         let mut modules = Vec::new();
+        let mut incomplete = false;
         for m in &exec {
             if !m.path.starts_with('/') {
+                continue;
+            }
+            if !wanted(m.path) {
+                incomplete = true;
                 continue;
             }
             let id = (m.path.to_owned(), m.dev.to_owned(), m.inode);
@@ -225,6 +236,9 @@ impl Compiler {
             let Some(table) = table else { continue };
             let Some(bias) = load_bias(m.path, m.start, m.offset) else { continue };
             modules.push(Mapped { start: m.start, end: m.end, bias, table });
+        }
+        if incomplete {
+            self.last.clear();
         }
         Some(Tables { modules: modules.into_boxed_slice() })
     }

@@ -250,8 +250,14 @@ impl Published {
     /// Compiles the tables of every module mapped now, or of those mapped since the last call,
     /// and publishes them (normal context: reads files, allocates).
     pub fn refresh(&self) {
+        self.refresh_files(&|_| true);
+    }
+
+    /// As [`Published::refresh`], for the files `wanted` accepts only (a later `refresh` adds the
+    /// others).
+    pub fn refresh_files(&self, wanted: &dyn Fn(&str) -> bool) {
         let mut state = self.state.lock();
-        let Some(tables) = state.0.refresh() else { return };
+        let Some(tables) = state.0.refresh_files(wanted) else { return };
         let new = Box::into_raw(Box::new(tables));
         // AcqRel: Release publishes the built snapshot to the handler's Acquire load in `load`;
         // Acquire orders the old snapshot's construction before it is kept for freeing.

@@ -635,6 +635,9 @@ impl Inner {
     fn sampler_loop(&self, sampler: &Sampler) {
         crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
+        // The tables `start` left to this thread (`unwind_tables_in_background`), at once; a
+        // check of the mapped modules otherwise.
+        sampler.build_unwind_tables();
         let mut last_maintenance = Instant::now() - Duration::from_secs(1);
         // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
         while !self.stopping.load(Ordering::Relaxed) {

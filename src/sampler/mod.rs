@@ -154,6 +154,11 @@ mod imp {
         pub max_threads: usize,
         /// How stacks are walked: frame pointers, DWARF CFI tables, or both (default `Auto`).
         pub unwinder: crate::cfi::Unwinder,
+        /// Build the DWARF tables of the shared libraries on the recorder's sampler thread
+        /// ([`Sampler::build_unwind_tables`]) instead of in `start`, which then builds the
+        /// executable's only (default false): `start` returns sooner, and until a library's table
+        /// is published the handler walks its code with frame pointers.
+        pub tables_in_background: bool,
     }
 
     impl Default for SamplerConfig {
@@ -166,6 +171,7 @@ mod imp {
                 buffers_per_thread: 3,
                 max_threads: 128,
                 unwinder: crate::cfi::Unwinder::Auto,
+                tables_in_background: false,
             }
         }
     }
@@ -1034,8 +1040,15 @@ mod imp {
             shared.core.bind(&mut locked.inner);
             if shared.unwinder != crate::cfi::Unwinder::FramePointer {
                 // Before the first signal: samples of code without frame pointers are whole from
-                // the start (compiling the loaded modules' tables takes milliseconds).
-                shared.cfi.refresh();
+                // the start (compiling the loaded modules' tables takes milliseconds). In the
+                // background mode only the executable's (small: the program's own code, where a
+                // short program spends its time); the libraries' on the sampler thread.
+                if config.tables_in_background {
+                    let exe = std::fs::read_link("/proc/self/exe").ok();
+                    shared.cfi.refresh_files(&|path| exe.as_deref().is_some_and(|e| e.as_os_str() == path));
+                } else {
+                    shared.cfi.refresh();
+                }
             }
             signal::install()?;
             let shared = Box::into_raw(shared);
@@ -1107,6 +1120,16 @@ mod imp {
             });
             let tid = gettid();
             unregister(self.shared(), tid, start_time(tid));
+        }
+
+        /// Compiles and publishes the DWARF tables of the modules mapped now (those not compiled
+        /// yet), if the unwinder uses them: for the recorder's own thread, when the sampler was
+        /// started with [`SamplerConfig::tables_in_background`]. Normal context; reads files.
+        pub fn build_unwind_tables(&self) {
+            let shared = self.shared();
+            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+                shared.cfi.refresh();
+            }
         }
 
         /// Never sample the calling thread (the recorder's own threads call this); unregisters it
