@@ -18,7 +18,15 @@
 //!   which every dynamically linked glibc program's `_start` calls once all constructors of the
 //!   libraries and of the program itself have run, and hands it a wrapper of `main`. The wrapper
 //!   starts the recording (threads, timers, the control socket), registers the main thread for
-//!   exact stack bounds, registers an `atexit` handler, then calls the real `main`. Threads that
+//!   exact stack bounds, registers an `atexit` handler, then calls the real `main`. What takes
+//!   time is not done there: the DWARF unwind tables of the shared libraries (libc's and this
+//!   library's own take ~300 ms of CPU in a debug build, a few ms in release) are built by the
+//!   recorder's sampler thread once it runs; only the executable's own table (small, and where a
+//!   short program spends its time) is built before `main`. Until a library's table is
+//!   published its code is walked with frame pointers (shorter stacks through a library without
+//!   them for those first samples). Symbols are never loaded before `main`: the flusher thread
+//!   resolves them at its flushes. What is left before `main` is the clock's calibration (20 ms
+//!   of waiting, no CPU), the repository, the sampler's buffers and the first segment. Threads that
 //!   constructors created before that are found by the sampler's `/proc/self/task` scan (within
 //!   about 100 ms), like threads made with a raw `clone`.
 //! - **Exit**: returning from `main` or calling `exit()` runs the `atexit` handler, which writes
