@@ -92,6 +92,7 @@ fn burst(mode: SamplingMode) {
         max_depth: 64,
         // The table walk, the handler's heavier path (frame-pointer steps where it finds no row).
         unwinder: recorder::Unwinder::Dwarf,
+        tables_in_background: false,
     };
     let (sampler, locked) = match Sampler::start(config) {
         Ok(v) => v,
