@@ -18,15 +18,17 @@
 //!   which every dynamically linked glibc program's `_start` calls once all constructors of the
 //!   libraries and of the program itself have run, and hands it a wrapper of `main`. The wrapper
 //!   starts the recording (threads, timers, the control socket), registers the main thread for
-//!   exact stack bounds, registers an `atexit` handler, then calls the real `main`. What takes
-//!   time is not done there: the DWARF unwind tables of the shared libraries (libc's and this
-//!   library's own take ~300 ms of CPU in a debug build, a few ms in release) are built by the
-//!   recorder's sampler thread once it runs; only the executable's own table (small, and where a
-//!   short program spends its time) is built before `main`. Until a library's table is
-//!   published its code is walked with frame pointers (shorter stacks through a library without
-//!   them for those first samples). Symbols are never loaded before `main`: the flusher thread
-//!   resolves them at its flushes. What is left before `main` is the clock's calibration (20 ms
-//!   of waiting, no CPU), the repository, the sampler's buffers and the first segment. Threads that
+//!   exact stack bounds, registers an `atexit` handler, then calls the real `main`. The largest
+//!   piece of that work is not done there: the DWARF unwind table of this library itself (its
+//!   code keeps frame pointers; in a debug build its table takes ~65 ms of CPU, more than all the
+//!   program's modules together) is built by the recorder's sampler thread once it runs
+//!   (`RecorderBuilder::unwind_tables_in_background`). The program's own modules (executable,
+//!   libc, the libraries it links) get theirs before `main`, so their stacks are whole from the
+//!   first sample: deferring those too left a window in which code without frame pointers was
+//!   walked with them (garbage callers, allocation stacks without their call sites). Symbols are
+//!   never loaded before `main`: the flusher thread resolves them at its flushes. The rest is
+//!   the clock's calibration (20 ms of waiting, no CPU), the repository, the sampler's buffers
+//!   and the first segment. Threads that
 //!   constructors created before that are found by the sampler's `/proc/self/task` scan (within
 //!   about 100 ms), like threads made with a raw `clone`.
 //! - **Exit**: returning from `main` or calling `exit()` runs the `atexit` handler, which writes
@@ -179,8 +181,8 @@ fn start_recording() {
     if let Some(dir) = &options.repository {
         builder = builder.repository(dir);
     }
-    // The program's `main` waits for the start: the unwind tables (hundreds of ms in a debug
-    // build) are built by the recorder's sampler thread instead; see the module docs.
+    // The program's `main` waits for the start: this library's own unwind table (the largest)
+    // is built by the recorder's sampler thread instead; see the module docs.
     builder = builder.unwind_tables_in_background(true);
     builder = builder.unwinder(match options.unwinder {
         options::UnwinderChoice::Auto => recorder::Unwinder::Auto,

@@ -280,13 +280,13 @@ impl RecorderBuilder {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).unwinder = unwinder;
         self
     }
-    /// Whether the DWARF unwind tables of the shared libraries are built by the recorder's
-    /// sampler thread rather than by `start` on the calling thread, which then builds the
-    /// executable's only (default false). On, `start` returns sooner (libc's table alone takes
-    /// ~90 ms in a debug build of the recorder, the preload library's own 220 ms) and samples
-    /// are taken from then on, walking a library's code with frame pointers until its table is
-    /// published: a library without frame pointers sampled in that window gives shorter stacks.
-    /// `recorder record` turns it on, so the program's `main` is not delayed.
+    /// Whether the DWARF unwind table of the shared library the recorder's code is in (the preload
+    /// library of `recorder record`) is built by the recorder's sampler thread rather than by
+    /// `start` on the calling thread (default false; no effect when the recorder is linked into
+    /// the executable). That table is the largest of a process's (~65 ms of CPU in a debug build)
+    /// and its code keeps frame pointers, so the program's stacks do not need it; the program's
+    /// own modules still get theirs in `start`, and their stacks are whole from the first sample.
+    /// `recorder record` turns it on, so the program's `main` waits less.
     pub fn unwind_tables_in_background(mut self, on: bool) -> Self {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).tables_in_background = on;
         self

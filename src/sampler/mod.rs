@@ -154,10 +154,12 @@ mod imp {
         pub max_threads: usize,
         /// How stacks are walked: frame pointers, DWARF CFI tables, or both (default `Auto`).
         pub unwinder: crate::cfi::Unwinder,
-        /// Build the DWARF tables of the shared libraries on the recorder's sampler thread
-        /// ([`Sampler::build_unwind_tables`]) instead of in `start`, which then builds the
-        /// executable's only (default false): `start` returns sooner, and until a library's table
-        /// is published the handler walks its code with frame pointers.
+        /// Build the DWARF table of the shared library the recorder's code is in (the preload
+        /// library of `recorder record`: the largest of a process's tables, and of code that keeps
+        /// frame pointers) on the recorder's sampler thread ([`Sampler::build_unwind_tables`])
+        /// instead of in `start` (default false; nothing changes when the recorder is linked into
+        /// the executable). The program's own modules get their tables in `start` as always, so
+        /// their stacks are whole from the first sample.
         pub tables_in_background: bool,
     }
 
@@ -174,6 +176,24 @@ mod imp {
                 tables_in_background: false,
             }
         }
+    }
+
+    /// The path of the shared library this code is in, as `/proc/self/maps` names it; `None` when
+    /// it is the executable itself (or unknown).
+    fn own_shared_library() -> Option<String> {
+        // SAFETY: zeroed is a valid `Dl_info`; dladdr fills it for an address inside a loaded
+        // object and leaves it alone otherwise.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let addr = own_shared_library as *const () as *const libc::c_void;
+        // SAFETY: `addr` is a function of this object; `info` is a valid out pointer.
+        if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: dladdr returns a NUL-terminated name owned by the loader.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        let path = std::fs::canonicalize(&name).ok()?;
+        let exe = std::fs::read_link("/proc/self/exe").ok()?;
+        (path != exe).then(|| path.to_string_lossy().into_owned())
     }
 
     /// Per-thread statistics (live or exited-but-not-yet-reaped slots).
@@ -1041,11 +1061,11 @@ mod imp {
             if shared.unwinder != crate::cfi::Unwinder::FramePointer {
                 // Before the first signal: samples of code without frame pointers are whole from
                 // the start (compiling the loaded modules' tables takes milliseconds). In the
-                // background mode only the executable's (small: the program's own code, where a
-                // short program spends its time); the libraries' on the sampler thread.
+                // background mode, all but the recorder's own library's (see
+                // `tables_in_background`), which the sampler thread builds.
                 if config.tables_in_background {
-                    let exe = std::fs::read_link("/proc/self/exe").ok();
-                    shared.cfi.refresh_files(&|path| exe.as_deref().is_some_and(|e| e.as_os_str() == path));
+                    let own = own_shared_library();
+                    shared.cfi.refresh_files(&|path| own.as_deref() != Some(path));
                 } else {
                     shared.cfi.refresh();
                 }
