@@ -246,7 +246,8 @@ pub(super) fn timer_arm(tid: u32, slot: usize, first: Duration, period: Duration
     cvt(unsafe { libc::timer_create(thread_cpu_clock(tid), &mut sev, &mut timer) })?;
     let ts =
         libc::timespec { tv_sec: period.as_secs() as libc::time_t, tv_nsec: period.subsec_nanos() as libc::c_long };
-    let first = libc::timespec { tv_sec: first.as_secs() as libc::time_t, tv_nsec: first.subsec_nanos() as libc::c_long };
+    let first =
+        libc::timespec { tv_sec: first.as_secs() as libc::time_t, tv_nsec: first.subsec_nanos() as libc::c_long };
     let spec = libc::itimerspec { it_interval: ts, it_value: first };
     // SAFETY: `timer` was just created by us.
     if let Err(e) = cvt(unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) }) {
@@ -292,8 +293,8 @@ pub(super) fn disarm_own(source: Source, tid: u32) {
         disarm(source, tid);
         return;
     };
-    // SAFETY: `fd` is a perf event fd we own.
-    unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+    // No PERF_EVENT_IOC_DISABLE first: the event counts this thread's user time only, and the
+    // thread is in the kernel until `dup3` has closed it, so it cannot overflow in between.
     let placeholder = placeholder();
     // SAFETY: both fds are ours; see `disarm`.
     if placeholder < 0 || unsafe { libc::dup3(placeholder, fd, libc::O_CLOEXEC) } != fd {
