@@ -566,8 +566,12 @@ impl Local {
     #[inline(always)]
     fn pop(&mut self, now: i64) {
         let Some(f) = self.frames.pop() else { return };
-        let total = (now - f.start - (self.excluded - f.excluded)).max(0);
-        let self_ticks = (total - f.children).max(0);
+        // A call lasts at least as long as its children: where the excluded time taken off it
+        // (the calibrated cost of each child pair) exceeds what its children's bookkeeping
+        // really cost, by the jitter of a few ticks, its total is its children's, not less, so a
+        // node's total is always its self time plus its children's totals.
+        let total = (now - f.start - (self.excluded - f.excluded)).max(f.children);
+        let self_ticks = total - f.children;
         if let Some(parent) = self.frames.last_mut() {
             parent.children += total;
         }
