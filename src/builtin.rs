@@ -1,22 +1,79 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// `jdk.ExecutionSample` declares and carries `spanId` (the recording's setting; set at its start,
-/// before its first chunk, so a chunk's metadata and its samples always agree).
-static SAMPLE_SPAN_IDS: AtomicBool = AtomicBool::new(true);
+/// Whether `jdk.ExecutionSample` declares and carries `spanId` (issue 12 §1): the recording's
+/// setting ([`SPAN_IDS_AUTO`]: when a `RecorderLayer` exists), decided for each chunk on its
+/// first sample or metadata, so a chunk's metadata and all its samples agree. A file without
+/// spans keeps the JDK's exact layout of the event (some readers assume it: async-profiler's
+/// converter reads the JDK's four fields and does not skip to the event's end).
+static SPAN_IDS_SETTING: AtomicU8 = AtomicU8::new(SPAN_IDS_AUTO);
+/// The setting: when a `RecorderLayer` exists.
+const SPAN_IDS_AUTO: u8 = 0;
+/// The setting: always / never.
+const SPAN_IDS_ALWAYS: u8 = 1;
+const SPAN_IDS_NEVER: u8 = 2;
+/// A `RecorderLayer` was created in this process.
+static SPAN_CONTEXT: AtomicBool = AtomicBool::new(false);
+/// The live chunk's decision: 0 not yet, 1 with `spanId`, 2 without.
+static CHUNK_SPAN_IDS: AtomicU8 = AtomicU8::new(0);
 
-/// Sets whether the samples of the recording that starts carry `spanId`.
-pub(crate) fn set_sample_span_ids(on: bool) {
+/// Sets whether the samples of the recording that starts carry `spanId` (`None`: when a
+/// `RecorderLayer` exists).
+pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
+    let v = match setting {
+        None => SPAN_IDS_AUTO,
+        Some(true) => SPAN_IDS_ALWAYS,
+        Some(false) => SPAN_IDS_NEVER,
+    };
     // Relaxed: read under L by the flushes of the recording that starts after this.
-    SAMPLE_SPAN_IDS.store(on, Ordering::Relaxed);
+    SPAN_IDS_SETTING.store(v, Ordering::Relaxed);
 }
 
-/// `jdk.ExecutionSample` has its `spanId` field.
+/// A `RecorderLayer` exists: the samples of the next chunk (this one, if it has written no
+/// sample and no metadata yet) carry `spanId`.
+pub(crate) fn note_span_context() {
+    // Relaxed: a flag the next L holder reads; a sample taken before it has no span anyway.
+    SPAN_CONTEXT.store(true, Ordering::Relaxed);
+}
+
+fn span_ids_wanted() -> bool {
+    // Relaxed (both): see the stores.
+    match SPAN_IDS_SETTING.load(Ordering::Relaxed) {
+        SPAN_IDS_ALWAYS => true,
+        SPAN_IDS_NEVER => false,
+        _ => SPAN_CONTEXT.load(Ordering::Relaxed),
+    }
+}
+
+/// A new chunk opens (under L): it decides for itself.
+pub(crate) fn new_chunk() {
+    // Relaxed: written and read under L.
+    CHUNK_SPAN_IDS.store(0, Ordering::Relaxed);
+}
+
+/// The live chunk declared its samples without `spanId`, and they should have it now (a
+/// `RecorderLayer` was created since): time for the next chunk.
+pub(crate) fn chunk_lacks_span_ids() -> bool {
+    // Relaxed: under L.
+    CHUNK_SPAN_IDS.load(Ordering::Relaxed) == 2 && span_ids_wanted()
+}
+
+/// `jdk.ExecutionSample` has its `spanId` field in the live chunk (decided now if not yet; under
+/// L).
 pub(crate) fn sample_span_ids() -> bool {
-    // Relaxed: see `set_sample_span_ids`.
-    SAMPLE_SPAN_IDS.load(Ordering::Relaxed)
+    // Relaxed: under L.
+    match CHUNK_SPAN_IDS.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = span_ids_wanted();
+            // Relaxed: under L.
+            CHUNK_SPAN_IDS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+    }
 }
 
 /// `jdk.ExecutionSample`.

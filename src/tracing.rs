@@ -77,15 +77,24 @@ crate::event! {
 static NEXT_SPAN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A `tracing_subscriber` layer that records spans and events into the running recording.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct RecorderLayer {
     _private: (),
 }
 
 impl RecorderLayer {
-    /// The layer. Install it once; it records into whichever recording runs.
+    /// The layer. Install it once; it records into whichever recording runs. From now on
+    /// `jdk.ExecutionSample` carries `spanId` (unless the recording says otherwise:
+    /// `RecorderBuilder::sample_span_ids`).
     pub fn new() -> RecorderLayer {
+        crate::builtin::note_span_context();
         RecorderLayer { _private: () }
+    }
+}
+
+impl Default for RecorderLayer {
+    fn default() -> RecorderLayer {
+        RecorderLayer::new()
     }
 }
 

@@ -140,6 +140,14 @@ impl State {
 
     /// Opens a chunk if none is live: it starts where the last one ended.
     pub fn open_chunk_if_needed(&mut self) {
+        if self.chunk.is_open() && crate::builtin::chunk_lacks_span_ids() {
+            // A RecorderLayer appeared after this chunk declared its samples without `spanId`:
+            // the next chunk has it (all samples of a chunk have one layout). Its segment is
+            // closed first: what it holds gets its metadata and constants.
+            let now = self.now_ticks();
+            self.close_segment(now);
+            let _ = self.finish_chunk(false);
+        }
         if self.chunk.is_open() {
             return;
         }
@@ -152,6 +160,7 @@ impl State {
             }
         });
         self.chunk.open(start);
+        crate::builtin::new_chunk();
         self.settings_changed = true;
     }
 
