@@ -19,7 +19,7 @@
 //!    bookkeeping would add without the clock is shown too.)
 //!
 //! Environment: `SCOPES_BENCH_N` (operations per repetition, default 200,000), `SCOPES_BENCH_REPS`
-//! (default 7).
+//! (default 7), `SCOPES_BENCH_ONLY` (`scopes`: tables 1 and 3; `spans`: table 2).
 
 use recorder::tracing::RecorderLayer;
 use recorder::Recorder;
@@ -157,10 +157,22 @@ fn main() {
     let clock = recorder::clock::ticks_to_nanos(1_000_000_000);
     println!("# scopes bench: n = {n} per repetition, fastest of {reps}; clock: {clock} ns per 1e9 ticks\n");
 
+    // `SCOPES_BENCH_ONLY=scopes` or `=spans`: one part (to profile it).
+    let only = std::env::var("SCOPES_BENCH_ONLY").unwrap_or_default();
+    if only != "spans" {
+        scopes_and_clock(n, reps, dir.path());
+    }
+    if only != "scopes" {
+        spans_table(n, reps, dir.path());
+    }
+}
+
+/// Tables 1 and 3.
+fn scopes_and_clock(n: u64, reps: u64, dir: &std::path::Path) {
     // 1. Scopes.
     let floor_ns = measure(reps, n, floor);
     let off_ns = measure(reps, n * 10, |n| ours_at(1, n));
-    let rec = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    let rec = Recorder::builder().repository(dir).no_sampling().start().unwrap();
     puffin::set_scopes_on(true);
     let flame_dir = tempfile::tempdir().unwrap();
     let depths = [1u32, 10, 100, 1000];
@@ -250,14 +262,18 @@ fn main() {
     println!("| {baseline:.0} | {reported:.0} | {error:+.2} % | {inside_error:+.2} % | {without:+.2} % |");
     println!("\nmeasured fast-path cost per scope pair: {pair:.1} ns (goal: |error| ≤ 2 %)");
     rec.stop().unwrap();
+}
 
+/// Table 2.
+fn spans_table(n: u64, reps: u64, dir: &std::path::Path) {
+    let flame_dir = tempfile::tempdir().unwrap();
     // 2. Tracing layers: span enter+exit+close on registry + layer.
     let span_n = n / 4;
     let registry_only =
         tracing::subscriber::with_default(tracing_subscriber::registry(), || measure(reps, span_n, spans));
     let layer_cost = |span_stacks: bool| {
         let rec = Recorder::builder()
-            .repository(dir.path())
+            .repository(dir)
             .no_sampling()
             .flush_interval(Duration::from_millis(50))
             .event("recorder.Span", recorder::EventSettings { stack_trace: span_stacks, ..Default::default() })

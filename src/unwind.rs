@@ -17,7 +17,7 @@
 
 use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
@@ -58,19 +58,37 @@ fn parse_start_stack(stat: &str) -> Option<usize> {
     rest.split_whitespace().nth(25)?.parse().ok()
 }
 
-/// The entry to pass to [`at_entry`] for the calling thread.
+/// The entry to pass to [`at_entry`] for the calling thread: cached per thread (two system calls
+/// at every event stack were most of a span's stack capture: `cargo bench --bench scopes`,
+/// `strace -c`), asked again after a fork (the forking thread is the child's main thread).
 fn own_entry() -> usize {
+    // Relaxed: bumped by the child after fork, read by its only thread.
+    let forks = FORKS.load(Ordering::Relaxed);
+    if let Ok((at, entry)) = OWN_ENTRY.try_with(Cell::get) {
+        if at == forks {
+            return entry;
+        }
+    }
     // SAFETY: no preconditions.
     let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
-    if tid == pid {
-        main_thread_entry()
-    } else {
-        0
-    }
+    let entry = if tid == pid { main_thread_entry() } else { 0 };
+    let _ = OWN_ENTRY.try_with(|c| c.set((forks, entry)));
+    entry
+}
+
+/// Forks this process went through (as the child): see [`own_entry`].
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// In the child after a fork.
+pub(crate) fn forked_child() {
+    // Relaxed: see `own_entry`.
+    FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
 thread_local! {
     static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// (`FORKS` when cached, [`own_entry`]'s value).
+    static OWN_ENTRY: Cell<(u64, usize)> = const { Cell::new((u64::MAX, 0)) };
 }
 
 /// The calling thread's stack as [low, high) (0, 0 if unknown), cached per thread.
