@@ -227,13 +227,11 @@ where
         let Some(span) = ctx.span(id) else { return };
         let ext = span.extensions();
         let Some(data) = ext.get::<SpanData>() else { return };
-        if !scope::enter_span(data.func, data.id) {
-            return;
-        }
+        let Some(now) = scope::enter_span(data.func, data.id) else { return };
         // Relaxed (both): the span's own counters; entries and exits of one span on several
         // threads at once only make the busy time approximate.
         if data.entered.fetch_add(1, Ordering::Relaxed) == 0 {
-            data.entered_at.store(crate::clock::ticks(), Ordering::Relaxed);
+            data.entered_at.store(now, Ordering::Relaxed);
         }
     }
 
@@ -241,7 +239,7 @@ where
         let Some(span) = ctx.span(id) else { return };
         let ext = span.extensions();
         let Some(data) = ext.get::<SpanData>() else { return };
-        scope::exit_span(data.id);
+        let now = scope::exit_span(data.id);
         // Relaxed: see `on_enter`. An exit without an entry (entered before the recording
         // started) leaves the count alone.
         let entered = data.entered.load(Ordering::Relaxed);
@@ -251,7 +249,7 @@ where
         data.entered.store(entered - 1, Ordering::Relaxed);
         if entered == 1 {
             let since = data.entered_at.load(Ordering::Relaxed);
-            data.active.fetch_add((crate::clock::ticks() - since).max(0), Ordering::Relaxed);
+            data.active.fetch_add((now - since).max(0), Ordering::Relaxed);
         }
     }
 

@@ -246,25 +246,32 @@ pub(crate) fn ticks_to_nanos(ticks: u64) -> u64 {
 }
 
 /// Enters a span's scope: `func` its name's function index, `span` its process-unique id.
-/// Returns false when nothing was entered (no recording).
-pub(crate) fn enter_span(func: u32, span: u64) -> bool {
+/// Returns the tick the entry read (the span's scope starts there), or `None` when nothing was
+/// entered (no recording).
+pub(crate) fn enter_span(func: u32, span: u64) -> Option<i64> {
     // Relaxed: as in `enter`.
     let generation = GENERATION.load(Ordering::Relaxed);
     if generation == 0 {
-        return false;
+        return None;
     }
     LOCAL
-        .try_with(|l| match l.try_borrow_mut() {
-            Ok(mut l) => l.enter_func(func, generation, span) != 0,
-            Err(_) => false,
+        .try_with(|l| {
+            let mut l = l.try_borrow_mut().ok()?;
+            if l.enter_func(func, generation, span) == 0 {
+                return None;
+            }
+            match l.frames.last() {
+                Some(f) if f.reentries == 0 && !l.deterministic => Some(f.start),
+                _ => Some(crate::clock::ticks()),
+            }
         })
-        .unwrap_or(false)
+        .unwrap_or(None)
 }
 
 /// Leaves the innermost open scope of span `span` on this thread (scopes opened inside it and
 /// still open end with it). Nothing happens if it has none open (entered before the recording
-/// started, or never entered on this thread).
-pub(crate) fn exit_span(span: u64) {
+/// started, or never entered on this thread). Returns the tick the exit read first.
+pub(crate) fn exit_span(span: u64) -> i64 {
     let now = crate::clock::ticks();
     let _ = LOCAL.try_with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
@@ -272,6 +279,7 @@ pub(crate) fn exit_span(span: u64) {
             l.exit_span(span, now);
         }
     });
+    now
 }
 
 /// Every function name, by index.
