@@ -275,11 +275,18 @@ pub(crate) fn version() -> u64 {
     REGISTRY.lock().version
 }
 
+/// The version of the descriptor [`metadata`] gives now (its metadata id): the registry version
+/// and whether `jdk.ExecutionSample` has `spanId`.
+pub(crate) fn descriptor_version() -> u64 {
+    let span_ids = builtin::declared_span_ids();
+    REGISTRY.lock().version * 2 + u64::from(span_ids)
+}
+
 /// The full descriptor: the JDK 17 type set, the built-in events, and every registered type.
 pub(crate) fn metadata() -> Metadata {
     let reg = REGISTRY.lock();
     let mut classes = jdk_types();
-    let span_ids = builtin::sample_span_ids();
+    let span_ids = builtin::declared_span_ids();
     classes.extend(builtin::classes());
     classes.extend(reg.classes.iter().cloned());
     Metadata { id: reg.version * 2 + u64::from(span_ids), classes, region: Region::default() }

@@ -1,8 +1,9 @@
-//! `jdk.ExecutionSample.spanId` only where span context exists (issue 12 §1): a process with no
-//! `RecorderLayer` writes the JDK's exact layout of the event (readers that assume it, such as
-//! async-profiler's converter, read every sample); once a layer exists, the next chunk declares
-//! the field and its samples carry the span they ran in. Its own test binary: whether a layer was
-//! ever created is process-wide.
+//! `jdk.ExecutionSample.spanId` only where span context exists (issue 12 §1): a recording whose
+//! first samples were written with no `RecorderLayer` in the process has the JDK's exact layout
+//! of the event in every chunk (readers that assume it, such as async-profiler's converter, read
+//! every sample; JMC would split a type whose fields change between chunks); once a layer exists,
+//! the next recording declares the field and its samples carry the span they ran in. Its own test
+//! binary: whether a layer was ever created is process-wide.
 #![cfg(feature = "tracing")]
 
 mod common;
@@ -35,58 +36,70 @@ fn field_names(e: &ReadEvent) -> Vec<&str> {
 
 const JDK_FIELDS: [&str; 4] = ["startTime", "sampledThread", "stackTrace", "state"];
 
-#[test]
-fn span_ids_appear_with_the_first_layer() {
-    let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::builder().repository(dir.path()).sampling_period(Duration::from_millis(1)).start().unwrap();
-    rec.register_current_thread().unwrap();
-    spin(Duration::from_millis(60));
-    // No layer yet: the JDK's layout (and this chunk keeps it: its samples are written).
-    let before = dir.path().join("before.jfr");
-    rec.dump(&before).unwrap();
-    let samples = read_events(&before, "jdk.ExecutionSample");
-    assert!(!samples.is_empty());
-    for s in &samples {
-        assert_eq!(field_names(s), JDK_FIELDS);
-    }
-    let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", before.to_str().unwrap()]);
-    assert!(printed.contains("jdk.ExecutionSample") && !printed.contains("spanId"));
-
-    // A layer: the samples taken inside its span carry the span's id, in a chunk that declares it.
+fn spin_in_span(name: &'static str) -> (i64, i64) {
     let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
     let mut inside = (0, 0);
     tracing::subscriber::with_default(subscriber, || {
-        let _span = tracing::info_span!("cpu_bound").entered();
+        let _span = tracing::info_span!("cpu_bound", name).entered();
         let t0 = recorder::clock::ticks();
         spin(Duration::from_millis(200));
         inside = (t0, recorder::clock::ticks());
     });
-    let after = dir.path().join("after.jfr");
-    rec.dump(&after).unwrap();
+    inside
+}
+
+#[test]
+fn span_ids_appear_with_the_first_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::thread::current().name().unwrap().to_owned();
+    let mine = |file: &std::path::Path| -> Vec<ReadEvent> {
+        read_events(file, "jdk.ExecutionSample").into_iter().filter(|s| s.thread.as_deref() == Some(&me)).collect()
+    };
+
+    // No layer when the first samples are written: the JDK's layout, for the whole recording,
+    // also after a layer appears (one layout per recording).
+    let rec = Recorder::builder().repository(dir.path()).sampling_period(Duration::from_millis(1)).start().unwrap();
+    rec.register_current_thread().unwrap();
+    spin(Duration::from_millis(60));
+    let before = dir.path().join("before.jfr");
+    rec.dump(&before).unwrap();
+    assert!(!mine(&before).is_empty());
+    spin_in_span("late");
+    let plain = dir.path().join("plain.jfr");
+    rec.dump(&plain).unwrap();
     rec.stop().unwrap();
-    let spans = read_events(&after, "recorder.Span");
+    let samples = read_events(&plain, "jdk.ExecutionSample");
+    assert!(samples.len() > mine(&before).len());
+    for s in &samples {
+        assert_eq!(field_names(s), JDK_FIELDS);
+    }
+    let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", plain.to_str().unwrap()]);
+    assert!(printed.contains("jdk.ExecutionSample") && !printed.contains("spanId"));
+    jdk_accepts(&[plain]);
+
+    // A layer exists: the next recording's samples carry the span they ran in.
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).sampling_period(Duration::from_millis(1)).start().unwrap();
+    rec.register_current_thread().unwrap();
+    let inside = spin_in_span("spans");
+    let with_ids = dir.path().join("with_ids.jfr");
+    rec.dump(&with_ids).unwrap();
+    rec.stop().unwrap();
+    let spans = read_events(&with_ids, "recorder.Span");
     assert_eq!(spans.len(), 1);
     let id = spans[0].field_i64("spanId");
-    let me = std::thread::current().name().unwrap().to_owned();
-    let samples: Vec<_> =
-        read_events(&after, "jdk.ExecutionSample").into_iter().filter(|s| s.thread.as_deref() == Some(&me)).collect();
-    let (mut plain, mut in_span) = (0, 0);
-    for s in &samples {
-        if field_names(s) == JDK_FIELDS {
-            plain += 1;
-            assert!(s.start_ticks < inside.0, "a sample without spanId after the layer existed: {s:?}");
-        } else {
-            assert_eq!(field_names(s), [&JDK_FIELDS[..], &["spanId"]].concat());
-            if (inside.0..=inside.1).contains(&s.start_ticks) {
-                assert_eq!(s.field_i64("spanId"), id);
-                in_span += 1;
-            }
+    let mut in_span = 0;
+    for s in &mine(&with_ids) {
+        assert_eq!(field_names(s), [&JDK_FIELDS[..], &["spanId"]].concat());
+        if (inside.0..=inside.1).contains(&s.start_ticks) {
+            assert_eq!(s.field_i64("spanId"), id);
+            in_span += 1;
         }
     }
-    // (Samples are taken per CPU time of the whole process: the recorder's own work after the
-    // first dump takes its share.)
-    assert!(plain > 0 && in_span >= 10, "{plain} samples without spanId, {in_span} in the span");
-    let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", after.to_str().unwrap()]);
+    // (Samples are taken per CPU time of the whole process: the recorder's own work takes its
+    // share.)
+    assert!(in_span >= 10, "{in_span} samples in the span");
+    let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", with_ids.to_str().unwrap()]);
     assert!(printed.contains(&format!("spanId = {id}")), "{}", &printed[..printed.len().min(3000)]);
-    jdk_accepts(&[after]);
+    jdk_accepts(&[with_ids]);
 }

@@ -140,14 +140,6 @@ impl State {
 
     /// Opens a chunk if none is live: it starts where the last one ended.
     pub fn open_chunk_if_needed(&mut self) {
-        if self.chunk.is_open() && crate::builtin::chunk_lacks_span_ids() {
-            // A RecorderLayer appeared after this chunk declared its samples without `spanId`:
-            // the next chunk has it (all samples of a chunk have one layout). Its segment is
-            // closed first: what it holds gets its metadata and constants.
-            let now = self.now_ticks();
-            self.close_segment(now);
-            let _ = self.finish_chunk(false);
-        }
         if self.chunk.is_open() {
             return;
         }
@@ -160,7 +152,6 @@ impl State {
             }
         });
         self.chunk.open(start);
-        crate::builtin::new_chunk();
         self.settings_changed = true;
     }
 
@@ -371,7 +362,7 @@ impl State {
     /// references that the chunk lacks.
     pub fn close_segment(&mut self, now: i64) {
         self.take_thread_notes();
-        self.chunk.metadata(metadata_registry::version(), now, metadata_registry::metadata);
+        self.chunk.metadata(metadata_registry::descriptor_version(), now, metadata_registry::metadata);
         self.chunk.checkpoint(&self.shared.stacks, &mut UnderLock, now);
     }
 
