@@ -251,7 +251,6 @@ fn scopes_and_clock(n: u64, reps: u64, dir: &std::path::Path) {
     let (baseline, reported) = (fastest(&baseline_all), fastest(&reported_all));
     let error = (reported - baseline) / baseline * 100.0;
     let without = (reported + f64::from(CHILDREN) * pair - baseline) / baseline * 100.0;
-    let mut inside_errors = inside_errors;
     inside_errors.sort_by(f64::total_cmp);
     let inside_error = inside_errors[inside_errors.len() / 2];
     println!("\n## Excluded-time clock (busy loop with {CHILDREN} child scopes, under 1000 nested scopes)\n");
