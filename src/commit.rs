@@ -644,8 +644,10 @@ enum StackSource {
 
 /// Captures the caller's stack now, for an event of type `ty` committed later with
 /// [`commit_event_with_stack`]; nothing if no recording runs or the type records no stacks.
+/// `from`: an address in the frame of a function further out (a value it passed by reference):
+/// the stack starts at that function's call instead (0: the caller's frame).
 #[inline(never)]
-pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
+pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStack {
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
     ty.id();
@@ -653,7 +655,8 @@ pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
     if generation == 0 || !ty.stack_trace.load(Ordering::Relaxed) {
         return CapturedStack::default();
     }
-    let anchor = crate::unwind::frame_pointer();
+    let own = crate::unwind::frame_pointer();
+    let anchor = if from == 0 { own } else { crate::unwind::record_below(from).unwrap_or(own) };
     LOCAL
         .try_with(|cell| {
             let Ok(mut local) = cell.try_borrow_mut() else { return CapturedStack::default() };

@@ -221,7 +221,10 @@ where
             start: crate::clock::ticks(),
             fields: text,
             func: function_index(attrs.metadata()),
-            stack: commit::capture_stack(SpanEvent::event_type()),
+            // From the application's `span!` / `#[instrument]` call: the value set it passed
+            // lives in its frame, so tracing's own frames (`Layered::new_span`, `Span::new` ...)
+            // and ours are left out.
+            stack: commit::capture_stack(SpanEvent::event_type(), attrs.values() as *const _ as usize),
             entered: AtomicU32::new(0),
             entered_at: AtomicI64::new(0),
             active: AtomicI64::new(0),

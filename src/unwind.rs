@@ -142,6 +142,38 @@ pub fn frame_pointer() -> usize {
     fp
 }
 
+/// The frame record of the function that a function holding `addr` in its frame called: the
+/// highest record on the calling thread's frame-pointer chain below `addr` (an address in a
+/// caller's frame, such as a value it passed by reference), as an anchor for [`capture_current`]:
+/// the walk from it starts at the return into that function. `None` if `addr` is not on this
+/// thread's stack above the current frame, or the chain breaks before reaching it.
+#[inline(never)]
+pub fn record_below(addr: usize) -> Option<usize> {
+    let (lo, hi) = current_stack_bounds();
+    let mut fp = frame_pointer();
+    if hi == 0 || addr <= fp || addr >= hi {
+        return None;
+    }
+    let mut below = None;
+    for _ in 0..HARD_WALK_LIMIT {
+        if fp == 0 || !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
+            return None;
+        }
+        if fp >= addr {
+            return below;
+        }
+        below = Some(fp);
+        // SAFETY: [fp, fp + 8) lies inside this thread's own stack (checked above), which is
+        // mapped and readable while the thread runs this code.
+        let next = unsafe { *(fp as *const usize) };
+        if next <= fp {
+            return None;
+        }
+        fp = next;
+    }
+    None
+}
+
 /// Walks the calling thread's stack into `out` (innermost first) under `policy`. Frame records
 /// below `anchor` (the frame-pointer value of the recorder's outermost own frame, see
 /// [`frame_pointer`]) are skipped, so the first kept frame is the recorder's caller. Pass 0 to keep
