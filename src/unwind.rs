@@ -291,4 +291,36 @@ mod tests {
         assert_eq!(out.len(), 8);
         assert_eq!(crate::stack::as_elided(out[4]), Some(full as u64 - 7));
     }
+
+    #[inline(never)]
+    fn deeper(local: &u64, out: &mut Vec<u64>) {
+        let anchor = record_below(local as *const u64 as usize).expect("the local is on this stack");
+        capture_current(anchor, DepthPolicy { inner: 8, outer: 0 }, &mut Vec::new(), out);
+    }
+
+    #[inline(never)]
+    fn callee(local: &u64, out: &mut Vec<u64>) {
+        deeper(local, out);
+        std::hint::black_box(());
+    }
+
+    #[inline(never)]
+    fn holder(from_local: &mut Vec<u64>, from_holder: &mut Vec<u64>) {
+        let local = std::hint::black_box(7u64);
+        callee(&local, from_local);
+        capture_current(frame_pointer(), DepthPolicy { inner: 8, outer: 0 }, &mut Vec::new(), from_holder);
+    }
+
+    /// A walk anchored below an address in a caller's frame starts at the return into that
+    /// caller (inside `holder`), then goes on as a walk from `holder` itself.
+    #[test]
+    fn a_walk_from_a_callers_value_starts_at_that_caller() {
+        let (mut from_local, mut from_holder) = (Vec::new(), Vec::new());
+        holder(&mut from_local, &mut from_holder);
+        let holder_start = holder as *const () as u64;
+        assert!(from_local[0] > holder_start, "{from_local:x?}");
+        assert_eq!(from_local[1], from_holder[0] + 1, "{from_local:x?} {from_holder:x?}");
+        assert_eq!(from_local[2..6], from_holder[1..5]);
+        assert_eq!(record_below(0), None);
+    }
 }
