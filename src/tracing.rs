@@ -15,8 +15,9 @@
 //! Span ids in the recording are process-unique and never reused (`tracing`'s own `Id`s are
 //! recycled). A span's `activeNanos` sums the time it was entered (an async span entered at each
 //! poll shows busy against idle time); its stack is the one where it was created, from the
-//! `span!` call out; its thread is the one that closed it. Per-type settings apply as to every event type: `recorder.Span` with a
-//! threshold keeps only slow spans. With no recording running the layer does nothing.
+//! `span!` call out; its thread is the one that closed it. Per-type settings apply as to every
+//! event type: `recorder.Span` with a threshold keeps only slow spans. With no recording running
+//! the layer does nothing.
 //!
 //! Cost: entering and leaving a span allocate nothing and take no lock a writer could hold for
 //! long (the registry's per-span read lock); a span's creation renders its fields into a string.

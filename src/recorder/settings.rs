@@ -130,7 +130,8 @@ pub struct Settings {
     /// files.
     pub deterministic: bool,
     /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in: `None` (the
-    /// default) when a `RecorderLayer` exists, `Some(on)` always / never.
+    /// default) when a `RecorderLayer` exists as the recording writes its first samples,
+    /// `Some(on)` always / never.
     pub sample_span_ids: Option<bool>,
     /// Diagnostics: log how long every holder keeps the chunk-writer lock L
     /// (`Recorder::lock_holds`; `examples/lock_hold.rs`).
@@ -333,9 +334,9 @@ impl RecorderBuilder {
         self
     }
     /// Whether each `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in.
-    /// By default it does in the chunks written once a
-    /// [`RecorderLayer`](crate::tracing::RecorderLayer) exists, and a recording without one keeps
-    /// the JDK's exact four fields. `true`: always; `false`: never, for readers that assume the
+    /// By default it does when a [`RecorderLayer`](crate::tracing::RecorderLayer) exists as the
+    /// recording writes its first samples (at its first flush), in every chunk; otherwise the
+    /// recording keeps the JDK's exact four fields, in every chunk. `true`: always; `false`: never, for readers that assume the
     /// JDK's layout instead of reading the metadata (async-profiler's converter reads a sample's
     /// four fields and does not skip to the event's end, so an extra field derails it).
     pub fn sample_span_ids(mut self, on: bool) -> Self {
