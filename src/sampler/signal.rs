@@ -285,7 +285,10 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
         Source::Foreign => return false,
         Source::Timer(index) => index,
         Source::Perf(fd) => match shared.slot_for_fd(fd) {
-            Some(index) => index,
+            Some(index) => {
+                shared.end_first_period(fd);
+                index
+            }
             None => {
                 // Ours, from a perf event disarmed before the signal was delivered.
                 shared.count_stale();
