@@ -92,6 +92,8 @@ fn burst(mode: SamplingMode) {
         max_depth: 64,
         // The table walk, the handler's heavier path (frame-pointer steps where it finds no row).
         unwinder: recorder::Unwinder::Dwarf,
+        cpu: true,
+        wall: None,
     };
     let (sampler, locked) = match Sampler::start(config) {
         Ok(v) => v,

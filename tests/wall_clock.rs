@@ -396,11 +396,9 @@ fn wall_sampling_is_off_by_default_and_validated() {
     let report = rec.stop_with_report().unwrap();
     assert!(report.sampler.unwrap().wall.is_none());
     assert!(all_events(&repo, "profiler.WallClockSample").is_empty());
-    let err = Recorder::builder()
-        .repository(dir.path())
-        .wall_clock_sampling(Duration::from_micros(10))
-        .start()
-        .err()
-        .expect("a 10 µs period is refused");
+    let Err(err) = Recorder::builder().repository(dir.path()).wall_clock_sampling(Duration::from_micros(10)).start()
+    else {
+        panic!("a 10 µs period is refused");
+    };
     assert!(err.to_string().contains("wall-clock sampling period"), "{err}");
 }
