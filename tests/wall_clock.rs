@@ -236,6 +236,7 @@ fn stop_exact(rec: Recorder, repo: &Path) -> recorder::sampler::WallStats {
         .map(|e| e.field_i64("samples"))
         .sum();
     assert_eq!(reported as u64, w.lost, "every lost period is reported: {w:?}");
+    eprintln!("wall: {w:?}; sampler taken {} written {} lost {}", s.taken, s.written, s.lost);
     w
 }
 
@@ -401,4 +402,65 @@ fn wall_sampling_is_off_by_default_and_validated() {
         panic!("a 10 µs period is refused");
     };
     assert!(err.to_string().contains("wall-clock sampling period"), "{err}");
+}
+
+fn tid_named(name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|e| {
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == name).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+    })
+}
+
+fn pin_to_cpu0(tid: i32) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
+/// A starved sampler thread reports what it missed: the wall thread is made SCHED_IDLE and
+/// pinned with three spinning threads to one CPU, so it wakes up late; the periods of the
+/// threads that ran meanwhile are counted lost and reported, and the equation still holds.
+#[test]
+fn a_starved_wall_sampler_counts_and_reports_the_periods_it_missed() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .cpu_sampling(false)
+        .wall_clock_sampling(Duration::from_millis(1))
+        .start()
+        .unwrap();
+    let repo = rec.repository_dir().to_owned();
+    let wall = (0..1000).find_map(|_| {
+        tid_named("recorder-wall").or_else(|| {
+            std::thread::sleep(Duration::from_millis(1));
+            None
+        })
+    });
+    let wall = wall.expect("the wall sampler thread runs");
+    pin_to_cpu0(wall);
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: lowers the policy of a thread of this process; valid param.
+    assert_eq!(unsafe { libc::sched_setscheduler(wall, libc::SCHED_IDLE, &param) }, 0);
+    let hogs: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::Builder::new()
+                .name(format!("wall-hog-{i}"))
+                .spawn(|| {
+                    // SAFETY: no preconditions.
+                    pin_to_cpu0(unsafe { libc::syscall(libc::SYS_gettid) } as i32);
+                    spin_for(Duration::from_secs(2))
+                })
+                .unwrap()
+        })
+        .collect();
+    for h in hogs {
+        h.join().unwrap();
+    }
+    let w = stop_exact(rec, &repo);
+    assert!(w.missed_ticks > 0, "the starved sampler missed ticks: {w:?}");
+    assert!(w.lost > 0, "the periods of the threads that ran meanwhile are lost: {w:?}");
 }
