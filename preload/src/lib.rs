@@ -168,8 +168,8 @@ fn start_recording() {
         options::UnwinderChoice::FramePointer => recorder::Unwinder::FramePointer,
         options::UnwinderChoice::Dwarf => recorder::Unwinder::Dwarf,
     });
-    if options.wall.is_some() {
-        eprintln!("recorder-preload: wall-clock sampling (wall=) is not available yet; recording CPU samples only");
+    if let Some(period) = options.wall {
+        builder = builder.wall_clock_sampling(period);
     }
     if options.alloc.is_some() {
         eprintln!("recorder-preload: allocation sampling (alloc=) is not available yet; recording CPU samples only");

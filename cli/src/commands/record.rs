@@ -31,9 +31,6 @@ pub const ENV_PRELOAD: &str = "RECORDER_PRELOAD";
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
-    if args.wall.is_some() {
-        bail!("--wall: wall-clock sampling is not available yet in this build of the recorder");
-    }
     if args.alloc.is_some() {
         bail!("--alloc: allocation sampling is not available yet in this build of the recorder");
     }
@@ -53,6 +50,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(d) = args.duration {
         options.push(format!("duration={}ns", d.as_nanos()));
+    }
+    if let Some(w) = args.wall {
+        options.push(format!("wall={}ns", w.as_nanos()));
     }
     if args.follow_children {
         options.push("follow-children=1".into());
