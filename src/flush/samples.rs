@@ -43,7 +43,8 @@ pub fn write_wall_sample(
         e.fixed(state);
         e.long(samples.min(u32::MAX as u64) as i64);
     });
-    *seg.tally.samples.entry(tid).or_insert(0) += 1;
+    // Counted as the periods it stands for: a failed write loses that many.
+    *seg.tally.samples.entry(tid).or_insert(0) += samples;
 }
 
 #[cfg(not(loom))]
