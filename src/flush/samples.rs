@@ -44,7 +44,7 @@ pub fn write_wall_sample(
         e.long(samples.min(u32::MAX as u64) as i64);
     });
     // Counted as the periods it stands for: a failed write loses that many.
-    *seg.tally.samples.entry(tid).or_insert(0) += samples;
+    *seg.tally.wall_periods.entry(tid).or_insert(0) += samples;
 }
 
 #[cfg(not(loom))]
