@@ -68,7 +68,6 @@ fn dump_type_wall_weighs_stacks_by_samples_and_summary_counts_periods() {
         .collect();
     let total: u64 = lines.iter().map(|l| l.1).sum();
     assert_eq!(total, periods, "collapsed weights are the events' samples");
-    let weight = |f: &str| lines.iter().filter(|(s, _)| s.contains(f)).map(|l| l.1).sum::<u64>();
     // The napper's 2 s stand on its last sampled stack: its warm-up spin in wall_nap, or std's
     // sleep on its way into nanosleep (where the frame-pointer walk may skip wall_nap).
     let nap = lines
