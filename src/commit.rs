@@ -495,8 +495,15 @@ pub(crate) fn attach_current_thread() {
     let _ = LOCAL.try_with(|cell| {
         let Ok(mut local) = cell.try_borrow_mut() else { return };
         CURSOR.with(|c| {
-            if c.state.get() != BUSY && local.generation != generation && local.attach(generation) {
-                local.point_cursor(c);
+            if c.state.get() != BUSY && local.generation != generation {
+                // A thread's first attach sets its in-flight mark (it expects the commit it is
+                // part of to clear it): this join is no commit, so it clears the mark itself, or
+                // `stop` would wait for a commit that never comes and count it lost.
+                local.enter();
+                if local.attach(generation) {
+                    local.point_cursor(c);
+                }
+                local.leave();
             }
         });
     });

@@ -57,3 +57,28 @@ fn a_commit_in_flight_at_stop_is_written_or_counted() {
         report.stats.events_lost
     );
 }
+
+/// A thread that joined the recording without committing anything (`register_current_thread`,
+/// as the preload does for the program's main thread) has no commit in flight: `stop` on that
+/// very thread neither waits for it nor reports it lost. Before the fix the join left the
+/// thread's in-flight mark set, and every `recorder record` run ended with a phantom
+/// "commit still in progress" loss after a one-second wait.
+#[test]
+fn a_thread_that_joined_without_committing_has_no_commit_in_flight() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).start().unwrap();
+    let repo = rec.repository_dir().to_owned();
+    rec.register_current_thread().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| rec.register_current_thread().unwrap());
+    });
+    let report = rec.stop_with_report().unwrap();
+    let losses: Vec<String> = chunk_files(&repo)
+        .iter()
+        .flat_map(|c| read_events(c, "recorder.DataLoss"))
+        .map(|e| format!("{:?}", e.field("reason")))
+        .collect();
+    assert_eq!(report.stats.events_lost, 0, "losses reported: {losses:?}");
+    assert!(losses.is_empty(), "{losses:?}");
+}
