@@ -35,7 +35,8 @@
 //!
 //! # Design constraints
 //! Modules: `buffer` (the protocol, loom-tested, no syscalls), `signal` (signal context only),
-//! `timer` (sampling sources). Thread state is found in the handler through the siginfo:
+//! `timer` (sampling sources), `wall` (the wall-clock sampler thread: its requests are one-shot
+//! perf events whose samples go through the same buffers, flagged `FLAG_WALL`). Thread state is found in the handler through the siginfo:
 //! `si_value` of the POSIX timer carries the slot index, `si_fd` of a perf event indexes a
 //! preallocated fd table; no thread-local is read in signal context. A slot is written only by a
 //! handler admitted to it (`Core::admit`: the thread whose tid it holds, while it is not retired;
