@@ -362,14 +362,19 @@ fn a_thread_blocked_in_recv_stands_for_its_wait_and_a_spinning_thread_runs_on_to
     );
     let spin = of("wall-spin");
     let total: u64 = spin.iter().map(samples_of).sum();
-    // Its stacks run in spin_for (under it: Instant::now and the vDSO, frames of its loop).
-    let on_top: u64 = spin
+    let running: u64 = spin.iter().filter(|e| state_of(e) == STATE_RUNNABLE).map(samples_of).sum();
+    assert!(total > 0 && running * 10 >= total * 9, "{running} of {total} spinning periods running");
+    // Its stacks run in spin_for (under it, at any depth: Instant::now, comparisons, the vDSO).
+    // Not every one: in this debug build spin_for's loop is mostly calls to tiny functions, and a
+    // sample that lands in a callee's first instructions (before it saves its frame pointer)
+    // loses its caller, spin_for, from the frame-pointer walk: 10-33 % of samples seen.
+    let in_spin: u64 = spin
         .iter()
         .filter(|e| state_of(e) == STATE_RUNNABLE)
         .filter(|e| e.stack.as_ref().is_some_and(|s| s.iter().any(|f| f.contains("spin_for"))))
         .map(samples_of)
         .sum();
-    assert!(total > 0 && on_top * 10 >= total * 9, "{on_top} of {total} spinning periods running in spin_for");
+    assert!(in_spin * 2 > total, "{in_spin} of {total} spinning periods in spin_for");
     // The JDK's tools read the file, with the values we wrote.
     let files = chunk_files(&repo);
     jdk_accepts(&files);
