@@ -41,6 +41,8 @@ pub const DATA_LOSS: u64 = 108;
 pub const SAMPLER_STATISTICS: u64 = 109;
 /// `recorder.Diagnostic`: a problem with the recording's quality and its fix (`diagnostics.rs`).
 pub const DIAGNOSTIC: u64 = 110;
+/// `jdk.ThreadCPULoad`: a thread's user and system CPU time over the last periodic interval.
+pub const THREAD_CPU_LOAD: u64 = 113;
 /// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative.
 pub const SCOPE_TIMING: u64 = 130;
 /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost.
@@ -173,6 +175,25 @@ pub fn classes() -> Vec<Class> {
             "CPU Load",
             &["Operating System", "Processor"],
             "Process (\"JVM\" fields) and machine CPU load",
+        )
+    }));
+
+    // As the JDK declares it (shares of all CPUs' time, like jdk.CPULoad). The CPU sampler sees
+    // user time only (`sampler/timer.rs`): this is where a thread's system time shows.
+    out.push(event_class(EventTypeSpec {
+        thread: true,
+        fields: vec![
+            percentage("user", "User Mode CPU Load")
+                .with(Annotation::value(ids::DESCRIPTION, "User mode thread CPU load")),
+            percentage("system", "System Mode CPU Load")
+                .with(Annotation::value(ids::DESCRIPTION, "System mode thread CPU load")),
+        ],
+        ..spec(
+            THREAD_CPU_LOAD,
+            "jdk.ThreadCPULoad",
+            "Thread CPU Load",
+            &["Operating System", "Processor"],
+            "A thread's user and system mode CPU time in the last periodic interval, over the time of all CPUs",
         )
     }));
 

@@ -252,7 +252,10 @@ fn storm(strict_loss: bool) {
     for (tid, name, stack, cut) in &read.samples {
         if tids.contains(&(*tid as u64)) {
             storm_samples += 1;
-            assert!(name.as_deref().is_some_and(|n| n.starts_with("storm-")), "storm tid {tid} named {name:?}");
+            assert!(
+                name.as_deref().is_some_and(|n| n.starts_with("storm-")),
+                "storm tid {tid} named {name:?}: {stack:?}"
+            );
             // The thread's root: start_thread, or past it the clone3 that started it (the CFI
             // walk through libc reaches that far).
             let root = stack.iter().rev().take(2).any(|f| f.contains("start_thread"));
@@ -270,11 +273,15 @@ fn storm(strict_loss: bool) {
             {
                 // After the body returned, in its own thread's exit path (still sampled until the
                 // slot retires at thread exit): a spawned thread's start routine, nothing of the
-                // test thread (whose stack runs through the test harness).
+                // test thread (whose stack runs through the test harness). Or before the body, in
+                // std's spawn hooks (libtest's hook hands its output capture to the new thread:
+                // `test::` closures, called from `ChildSpawnHooks::run`), which the thread runs
+                // in its first microseconds: a random first period can fall there.
                 // (The stack reaches start_thread, checked above.)
+                let in_spawn_hooks = stack.iter().any(|f| f.contains("ChildSpawnHooks>::run"));
                 let own_exit = !stack.iter().any(|f| f.starts_with("test::") || f.contains("run_test"));
                 assert!(
-                    own_exit,
+                    own_exit || in_spawn_hooks,
                     "a sample of storm thread {tid} ({name:?}) outside its own code (truncated: {cut}): {stack:?}"
                 );
                 in_exit += 1;
@@ -306,7 +313,7 @@ fn storm(strict_loss: bool) {
             final_sampler.lost
         );
     }
-    eprintln!("{storm_samples} storm samples ({truncated} not reaching start_thread, {unflagged} of them not flagged truncated, {in_exit} in thread exit), others {others:?}");
+    eprintln!("{storm_samples} storm samples ({truncated} not reaching start_thread, {unflagged} of them not flagged truncated, {in_exit} in thread start or exit), others {others:?}");
     assert!(truncated * 4 <= storm_samples, "most storm samples have their whole stack");
     assert!(storm_samples > 100, "the storm threads were sampled ({storm_samples} samples)");
 }

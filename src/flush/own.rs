@@ -103,6 +103,16 @@ pub fn write_cpu_load(chunk: &mut ChunkWriter, now: i64, user: f32, system: f32,
     });
 }
 
+/// `jdk.ThreadCPULoad` of thread `tid`: shares of all CPUs' time.
+pub fn write_thread_cpu_load(chunk: &mut ChunkWriter, now: i64, tid: u32, user: f32, system: f32) {
+    chunk.event(builtin::THREAD_CPU_LOAD, |e| {
+        e.long(now);
+        e.thread(tid);
+        e.float(user);
+        e.float(system);
+    });
+}
+
 /// `jdk.ResidentSetSize`.
 pub fn write_resident_set_size(chunk: &mut ChunkWriter, now: i64, size: u64, peak: u64) {
     chunk.event(builtin::RESIDENT_SET_SIZE, |e| {

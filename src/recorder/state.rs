@@ -58,6 +58,8 @@ pub(super) struct State {
     pub final_sampler_stats: Option<SamplerStats>,
     pub final_allocation_stats: Option<crate::alloc::AllocationStats>,
     write_error_reported: bool,
+    /// Each thread's (start time, user, system) CPU ticks at the last periodic reading.
+    thread_cpu: std::collections::HashMap<u32, (u64, u64, u64)>,
     /// Flush source 3: the Pyroscope uploader's statistics.
     #[cfg(feature = "push")]
     push_report: own::PushReport,
@@ -74,17 +76,34 @@ pub(super) struct CpuTimes {
 }
 
 /// What the periodic events report, read without L.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct PeriodicReading {
     now: i64,
     cpu: CpuTimes,
     rss: Option<(u64, u64)>,
+    threads: Vec<ThreadCpu>,
+}
+
+/// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
+#[derive(Debug, Clone)]
+pub(super) struct ThreadCpu {
+    tid: u32,
+    /// Start time (field 22): tells a reused tid from the thread read last time.
+    start: u64,
+    user: u64,
+    system: u64,
+    comm: String,
 }
 
 impl PeriodicReading {
     /// Reads `/proc` (call without L).
     pub fn now() -> PeriodicReading {
-        PeriodicReading { now: clock::ticks_ordered(), cpu: read_cpu_times(), rss: read_rss() }
+        PeriodicReading {
+            now: clock::ticks_ordered(),
+            cpu: read_cpu_times(),
+            rss: read_rss(),
+            threads: read_thread_cpu(),
+        }
     }
 }
 
@@ -120,6 +139,7 @@ impl State {
             final_sampler_stats: None,
             final_allocation_stats: None,
             write_error_reported: false,
+            thread_cpu: std::collections::HashMap::new(),
             #[cfg(feature = "push")]
             push_report: own::PushReport::default(),
         }
@@ -488,6 +508,8 @@ impl State {
     /// Periodic built-in events: CPU load and resident set size.
     pub fn write_periodic(&mut self, reading: PeriodicReading) {
         self.open_chunk_if_needed();
+        let then = self.cpu.at;
+        self.write_thread_cpu_loads(&reading, then);
         let prev = std::mem::replace(&mut self.cpu, reading.cpu);
         let times = reading.cpu;
         if let (Some(now), Some(then)) = (times.at, prev.at) {
@@ -509,6 +531,64 @@ impl State {
             own::write_resident_set_size(&mut self.chunk, reading.now, size, peak);
         }
     }
+}
+
+impl State {
+    /// `jdk.ThreadCPULoad` of every thread that used CPU since the last reading (at `then`):
+    /// threads not read last time started since (their whole CPU time is in the interval); the
+    /// first reading of a recording only sets the baseline. Idle threads get no event (a process
+    /// may have thousands).
+    fn write_thread_cpu_loads(&mut self, reading: &PeriodicReading, then: Option<Instant>) {
+        let previous = std::mem::take(&mut self.thread_cpu);
+        self.thread_cpu = reading.threads.iter().map(|t| (t.tid, (t.start, t.user, t.system))).collect();
+        let (Some(now), Some(then)) = (reading.cpu.at, then) else { return };
+        let elapsed = now.duration_since(then).as_secs_f64();
+        if elapsed <= 0.0 {
+            return;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // Clock ticks (USER_HZ, 100 on Linux) over the wall time of all CPUs.
+        let share = |d: u64| ((d as f64 / 100.0) / (elapsed * cpus)).clamp(0.0, 1.0) as f32;
+        for t in &reading.threads {
+            let (user, system) = match previous.get(&t.tid) {
+                Some(&(start, user, system)) if start == t.start => {
+                    (t.user.saturating_sub(user), t.system.saturating_sub(system))
+                }
+                _ => (t.user, t.system),
+            };
+            if user + system == 0 {
+                continue;
+            }
+            self.chunk.observe_thread(t.tid, &t.comm, None);
+            own::write_thread_cpu_load(&mut self.chunk, reading.now, t.tid, share(user), share(system));
+        }
+    }
+}
+
+/// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left
+/// out).
+fn read_thread_cpu() -> Vec<ThreadCpu> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        buf.clear();
+        let read = std::fs::File::open(format!("/proc/self/task/{tid}/stat"))
+            .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut buf));
+        if read.is_err() {
+            continue;
+        }
+        let Some(comm) = crate::thread::stat_comm(&buf) else { continue };
+        let Some(rest) = buf.rsplit_once(')').map(|(_, r)| r) else { continue };
+        // Fields after the command name, from field 3: utime 14, stime 15, starttime 22.
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(user), Some(system), Some(start)) = (field(14), field(15), field(22)) {
+            out.push(ThreadCpu { tid, start, user, system, comm: comm.to_owned() });
+        }
+    }
+    out
 }
 
 fn read_cpu_times() -> CpuTimes {

@@ -327,6 +327,9 @@ mod imp {
         /// Stale perf signals dropped (see `SamplerStats::stale`).
         stale: AtomicU64,
         period: Duration,
+        /// Sources start with a random first period (`timer.rs`, "The first period is random");
+        /// false only if the kernel refuses to change a running perf event's period.
+        random_first_period: bool,
         mode: SamplingMode,
         /// CPU sources are armed (`SamplerConfig::cpu`).
         cpu: bool,
@@ -350,6 +353,10 @@ mod imp {
         exited_names: parking_lot::Mutex<Vec<(u32, String)>>,
     }
 
+    /// `fd_slots` bit: the event still runs its random first period; its handler sets the whole
+    /// period at its first signal.
+    const FIRST_PERIOD: u32 = 1 << 31;
+
     impl Shared {
         /// The walk scratch of slot `index`.
         ///
@@ -367,7 +374,7 @@ mod imp {
         pub(super) fn slot_for_fd(&self, fd: libc::c_int) -> Option<usize> {
             let e = self.fd_slots.get(usize::try_from(fd).ok()?)?;
             // Acquire: pairs with the Release store in `arm` made before the event was enabled.
-            let v = e.load(Ordering::Acquire);
+            let v = e.load(Ordering::Acquire) & !FIRST_PERIOD;
             (v != 0).then(|| v as usize - 1)
         }
 
@@ -379,6 +386,22 @@ mod imp {
         pub(super) fn note_wall_served(&self, index: usize) {
             if let Some(w) = self.wall.as_ref() {
                 w.note_served(index);
+            }
+        }
+
+        /// Ends the random first period of perf event `fd` at its first signal (see `timer.rs`):
+        /// from now on it overflows every whole period. A no-op after the first time.
+        ///
+        /// # Signal safety
+        /// One atomic RMW and, once per event, one `ioctl`.
+        #[inline]
+        pub(super) fn end_first_period(&self, fd: libc::c_int) {
+            let Some(e) = usize::try_from(fd).ok().and_then(|i| self.fd_slots.get(i)) else { return };
+            // Relaxed: only this thread's handler clears the bit of its own event (SIGPROF is
+            // blocked while it runs); `disarm` zeroes the word under the registry lock, and a
+            // cleared bit then only skips a harmless ioctl on the placeholder.
+            if e.fetch_and(!FIRST_PERIOD, Ordering::Relaxed) & FIRST_PERIOD != 0 {
+                timer::set_period(fd, self.period.as_nanos().max(1) as u64);
             }
         }
 
@@ -450,13 +473,16 @@ mod imp {
         }
 
         fn arm_cpu(&self, tid: u32, slot: usize) -> io::Result<Source> {
+            let first =
+                if self.random_first_period { timer::random_first_period(tid, self.period) } else { self.period };
             if self.mode == SamplingMode::PerfEvent {
-                if let Ok(fd) = timer::perf_open(tid, self.period) {
+                if let Ok(fd) = timer::perf_open(tid, first) {
                     match self.fd_slots.get(fd as usize) {
                         Some(e) => {
+                            let phase = if first == self.period { 0 } else { FIRST_PERIOD };
                             // Release: the mapping is visible to a handler that receives this
                             // fd's signal (Acquire load in `slot_for_fd`).
-                            e.store(slot as u32 + 1, Ordering::Release);
+                            e.store((slot as u32 + 1) | phase, Ordering::Release);
                             if timer::perf_enable(fd, tid).is_ok() {
                                 return Ok(Source::Perf(fd));
                             }
@@ -469,7 +495,7 @@ mod imp {
                 }
                 // Fall back to a CPU timer for this thread.
             }
-            timer::timer_arm(tid, slot, self.period)
+            timer::timer_arm(tid, slot, first, self.period)
         }
 
         /// Disarms thread `tid`'s source. Called with the registry lock held, so the fd cannot
@@ -496,6 +522,12 @@ mod imp {
                 // (`timer::disarm`).
                 e.store(0, Ordering::Relaxed);
             }
+        }
+
+        /// [`Shared::disarm`] on the thread `tid` itself (`timer::disarm_own`: no /proc read).
+        fn disarm_own(&self, source: Source, tid: u32) {
+            self.unmap_fds(&source);
+            timer::disarm_own(source, tid);
         }
     }
 
@@ -717,14 +749,15 @@ mod imp {
     }
 
     /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
-    /// queue). Called on the thread itself.
+    /// queue). Called on the thread itself. Other threads' quarantined perf fd numbers are left
+    /// to the next discovery (a /proc read each: not on every thread's exit path).
     pub(super) fn unregister(shared: &Shared, tid: u32, start: u64) {
         {
             let mut reg = shared.registry.lock();
             if let Some(index) = reg.find(tid, start) {
                 if let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) {
                     if let Some(source) = entry.source {
-                        shared.disarm(source, tid);
+                        shared.disarm_own(source, tid);
                     }
                     if let Some(slot) = shared.core.slot(index) {
                         if slot.state() == SLOT_LIVE {
@@ -739,7 +772,6 @@ mod imp {
                 }
             }
         }
-        timer::release_quarantine();
     }
 
     /// The calling thread's kernel name (`comm`, what /proc would have said while it lived).
@@ -798,12 +830,26 @@ mod imp {
 
         /// Registers the calling thread (see [`Sampler::register_current_thread`]). Returns the
         /// exit guard it replaced, to be dropped by the caller (after releasing LIFECYCLE).
-        fn register_current(&self) -> Result<Option<ExitGuard>, RegisterError> {
+        ///
+        /// `new_thread`: called first thing on a thread that just started (the thread-start
+        /// hook). Such a thread is identified by its tid alone (start time 0) unless the registry
+        /// already holds an entry with its tid (discovery found it first, or a dead thread's
+        /// entry awaits retirement after tid reuse): no /proc read on the creation path. The tid
+        /// suffices because the thread's exit guard removes the entry before the tid can be
+        /// reused; a thread leaving without thread-local destructors (a raw `exit` system call)
+        /// is retired by discovery once `tgkill` says it is gone, as before.
+        fn register_current(&self, new_thread: bool) -> Result<Option<ExitGuard>, RegisterError> {
             let tid = gettid();
-            let start = start_time(tid);
             let bounds = current_stack_bounds();
+            let start = if new_thread { 0 } else { start_time(tid) };
             {
                 let mut reg = self.registry.lock();
+                if new_thread
+                    && (reg.entries.iter().flatten().any(|e| e.tid == tid) || reg.excluded.iter().any(|e| e.0 == tid))
+                {
+                    drop(reg);
+                    return self.register_current(false);
+                }
                 if reg.is_excluded(tid, start) {
                     return Ok(None);
                 }
@@ -907,7 +953,7 @@ mod imp {
             if !shared.register_new_threads.load(Ordering::Relaxed) {
                 return ThreadStart::NotSampling;
             }
-            match shared.register_current() {
+            match shared.register_current(true) {
                 Ok(old) => {
                     drop(life);
                     drop(old);
@@ -1049,7 +1095,7 @@ mod imp {
             }
             let period = config.period.max(Duration::from_micros(100));
             let wall_period = config.wall.map(|p| p.max(Duration::from_millis(1)));
-            if wall_period.is_some() && !timer::perf_available(period) {
+            if wall_period.is_some() && !timer::perf_available(period).0 {
                 return Err(io::Error::new(
                     io::ErrorKind::Unsupported,
                     "wall-clock sampling needs perf events (perf_event_open of a user-mode task-clock event \
@@ -1071,10 +1117,12 @@ mod imp {
             let nslots = config.max_threads.clamp(1, 1 << 16);
             let per_thread = config.buffers_per_thread.max(2);
             let nbuffers = nslots * per_thread;
+            let (perf, perf_period_settable) = match config.mode {
+                SamplingMode::Auto | SamplingMode::PerfEvent => timer::perf_available(period),
+                SamplingMode::CpuTimer => (false, false),
+            };
             let mode = match config.mode {
-                SamplingMode::Auto | SamplingMode::PerfEvent if timer::perf_available(period) => {
-                    SamplingMode::PerfEvent
-                }
+                SamplingMode::Auto | SamplingMode::PerfEvent if perf => SamplingMode::PerfEvent,
                 SamplingMode::Auto => SamplingMode::CpuTimer,
                 SamplingMode::PerfEvent => {
                     return Err(io::Error::new(io::ErrorKind::Unsupported, "perf_event_open is not permitted here"));
@@ -1112,6 +1160,7 @@ mod imp {
                 page_size,
                 stale: AtomicU64::new(0),
                 period,
+                random_first_period: mode == SamplingMode::CpuTimer || perf_period_settable,
                 mode,
                 cpu: config.cpu,
                 wall: wall_period.map(|p| wall::WallShared::new(p, nslots)),
@@ -1200,7 +1249,7 @@ mod imp {
         /// Fails if no slot is free (`max_threads`) or the sampling source cannot be armed.
         pub fn register_current_thread(&self) -> io::Result<()> {
             let shared = self.shared();
-            match shared.register_current() {
+            match shared.register_current(false) {
                 Ok(old) => {
                     drop(old);
                     Ok(())

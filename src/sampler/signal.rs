@@ -292,7 +292,12 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
         Source::Foreign => return false,
         Source::Timer(index) => (index, false),
         Source::Perf(fd, wall) => match shared.slot_for_fd(fd) {
-            Some(index) => (index, wall),
+            Some(index) => {
+                if !wall {
+                    shared.end_first_period(fd);
+                }
+                (index, wall)
+            }
             None => {
                 // Ours, from a perf event disarmed before the signal was delivered.
                 shared.count_stale();
