@@ -2,8 +2,9 @@
 //! does that cost at thread creation?
 //!
 //! `cargo run --release --example thread_start` (add `-- --no-hook` to see discovery alone):
-//! 1. Accuracy at 1 kHz: threads that each burn a known amount of CPU (10, 50, 300 ms), one after
-//!    another and in parallel, each reading its own `CLOCK_THREAD_CPUTIME_ID` at the end; the
+//! 1. Accuracy at 1 kHz: threads that each burn a known amount of CPU (10, 50, 300 ms: a loop
+//!    calibrated beforehand, with no system call), one after another and in parallel, each
+//!    reading its own `CLOCK_THREAD_CPUTIME_ID` at the end; the
 //!    samples the recording holds for each thread against its CPU time (1 sample per ms).
 //! 2. Cost: spawn+join of an empty thread, without a recorder (before any start), with the
 //!    recorder sampling new threads from their start, with the recorder relying on discovery,
@@ -33,18 +34,41 @@ fn thread_user_time() -> Duration {
     Duration::new(ru.ru_utime.tv_sec as u64, ru.ru_utime.tv_usec as u32 * 1000)
 }
 
-/// Burns `ms` of this thread's CPU (user time, the clock read every ~50 µs); returns (tid, CPU
-/// time at the end).
-#[inline(never)]
-fn burn(ms: u64) -> (u32, Duration, Duration) {
-    let until = Duration::from_millis(ms);
-    let mut x = ms;
-    while thread_cpu() < until {
-        for _ in 0..200_000 {
-            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+/// Loop iterations per millisecond of this machine's CPU, measured by [`calibrate`] before the
+/// recording starts.
+static ITERATIONS_PER_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[inline(always)]
+fn spin(iterations: u64, mut x: u64) -> u64 {
+    for _ in 0..iterations {
+        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    x
+}
+
+/// Measures the burners' loop against this thread's CPU clock (read between rounds: the clock is
+/// a system call). Run once, without a recording.
+fn calibrate() {
+    const ROUND: u64 = 100_000;
+    let start = thread_cpu();
+    let (mut rounds, mut x) = (0u64, 1u64);
+    while thread_cpu() - start < Duration::from_millis(100) {
+        x = spin(ROUND, x);
+        rounds += 1;
     }
     black_box(x);
+    let per_ms = (rounds * ROUND) as f64 / ((thread_cpu() - start).as_secs_f64() * 1e3);
+    ITERATIONS_PER_MS.store(per_ms as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Burns about `ms` of this thread's CPU in user code alone: a calibrated loop with no system
+/// call (a burner polling its CPU clock would spend a share of its time in the kernel, where a
+/// syscall-safe sampler does not sample), then reads its CPU clock once at the end. Returns
+/// (tid, CPU time at the end, user CPU time).
+#[inline(never)]
+fn burn(ms: u64) -> (u32, Duration, Duration) {
+    let iterations = ms * ITERATIONS_PER_MS.load(std::sync::atomic::Ordering::Relaxed);
+    black_box(spin(iterations, ms));
     // SAFETY: gettid has no preconditions.
     (unsafe { libc::gettid() } as u32, thread_cpu(), thread_user_time())
 }
@@ -100,6 +124,7 @@ fn samples_per_thread(dir: &std::path::Path) -> (HashMap<u32, u64>, HashMap<u32,
 }
 
 fn accuracy(hook: bool) {
+    calibrate();
     let dir = tempfile::tempdir().unwrap();
     let rec = Recorder::builder()
         .repository(dir.path())

@@ -1,22 +1,81 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// `jdk.ExecutionSample` declares and carries `spanId` (the recording's setting; set at its start,
-/// before its first chunk, so a chunk's metadata and its samples always agree).
-static SAMPLE_SPAN_IDS: AtomicBool = AtomicBool::new(true);
+/// Whether `jdk.ExecutionSample` declares and carries `spanId` (issue 12 §1): the recording's
+/// setting ([`SPAN_IDS_AUTO`]: when a `RecorderLayer` exists), decided for the whole recording
+/// when its first sample is written, so every chunk of a recording has one layout of the event
+/// (JMC splits a type whose fields differ between chunks into two). Until then the metadata
+/// declares what the setting says now, and is written again if the decision differs (no sample
+/// was written under the earlier one). A file without spans keeps the JDK's exact layout of the
+/// event (some readers assume it: async-profiler's converter reads the JDK's four fields and does
+/// not skip to the event's end).
+static SPAN_IDS_SETTING: AtomicU8 = AtomicU8::new(SPAN_IDS_AUTO);
+/// The setting: when a `RecorderLayer` exists.
+const SPAN_IDS_AUTO: u8 = 0;
+/// The setting: always / never.
+const SPAN_IDS_ALWAYS: u8 = 1;
+const SPAN_IDS_NEVER: u8 = 2;
+/// A `RecorderLayer` was created in this process.
+static SPAN_CONTEXT: AtomicBool = AtomicBool::new(false);
+/// The recording's decision: 0 not yet, 1 with `spanId`, 2 without.
+static DECIDED: AtomicU8 = AtomicU8::new(0);
 
-/// Sets whether the samples of the recording that starts carry `spanId`.
-pub(crate) fn set_sample_span_ids(on: bool) {
-    // Relaxed: read under L by the flushes of the recording that starts after this.
-    SAMPLE_SPAN_IDS.store(on, Ordering::Relaxed);
+/// Sets whether the samples of the recording that starts carry `spanId` (`None`: when a
+/// `RecorderLayer` exists when its first sample is written).
+pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
+    let v = match setting {
+        None => SPAN_IDS_AUTO,
+        Some(true) => SPAN_IDS_ALWAYS,
+        Some(false) => SPAN_IDS_NEVER,
+    };
+    // Relaxed (both): read under L by the flushes of the recording that starts after this.
+    SPAN_IDS_SETTING.store(v, Ordering::Relaxed);
+    DECIDED.store(0, Ordering::Relaxed);
 }
 
-/// `jdk.ExecutionSample` has its `spanId` field.
+/// A `RecorderLayer` exists: a recording that has written no sample yet gives its samples
+/// `spanId`.
+pub(crate) fn note_span_context() {
+    // Relaxed: a flag the next L holder reads.
+    SPAN_CONTEXT.store(true, Ordering::Relaxed);
+}
+
+fn span_ids_wanted() -> bool {
+    // Relaxed (both): see the stores.
+    match SPAN_IDS_SETTING.load(Ordering::Relaxed) {
+        SPAN_IDS_ALWAYS => true,
+        SPAN_IDS_NEVER => false,
+        _ => SPAN_CONTEXT.load(Ordering::Relaxed),
+    }
+}
+
+/// `jdk.ExecutionSample` has `spanId` in the metadata written now: the decision, or what it
+/// would be now.
+pub(crate) fn declared_span_ids() -> bool {
+    // Relaxed: under L.
+    match DECIDED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => span_ids_wanted(),
+    }
+}
+
+/// The samples written now carry `spanId` (decided now if not yet; under L, by the writer of a
+/// sample).
 pub(crate) fn sample_span_ids() -> bool {
-    // Relaxed: see `set_sample_span_ids`.
-    SAMPLE_SPAN_IDS.load(Ordering::Relaxed)
+    // Relaxed: under L.
+    match DECIDED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = span_ids_wanted();
+            // Relaxed: under L.
+            DECIDED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+    }
 }
 
 /// `jdk.ExecutionSample`.
@@ -108,7 +167,7 @@ pub fn classes() -> Vec<Class> {
         f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
         f("state", ids::THREAD_STATE, "Thread State").pooled(),
     ];
-    if sample_span_ids() {
+    if declared_span_ids() {
         sample_fields.push(f("spanId", ids::LONG, "Span Id").with(Annotation::value(
             ids::DESCRIPTION,
             "The tracing span the thread was in (recorder.Span spanId; 0: none)",

@@ -586,7 +586,7 @@ pub(crate) fn commit_event(ty: &'static EventType, write_fields: impl Fn(&mut En
     let generation = GENERATION.load(Ordering::Acquire);
     if generation != 0 {
         let (start, duration) = times(span_start);
-        if !commit_in_place(c, &write_fields, generation, type_id, start, duration) {
+        if !commit_in_place(c, &write_fields, generation, type_id, start, duration, 0) {
             commit_slow(&write_fields, type_id, start, duration, StackSource::None);
         }
     }
@@ -618,7 +618,7 @@ fn commit_general(ty: &'static EventType, write_fields: &impl Fn(&mut Encoder<'_
     enter(mark);
     // Acquire: as in `commit_event`.
     let generation = GENERATION.load(Ordering::Acquire);
-    if generation != 0 && !commit_in_place(c, write_fields, generation, type_id, start, duration) {
+    if generation != 0 && !commit_in_place(c, write_fields, generation, type_id, start, duration, 0) {
         commit_slow(write_fields, type_id, start, duration, StackSource::None);
     }
     leave(mark);
@@ -644,8 +644,10 @@ enum StackSource {
 
 /// Captures the caller's stack now, for an event of type `ty` committed later with
 /// [`commit_event_with_stack`]; nothing if no recording runs or the type records no stacks.
+/// `from`: an address in the frame of a function further out (a value it passed by reference):
+/// the stack starts at that function's call instead (0: the caller's frame).
 #[inline(never)]
-pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
+pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStack {
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
     ty.id();
@@ -653,7 +655,8 @@ pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
     if generation == 0 || !ty.stack_trace.load(Ordering::Relaxed) {
         return CapturedStack::default();
     }
-    let anchor = crate::unwind::frame_pointer();
+    let own = crate::unwind::frame_pointer();
+    let anchor = if from == 0 { own } else { crate::unwind::record_below(from).unwrap_or(own) };
     LOCAL
         .try_with(|cell| {
             let Ok(mut local) = cell.try_borrow_mut() else { return CapturedStack::default() };
@@ -670,7 +673,8 @@ pub(crate) fn capture_stack(ty: &'static EventType) -> CapturedStack {
 
 /// Records an event of type `ty` that started at `start` and lasted `duration` ticks, with the
 /// stack captured earlier (none if it belongs to another recording, or the type's setting is off
-/// now). Always the slow path: spans close far less often than events are committed.
+/// now). The fast path of [`commit_event`] when the thread's cursor allows it (the stack's key is
+/// known: no walk).
 #[inline(never)]
 pub(crate) fn commit_event_with_stack(
     ty: &'static EventType,
@@ -690,7 +694,23 @@ pub(crate) fn commit_event_with_stack(
     }
     // Relaxed: a setting.
     let stack = if ty.stack_trace.load(Ordering::Relaxed) { StackSource::Captured(stack) } else { StackSource::None };
-    commit_slow(&write_fields, type_id, start, duration, stack);
+    // The fast path of `commit_event`, with the stack's key known already.
+    // SAFETY: as in `commit_event`.
+    let c = unsafe { &*cursor() };
+    let mark = c.in_flight.get();
+    enter(mark);
+    // Acquire: as in `commit_event`.
+    let generation = GENERATION.load(Ordering::Acquire);
+    if generation != 0 {
+        let key = match stack {
+            StackSource::Captured(s) if s.generation == generation => s.key,
+            _ => 0,
+        };
+        if !commit_in_place(c, &write_fields, generation, type_id, start, duration, key) {
+            commit_slow(&write_fields, type_id, start, duration, stack);
+        }
+    }
+    leave(mark);
 }
 
 /// (start, duration) of an event that ends now.
@@ -742,6 +762,7 @@ fn commit_in_place(
     type_id: u64,
     start: i64,
     duration: i64,
+    stack_key: u64,
 ) -> bool {
     // Relaxed: see `NAME_EPOCH`.
     if c.state.get() != generation || c.name_epoch.get() != NAME_EPOCH.load(Ordering::Relaxed) {
@@ -752,7 +773,7 @@ fn commit_in_place(
     // of the live buffer `buffer` (C1), written by this thread only (E2).
     let mut enc = unsafe { Encoder::new(c.pos.get(), c.end.get()) };
     let tid = (c.tid_word.get(), c.tid_len.get());
-    let Some(end) = encode_record(&mut enc, write_fields, type_id, start, duration, tid, 0, false) else {
+    let Some(end) = encode_record(&mut enc, write_fields, type_id, start, duration, tid, stack_key, false) else {
         return false;
     };
     if THREAD_REFS_PENDING.get() {

@@ -32,6 +32,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     crate::alloc::forget_in_child();
+    crate::unwind::forked_child();
     // SAFETY: as in `parent`; the child has only this thread, which holds both locks.
     unsafe {
         crate::thread_hooks::unlock_after_fork();

@@ -1,8 +1,10 @@
 //! The process-wide registry of event and struct types, and the metadata descriptor built from it.
 //!
 //! Type ids are assigned once per process and never reused, so they are stable across chunks and
-//! recordings. The descriptor's metadata id is the registry version: it changes exactly when a type
-//! is added (pitfall P9), and types are only ever added, so metadata grows within a chunk.
+//! recordings. The descriptor's metadata id is the registry version (twice it, plus one where
+//! `jdk.ExecutionSample` has `spanId`): it changes exactly when a type is added or that layout
+//! differs (pitfall P9: the JDK reuses the previous chunk's descriptor when the id is the same),
+//! and types are only ever added, so metadata grows within a chunk.
 
 use crate::builtin;
 use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -273,13 +275,21 @@ pub(crate) fn version() -> u64 {
     REGISTRY.lock().version
 }
 
+/// The version of the descriptor [`metadata`] gives now (its metadata id): the registry version
+/// and whether `jdk.ExecutionSample` has `spanId`.
+pub(crate) fn descriptor_version() -> u64 {
+    let span_ids = builtin::declared_span_ids();
+    REGISTRY.lock().version * 2 + u64::from(span_ids)
+}
+
 /// The full descriptor: the JDK 17 type set, the built-in events, and every registered type.
 pub(crate) fn metadata() -> Metadata {
     let reg = REGISTRY.lock();
     let mut classes = jdk_types();
+    let span_ids = builtin::declared_span_ids();
     classes.extend(builtin::classes());
     classes.extend(reg.classes.iter().cloned());
-    Metadata { id: reg.version, classes, region: Region::default() }
+    Metadata { id: reg.version * 2 + u64::from(span_ids), classes, region: Region::default() }
 }
 
 /// Names of every known event type (built-in and registered).

@@ -14,9 +14,10 @@
 //!
 //! Span ids in the recording are process-unique and never reused (`tracing`'s own `Id`s are
 //! recycled). A span's `activeNanos` sums the time it was entered (an async span entered at each
-//! poll shows busy against idle time); its stack is the one where it was created; its thread is
-//! the one that closed it. Per-type settings apply as to every event type: `recorder.Span` with a
-//! threshold keeps only slow spans. With no recording running the layer does nothing.
+//! poll shows busy against idle time); its stack is the one where it was created, from the
+//! `span!` call out; its thread is the one that closed it. Per-type settings apply as to every
+//! event type: `recorder.Span` with a threshold keeps only slow spans. With no recording running
+//! the layer does nothing.
 //!
 //! Cost: entering and leaving a span allocate nothing and take no lock a writer could hold for
 //! long (the registry's per-span read lock); a span's creation renders its fields into a string.
@@ -28,6 +29,7 @@ use crate::scope;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use tracing_core::field::{Field, Visit};
@@ -77,15 +79,24 @@ crate::event! {
 static NEXT_SPAN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A `tracing_subscriber` layer that records spans and events into the running recording.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct RecorderLayer {
     _private: (),
 }
 
 impl RecorderLayer {
-    /// The layer. Install it once; it records into whichever recording runs.
+    /// The layer. Install it once; it records into whichever recording runs. From now on
+    /// `jdk.ExecutionSample` carries `spanId` (unless the recording says otherwise:
+    /// `RecorderBuilder::sample_span_ids`).
     pub fn new() -> RecorderLayer {
+        crate::builtin::note_span_context();
         RecorderLayer { _private: () }
+    }
+}
+
+impl Default for RecorderLayer {
+    fn default() -> RecorderLayer {
+        RecorderLayer::new()
     }
 }
 
@@ -112,7 +123,25 @@ struct SpanData {
 
 thread_local! {
     /// Function index of each span name seen by this thread (keyed by the callsite's metadata).
-    static FUNCS: RefCell<HashMap<usize, u32>> = RefCell::new(HashMap::new());
+    static FUNCS: RefCell<HashMap<usize, u32, BuildHasherDefault<AddressHasher>>> = RefCell::new(HashMap::default());
+}
+
+/// A hasher for addresses (one multiply: the std's SipHash was a tenth of a span's creation).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
 }
 
 /// The function index of the span callsite `meta`.
@@ -193,7 +222,10 @@ where
             start: crate::clock::ticks(),
             fields: text,
             func: function_index(attrs.metadata()),
-            stack: commit::capture_stack(SpanEvent::event_type()),
+            // From the application's `span!` / `#[instrument]` call: the value set it passed
+            // lives in its frame, so tracing's own frames (`Layered::new_span`, `Span::new` ...)
+            // and ours are left out.
+            stack: commit::capture_stack(SpanEvent::event_type(), attrs.values() as *const _ as usize),
             entered: AtomicU32::new(0),
             entered_at: AtomicI64::new(0),
             active: AtomicI64::new(0),
@@ -218,13 +250,11 @@ where
         let Some(span) = ctx.span(id) else { return };
         let ext = span.extensions();
         let Some(data) = ext.get::<SpanData>() else { return };
-        if !scope::enter_span(data.func, data.id) {
-            return;
-        }
+        let Some(now) = scope::enter_span(data.func, data.id) else { return };
         // Relaxed (both): the span's own counters; entries and exits of one span on several
         // threads at once only make the busy time approximate.
         if data.entered.fetch_add(1, Ordering::Relaxed) == 0 {
-            data.entered_at.store(crate::clock::ticks(), Ordering::Relaxed);
+            data.entered_at.store(now, Ordering::Relaxed);
         }
     }
 
@@ -232,7 +262,7 @@ where
         let Some(span) = ctx.span(id) else { return };
         let ext = span.extensions();
         let Some(data) = ext.get::<SpanData>() else { return };
-        scope::exit_span(data.id);
+        let now = scope::exit_span(data.id);
         // Relaxed: see `on_enter`. An exit without an entry (entered before the recording
         // started) leaves the count alone.
         let entered = data.entered.load(Ordering::Relaxed);
@@ -242,7 +272,7 @@ where
         data.entered.store(entered - 1, Ordering::Relaxed);
         if entered == 1 {
             let since = data.entered_at.load(Ordering::Relaxed);
-            data.active.fetch_add((crate::clock::ticks() - since).max(0), Ordering::Relaxed);
+            data.active.fetch_add((now - since).max(0), Ordering::Relaxed);
         }
     }
 

@@ -17,7 +17,7 @@
 
 use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
@@ -58,19 +58,37 @@ fn parse_start_stack(stat: &str) -> Option<usize> {
     rest.split_whitespace().nth(25)?.parse().ok()
 }
 
-/// The entry to pass to [`at_entry`] for the calling thread.
+/// The entry to pass to [`at_entry`] for the calling thread: cached per thread (two system calls
+/// at every event stack were most of a span's stack capture: `cargo bench --bench scopes`,
+/// `strace -c`), asked again after a fork (the forking thread is the child's main thread).
 fn own_entry() -> usize {
+    // Relaxed: bumped by the child after fork, read by its only thread.
+    let forks = FORKS.load(Ordering::Relaxed);
+    if let Ok((at, entry)) = OWN_ENTRY.try_with(Cell::get) {
+        if at == forks {
+            return entry;
+        }
+    }
     // SAFETY: no preconditions.
     let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
-    if tid == pid {
-        main_thread_entry()
-    } else {
-        0
-    }
+    let entry = if tid == pid { main_thread_entry() } else { 0 };
+    let _ = OWN_ENTRY.try_with(|c| c.set((forks, entry)));
+    entry
+}
+
+/// Forks this process went through (as the child): see [`own_entry`].
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// In the child after a fork.
+pub(crate) fn forked_child() {
+    // Relaxed: see `own_entry`.
+    FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
 thread_local! {
     static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// (`FORKS` when cached, [`own_entry`]'s value).
+    static OWN_ENTRY: Cell<(u64, usize)> = const { Cell::new((u64::MAX, 0)) };
 }
 
 /// The calling thread's stack as [low, high) (0, 0 if unknown), cached per thread.
@@ -122,6 +140,38 @@ pub fn frame_pointer() -> usize {
         fp = 0;
     }
     fp
+}
+
+/// The frame record of the function that a function holding `addr` in its frame called: the
+/// highest record on the calling thread's frame-pointer chain below `addr` (an address in a
+/// caller's frame, such as a value it passed by reference), as an anchor for [`capture_current`]:
+/// the walk from it starts at the return into that function. `None` if `addr` is not on this
+/// thread's stack above the current frame, or the chain breaks before reaching it.
+#[inline(never)]
+pub fn record_below(addr: usize) -> Option<usize> {
+    let (lo, hi) = current_stack_bounds();
+    let mut fp = frame_pointer();
+    if hi == 0 || addr <= fp || addr >= hi {
+        return None;
+    }
+    let mut below = None;
+    for _ in 0..HARD_WALK_LIMIT {
+        if fp == 0 || !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
+            return None;
+        }
+        if fp >= addr {
+            return below;
+        }
+        below = Some(fp);
+        // SAFETY: [fp, fp + 8) lies inside this thread's own stack (checked above), which is
+        // mapped and readable while the thread runs this code.
+        let next = unsafe { *(fp as *const usize) };
+        if next <= fp {
+            return None;
+        }
+        fp = next;
+    }
+    None
 }
 
 /// Walks the calling thread's stack into `out` (innermost first) under `policy`. Frame records
@@ -240,5 +290,37 @@ mod tests {
         assert!(truncated);
         assert_eq!(out.len(), 8);
         assert_eq!(crate::stack::as_elided(out[4]), Some(full as u64 - 7));
+    }
+
+    #[inline(never)]
+    fn deeper(local: &u64, out: &mut Vec<u64>) {
+        let anchor = record_below(local as *const u64 as usize).expect("the local is on this stack");
+        capture_current(anchor, DepthPolicy { inner: 8, outer: 0 }, &mut Vec::new(), out);
+    }
+
+    #[inline(never)]
+    fn callee(local: &u64, out: &mut Vec<u64>) {
+        deeper(local, out);
+        std::hint::black_box(());
+    }
+
+    #[inline(never)]
+    fn holder(from_local: &mut Vec<u64>, from_holder: &mut Vec<u64>) {
+        let local = std::hint::black_box(7u64);
+        callee(&local, from_local);
+        capture_current(frame_pointer(), DepthPolicy { inner: 8, outer: 0 }, &mut Vec::new(), from_holder);
+    }
+
+    /// A walk anchored below an address in a caller's frame starts at the return into that
+    /// caller (inside `holder`), then goes on as a walk from `holder` itself.
+    #[test]
+    fn a_walk_from_a_callers_value_starts_at_that_caller() {
+        let (mut from_local, mut from_holder) = (Vec::new(), Vec::new());
+        holder(&mut from_local, &mut from_holder);
+        let holder_start = holder as *const () as u64;
+        assert!(from_local[0] > holder_start, "{from_local:x?}");
+        assert_eq!(from_local[1], from_holder[0] + 1, "{from_local:x?} {from_holder:x?}");
+        assert_eq!(from_local[2..6], from_holder[1..5]);
+        assert_eq!(record_below(0), None);
     }
 }

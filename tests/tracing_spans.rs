@@ -350,3 +350,63 @@ fn a_span_created_first_on_a_thread_is_no_commit_in_progress() {
         .collect();
     assert!(losses.is_empty(), "{losses:?}");
 }
+
+#[inline(never)]
+fn handle_order() -> tracing::Span {
+    tracing::info_span!("order", id = 7)
+}
+
+#[inline(never)]
+fn handle_root() -> tracing::Span {
+    tracing::info_span!(parent: None, "root")
+}
+
+#[inline(never)]
+fn handle_child(parent: &tracing::Span) -> tracing::Span {
+    tracing::info_span!(parent: parent, "child")
+}
+
+#[inline(never)]
+#[tracing::instrument]
+fn instrumented(n: u32) -> u32 {
+    std::hint::black_box(n) + 1
+}
+
+/// A span's stack starts at the application's `span!` / `#[instrument]` call: tracing's own frames
+/// (`Layered::new_span`, `Span::new`, ...) and the layer's are left out, as the JDK reads the
+/// stack. Spans with a contextual parent, no parent, an explicit parent, and `#[instrument]`.
+#[test]
+fn span_stacks_start_at_the_application() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    tracing::subscriber::with_default(subscriber(), || {
+        for _ in 0..2 {
+            let order = handle_order();
+            drop(handle_child(&order));
+            drop(order);
+            drop(handle_root());
+            std::hint::black_box(instrumented(1));
+        }
+    });
+    let file = dir.path().join("stacks.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    let spans = jfr_json(&file, "recorder.Span");
+    assert_eq!(spans.len(), 8, "{spans:#?}");
+    for (span, function) in [
+        ("order", "handle_order"),
+        ("child", "handle_child"),
+        ("root", "handle_root"),
+        ("instrumented", "instrumented"),
+    ] {
+        let mine: Vec<&Json> = spans.iter().filter(|e| e["values"]["name"] == span).collect();
+        assert_eq!(mine.len(), 2);
+        for e in mine {
+            let frames = e["values"]["stackTrace"]["frames"].as_array().unwrap();
+            let names: Vec<&str> = frames.iter().map(|f| f["method"]["name"].as_str().unwrap()).collect();
+            assert!(names[0].ends_with(function), "span {span}: the stack starts at {}: {names:#?}", names[0]);
+            assert!(names[1].contains("span_stacks_start_at_the_application"), "{names:#?}");
+        }
+    }
+}

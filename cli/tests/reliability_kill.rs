@@ -281,6 +281,16 @@ fn killed_mid_recording_is_readable_and_repairable() {
             assert!(Instant::now() < deadline, "the child never started recording");
             std::thread::sleep(Duration::from_millis(2));
         };
+        if !simulated {
+            // Until one kill has left a live chunk to append to, wait for the first published
+            // chunk before the random while: on a busy machine a child can take longer than the
+            // whole while to publish anything (the other kills still land at any moment).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while chunk_files(&dir).is_empty() {
+                assert!(Instant::now() < deadline, "the child never published a chunk");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         std::thread::sleep(Duration::from_millis(rng.between(50, 800)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -539,7 +539,9 @@ mod tests {
                 e.thread(7 + segment);
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
-                e.long(0); // spanId
+                if crate::builtin::sample_span_ids() {
+                    e.long(0);
+                }
             });
             let unresolved = w.unresolved(&stacks);
             if segment == 0 {

@@ -132,8 +132,10 @@ pub struct Settings {
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
     /// files.
     pub deterministic: bool,
-    /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in (default on).
-    pub sample_span_ids: bool,
+    /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in: `None` (the
+    /// default) when a `RecorderLayer` exists as the recording writes its first samples,
+    /// `Some(on)` always / never.
+    pub sample_span_ids: Option<bool>,
     /// Diagnostics: log how long every holder keeps the chunk-writer lock L
     /// (`Recorder::lock_holds`; `examples/lock_hold.rs`).
     #[doc(hidden)]
@@ -165,7 +167,7 @@ impl Default for Settings {
             allocation: None,
             compress_finished_chunks: false,
             deterministic: false,
-            sample_span_ids: true,
+            sample_span_ids: None,
             log_lock_holds: false,
             #[cfg(feature = "push")]
             push: None,
@@ -336,12 +338,14 @@ impl RecorderBuilder {
         self.settings.allocation = Some(AllocationSampling { interval, live_set: on });
         self
     }
-    /// Whether each `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in
-    /// (default on). Off, the event has exactly the JDK's four fields: for readers that assume
-    /// that layout instead of reading the metadata (async-profiler's `jfrconv` reads a sample's
-    /// four fields and not its size, so an extra field derails it).
+    /// Whether each `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in.
+    /// By default it does when a [`RecorderLayer`](crate::tracing::RecorderLayer) exists as the
+    /// recording writes its first samples (at its first flush), in every chunk; otherwise the
+    /// recording keeps the JDK's exact four fields, in every chunk. `true`: always; `false`: never, for readers that assume the
+    /// JDK's layout instead of reading the metadata (async-profiler's converter reads a sample's
+    /// four fields and does not skip to the event's end, so an extra field derails it).
     pub fn sample_span_ids(mut self, on: bool) -> Self {
-        self.settings.sample_span_ids = on;
+        self.settings.sample_span_ids = Some(on);
         self
     }
     /// Records no CPU samples (events only, and wall-clock samples if

@@ -382,7 +382,7 @@ impl State {
     /// references that the chunk lacks.
     pub fn close_segment(&mut self, now: i64) {
         self.take_thread_notes();
-        self.chunk.metadata(metadata_registry::version(), now, metadata_registry::metadata);
+        self.chunk.metadata(metadata_registry::descriptor_version(), now, metadata_registry::metadata);
         self.chunk.checkpoint(&self.shared.stacks, &mut UnderLock, now);
     }
 

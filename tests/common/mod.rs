@@ -173,13 +173,12 @@ fn iso_timestamps_convert_to_epoch_nanos() {
     assert_eq!(epoch_nanos_of_iso("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
 }
 
-/// A scope's total time in ns is its self time plus its children's totals, up to the rounding
-/// of each term's conversion from ticks (1 ns per term, more when trees of several threads were
-/// merged) and the profiler's own bookkeeping time, which each scope subtracts by calibration
-/// (seen: up to 1.0 % of a worker pool's total, where thousands of short child calls each have
-/// theirs taken off): 5 % of the total here. A lost or double-counted child is far beyond that.
+/// A scope's total time in ns is its self time plus its children's totals: exact in ticks (a
+/// call's total is never less than its children's, see `scope::Local::pop`), up to the rounding
+/// of each term's conversion to whole ns. A lost or double-counted child is far beyond that.
 pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
     let parts = self_nanos + children.iter().sum::<u64>();
-    let slack = children.len() as u64 + 1 + total / 20;
+    // Exact in ticks; each number is rounded down to whole ns on its own.
+    let slack = children.len() as u64 + 1;
     assert!(total.abs_diff(parts) <= slack, "total {total} ns is not self {self_nanos} + children {children:?} ns");
 }
