@@ -112,6 +112,10 @@ pub const PUSH_STATISTICS: u64 = 111;
 pub const OBJECT_ALLOCATION_SAMPLE: u64 = 120;
 /// `recorder.LiveObject`: a sampled allocation still allocated at a flush.
 pub const LIVE_OBJECT: u64 = 121;
+/// `profiler.WallClockSample` (async-profiler's wall-clock event, which Pyroscope and
+/// async-profiler's converter read): one thread's state and stack standing for `samples`
+/// wall-clock periods.
+pub const WALL_CLOCK_SAMPLE: u64 = 123;
 /// `recorder.LiveSet`: one live-set snapshot (its `recorder.LiveObject`s share its id).
 pub const LIVE_SET: u64 = 122;
 /// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
@@ -348,6 +352,34 @@ pub fn classes() -> Vec<Class> {
              missing-frame-pointers: stacks lose their frames because the code keeps no frame pointers",
         )
     }));
+
+    // profiler.WallClockSample in async-profiler's shape (jfrMetadata.cpp, read by Pyroscope's
+    // jfr-parser and async-profiler's converter): startTime, sampledThread, stackTrace, state and
+    // `samples` (unsigned int: the periods one event stands for, idle threads being batched).
+    // Not jdk.ExecutionSample with a state: every reader takes that one for CPU time.
+    let mut wall = event_class(EventTypeSpec {
+        fields: vec![
+            f("sampledThread", ids::THREAD, "Thread").pooled(),
+            f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
+            f("state", ids::THREAD_STATE, "Thread State").pooled(),
+            f("samples", ids::INT, "Samples").with(Annotation::marker(ids::UNSIGNED)),
+        ],
+        ..spec(
+            WALL_CLOCK_SAMPLE,
+            "profiler.WallClockSample",
+            "Wall Clock Sample",
+            &["Java Virtual Machine", "Profiling"],
+            "A thread's state and stack standing for `samples` wall-clock periods: one period when the \
+             thread ran, or all the periods it waited without running, with its last stack",
+        )
+    });
+    wall.settings.push(jfr_format::metadata::Setting {
+        name: "period".into(),
+        type_id: ids::SETTING_PERIOD,
+        default_value: "50 ms".into(),
+        annotations: vec![label_annotation("Period")],
+    });
+    out.push(wall);
 
     out.push(event_class(EventTypeSpec {
         thread: true,

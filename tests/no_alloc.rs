@@ -93,6 +93,8 @@ fn burst(mode: SamplingMode) {
         // The table walk, the handler's heavier path (frame-pointer steps where it finds no row).
         unwinder: recorder::Unwinder::Dwarf,
         tables_in_background: false,
+        cpu: true,
+        wall: None,
     };
     let (sampler, locked) = match Sampler::start(config) {
         Ok(v) => v,

@@ -144,7 +144,8 @@ pub struct RecordArgs {
     /// CPU sampling period of each thread, e.g. 10ms, 1ms (100us ..= 1s).
     #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
     pub period: std::time::Duration,
-    /// Wall-clock sampling period (not available yet in this build: refused).
+    /// Wall-clock sampling period, e.g. 50ms (1ms ..= 60s; off by default): profiler.WallClockSample
+    /// events, `dump --type wall` (RECORDER_OPTIONS key `wall=`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wall: Option<std::time::Duration>,
     /// Sample allocations (malloc, calloc, realloc, the aligned ones; C++ new goes through

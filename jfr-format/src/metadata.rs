@@ -264,8 +264,19 @@ pub const FRAME_TYPE_NATIVE: u64 = 3;
 pub const FRAME_TYPE_INLINED: u64 = 2;
 
 /// Thread state pool keys used by the JDK.
-pub const THREAD_STATES: [(u64, &str); 4] =
-    [(0, "STATE_NEW"), (2, "STATE_TERMINATED"), (5, "STATE_RUNNABLE"), (225, "STATE_SLEEPING")];
+pub const THREAD_STATES: [(u64, &str); 5] = [
+    (0, "STATE_NEW"),
+    (2, "STATE_TERMINATED"),
+    (5, "STATE_RUNNABLE"),
+    (225, "STATE_SLEEPING"),
+    (THREAD_STATE_WAITING, "STATE_WAITING"),
+];
+
+/// Thread state key for a thread in an interruptible wait (Linux `S`: poll, recv, sleep, futex).
+pub const THREAD_STATE_SLEEPING: u64 = 225;
+/// Thread state key for a thread in an uninterruptible wait (Linux `D`: disk I/O, page fault):
+/// JVMTI's ALIVE | WAITING_INDEFINITELY | WAITING bits (no JDK state names it).
+pub const THREAD_STATE_WAITING: u64 = 0x91;
 
 /// Thread state key for a running thread.
 pub const THREAD_STATE_RUNNABLE: u64 = 5;

@@ -189,8 +189,8 @@ fn start_recording() {
         options::UnwinderChoice::FramePointer => recorder::Unwinder::FramePointer,
         options::UnwinderChoice::Dwarf => recorder::Unwinder::Dwarf,
     });
-    if options.wall.is_some() {
-        eprintln!("recorder-preload: wall-clock sampling (wall=) is not available yet; recording CPU samples only");
+    if let Some(period) = options.wall {
+        builder = builder.wall_clock_sampling(period);
     }
     if let Some(bytes) = options.alloc {
         builder = builder.allocation_sampling(bytes);

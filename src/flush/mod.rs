@@ -46,6 +46,9 @@ pub struct Tally {
     pub bytes: u64,
     /// Samples written, per sampled thread.
     pub samples: BTreeMap<u32, u64>,
+    /// Wall-clock periods written (`profiler.WallClockSample` `samples`), per thread: not
+    /// samples of the CPU sampler, whose taken = written + lost they would spoil.
+    pub wall_periods: BTreeMap<u32, u64>,
 }
 
 impl Tally {

@@ -26,16 +26,41 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;
 }
 
+/// One `profiler.WallClockSample`: `samples` periods of thread `tid` in state `state` (a
+/// `jdk.types.ThreadState` key) with stack `key`.
+pub fn write_wall_sample(
+    seg: &mut Segment<'_>,
+    ticks: i64,
+    tid: u32,
+    key: crate::stack::StackKey,
+    state: u64,
+    samples: u64,
+) {
+    seg.chunk.event(builtin::WALL_CLOCK_SAMPLE, |e| {
+        e.long(ticks);
+        e.thread(tid);
+        e.stack(key);
+        e.fixed(state);
+        e.long(samples.min(u32::MAX as u64) as i64);
+    });
+    // Counted as the periods it stands for: a failed write loses that many.
+    *seg.tally.wall_periods.entry(tid).or_insert(0) += samples;
+}
+
 #[cfg(not(loom))]
 pub use cpu::CpuSamples;
 
 #[cfg(not(loom))]
 mod cpu {
-    use super::write_sample;
+    use super::{write_sample, write_wall_sample};
     use crate::builtin;
     use crate::chunk::ChunkWriter;
     use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Stopped};
     use crate::sampler::{SampleRecord, Sampler, SamplerLocked, SamplingMode};
+    use crate::sampler::{WallBatch, WallState};
+    use crate::stack::StackKey;
+    use jfr_format::metadata::{THREAD_STATE_RUNNABLE, THREAD_STATE_SLEEPING, THREAD_STATE_WAITING};
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -48,9 +73,57 @@ mod cpu {
         }
     }
 
-    /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler).
+    /// The last stack of each thread (from its latest CPU or wall sample): the stack of its
+    /// batched wall periods (`sampler::wall`). L holders only.
+    #[derive(Debug, Default)]
+    struct LastStacks {
+        by_tid: HashMap<u32, (i64, StackKey)>,
+    }
+
+    impl LastStacks {
+        fn note(&mut self, rec: &SampleRecord<'_>, key: StackKey) {
+            let e = self.by_tid.entry(rec.tid).or_insert((rec.ticks, key));
+            if rec.ticks >= e.0 {
+                *e = (rec.ticks, key);
+            }
+        }
+    }
+
+    /// Writes one sampler record: a CPU sample, or a wall sample of one period (the thread ran:
+    /// RUNNABLE).
+    fn write_record(seg: &mut Segment<'_>, rec: &SampleRecord<'_>, last: &mut LastStacks) {
+        let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
+        last.note(rec, key);
+        if rec.wall {
+            write_wall_sample(seg, rec.ticks, rec.tid, key, THREAD_STATE_RUNNABLE, 1);
+        } else {
+            write_sample(seg, rec);
+        }
+    }
+
+    /// Writes the wall sampler's batches, each with its thread's last stack (or, for a thread
+    /// never sampled, the PC of the system call it is blocked in, as a one-frame truncated stack).
+    fn write_batches(seg: &mut Segment<'_>, batches: Vec<WallBatch>, last: &LastStacks) {
+        for b in batches {
+            let key = match last.by_tid.get(&b.tid) {
+                Some(&(_, key)) => key,
+                None if b.pc != 0 => seg.stacks.intern(&[b.pc], true),
+                None => StackKey::NONE,
+            };
+            let state = match b.state {
+                WallState::Running => THREAD_STATE_RUNNABLE,
+                WallState::Sleeping => THREAD_STATE_SLEEPING,
+                WallState::Waiting | WallState::Other => THREAD_STATE_WAITING,
+            };
+            write_wall_sample(seg, b.ticks, b.tid, key, state, b.periods);
+        }
+    }
+
+    /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler), and wall-clock
+    /// samples (`profiler.WallClockSample`) when its wall sampler runs.
     #[derive(Debug)]
     pub struct CpuSamples {
+        last: LastStacks,
         /// Also held by the recorder thread (to wait for work without L) and by `Recorder` (for
         /// registrations and statistics without L).
         sampler: Option<Arc<Sampler>>,
@@ -59,6 +132,20 @@ mod cpu {
         samples_since_rate: u64,
         rate_since: Option<Instant>,
         reported_unattributed: u64,
+    }
+
+    /// Wall periods lost (the wall sampler thread was late, a request was never served, too many
+    /// batches between two flushes).
+    fn wall_loss(periods: u64) -> Option<LossReport> {
+        (periods > 0).then(|| LossReport {
+            reason: "wall-clock periods not sampled (sampler thread late, or request not served)".into(),
+            samples: periods,
+            ..LossReport::default()
+        })
+    }
+
+    fn thread_alive(tid: u32) -> bool {
+        std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
     }
 
     /// A thread that got no sampler slot (every slot taken by live threads): its samples are not
@@ -75,6 +162,7 @@ mod cpu {
         /// The source of a started sampler.
         pub fn new(sampler: Arc<Sampler>, locked: SamplerLocked) -> CpuSamples {
             CpuSamples {
+                last: LastStacks::default(),
                 sampler: Some(sampler),
                 locked,
                 samples_since_rate: 0,
@@ -119,11 +207,15 @@ mod cpu {
         fn drain(&mut self, seg: &mut Segment<'_>) {
             let Some(sampler) = self.sampler.as_ref() else { return };
             name_exited(seg, sampler);
+            // Batches first: every served request they follow is committed, so in this drain.
+            let batches = sampler.take_wall_batches();
             let mut written = 0;
+            let last = &mut self.last;
             sampler.drain(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
-                write_sample(seg, rec);
+                write_record(seg, rec, last);
                 written += 1;
             });
+            write_batches(seg, batches, &self.last);
             self.samples_since_rate += written;
         }
 
@@ -131,8 +223,9 @@ mod cpu {
             let Some(sampler) = self.sampler.as_ref() else { return };
             name_exited(seg, sampler);
             let mut written = 0;
+            let last = &mut self.last;
             sampler.drain_full(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
-                write_sample(seg, rec);
+                write_record(seg, rec, last);
                 written += 1;
             });
             self.samples_since_rate += written;
@@ -146,17 +239,39 @@ mod cpu {
             let unattributed = sampler.stats().unattributed;
             let mut losses = self.losses(lost, unattributed);
             losses.extend(sampler.take_refused().into_iter().map(refusal));
+            losses.extend(wall_loss(sampler.take_wall_lost()));
+            // Exited threads' batches were written by the last drains; forget their stacks.
+            self.last.by_tid.retain(|&tid, _| thread_alive(tid));
             losses
         }
 
         fn settings(&self) -> Vec<SettingRow> {
             let Some(sampler) = self.sampler.as_ref() else { return Vec::new() };
-            vec![
-                SettingRow::new(builtin::EXECUTION_SAMPLE, "enabled", "true"),
-                SettingRow::new(builtin::EXECUTION_SAMPLE, "period", format!("{} us", sampler.period().as_micros())),
-                SettingRow::new(builtin::EXECUTION_SAMPLE, "samplingMode", self.mode_name(true)),
-                SettingRow::new(builtin::EXECUTION_SAMPLE, "unwinder", sampler.unwinder().name()),
-            ]
+            let mut rows = Vec::new();
+            if sampler.cpu_enabled() {
+                rows.extend([
+                    SettingRow::new(builtin::EXECUTION_SAMPLE, "enabled", "true"),
+                    SettingRow::new(
+                        builtin::EXECUTION_SAMPLE,
+                        "period",
+                        format!("{} us", sampler.period().as_micros()),
+                    ),
+                    SettingRow::new(builtin::EXECUTION_SAMPLE, "samplingMode", self.mode_name(true)),
+                    SettingRow::new(builtin::EXECUTION_SAMPLE, "unwinder", sampler.unwinder().name()),
+                ]);
+            }
+            if let Some(period) = sampler.wall_period() {
+                rows.extend([
+                    SettingRow::new(builtin::WALL_CLOCK_SAMPLE, "enabled", "true"),
+                    SettingRow::new(builtin::WALL_CLOCK_SAMPLE, "period", format!("{} ms", period.as_millis())),
+                    SettingRow::new(
+                        builtin::WALL_CLOCK_SAMPLE,
+                        "requestsPerTick",
+                        crate::sampler::REQUESTS_PER_TICK.to_string(),
+                    ),
+                ]);
+            }
+            rows
         }
 
         /// `recorder.SamplerStatistics`: the sampler's mode and its effective rate since the last one.
@@ -202,9 +317,12 @@ mod cpu {
             };
             let refused = owned.take_refused();
             name_exited(seg, &owned);
-            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_sample(seg, rec));
+            let last = &mut self.last;
+            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_record(seg, rec, last));
+            write_batches(seg, report.wall_batches, &self.last);
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));
+            losses.extend(wall_loss(report.wall_lost));
             Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
         }
     }

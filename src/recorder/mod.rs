@@ -38,7 +38,7 @@ use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository;
-use crate::sampler::{Sampler, SamplerStats};
+use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
@@ -172,7 +172,12 @@ impl Recorder {
             (target, link)
         });
         let mut sampler = None;
-        if let Some(config) = &settings.sampling {
+        let sampler_config = match (&settings.sampling, settings.wall_clock) {
+            (Some(c), wall) if c.cpu || wall.is_some() => Some(SamplerConfig { wall, ..c.clone() }),
+            (None, Some(wall)) => Some(SamplerConfig { cpu: false, wall: Some(wall), ..SamplerConfig::default() }),
+            _ => None,
+        };
+        if let Some(config) = &sampler_config {
             // No lock of the fork hooks is held here: the sampler registers an atfork hook of its
             // own, which waits for a fork in progress (review finding 5).
             #[cfg(test)]

@@ -58,7 +58,7 @@ impl fmt::Display for Error {
                 write!(f, "writing {} failed: {source}", path.display())
             }
             Error::Thread(e) => write!(f, "cannot start the recorder thread: {e}"),
-            Error::Sampler(e) => write!(f, "cannot start the CPU sampler: {e}"),
+            Error::Sampler(e) => write!(f, "cannot start the sampler: {e}"),
             Error::AllocatorNotInstalled => write!(
                 f,
                 "allocation sampling needs the sampling allocator as the global allocator: \
@@ -117,6 +117,9 @@ pub struct Settings {
     pub stack_table_capacity: usize,
     /// CPU sampling (`None`: off). Samples follow `depth` (its `max_depth` is not used).
     pub sampling: Option<SamplerConfig>,
+    /// Wall-clock sampling period (`None`: off, the default). See
+    /// [`RecorderBuilder::wall_clock_sampling`].
+    pub wall_clock: Option<Duration>,
     /// With sampling: new threads are sampled from their first instruction (`pthread_create` is
     /// interposed, see `thread_hooks`); off, they are found by discovery (within 100 ms).
     pub sample_threads_from_start: bool,
@@ -159,6 +162,7 @@ impl Default for Settings {
             name: "recorder".into(),
             stack_table_capacity: 1 << 18,
             sampling: Some(SamplerConfig::default()),
+            wall_clock: None,
             sample_threads_from_start: true,
             allocation: None,
             compress_finished_chunks: false,
@@ -321,6 +325,7 @@ impl RecorderBuilder {
         self.settings.deterministic = on;
         if on {
             self.settings.sampling = None;
+            self.settings.wall_clock = None;
             self.settings.allocation = None;
         }
         self
@@ -354,9 +359,30 @@ impl RecorderBuilder {
         self.settings.sample_span_ids = Some(on);
         self
     }
-    /// Records no CPU samples (events only).
+    /// Records no CPU samples (events only, and wall-clock samples if
+    /// [`Self::wall_clock_sampling`] is on).
     pub fn no_sampling(mut self) -> Self {
         self.settings.sampling = None;
+        self
+    }
+    /// Whether CPU samples are taken (default true). Unlike [`Self::no_sampling`] it keeps the
+    /// other sampler settings ([`Self::max_sampled_threads`], buffers, unwinder), which the
+    /// wall-clock sampler uses too.
+    pub fn cpu_sampling(mut self, on: bool) -> Self {
+        self.settings.sampling.get_or_insert_with(SamplerConfig::default).cpu = on;
+        self
+    }
+    /// Wall-clock sampling (off by default; [`crate::sampler::DEFAULT_WALL_PERIOD`], 50 ms, is
+    /// the usual period; 1 ms to 60 s): every `period`, each thread stands for one period of
+    /// wall time, written as `profiler.WallClockSample` events (thread, stack, state, `samples`).
+    /// Threads that ran since the last period are asked for their stack (at most 16 a period,
+    /// the rest in later periods), by a one-shot perf event that fires only while the thread
+    /// runs its own code, so no system call of the application is ever interrupted (no EINTR,
+    /// no early return). Threads that did not run cost nothing: their periods are batched with
+    /// their last stack and their state (sleeping, waiting). Needs perf events
+    /// (perf_event_paranoid <= 2): `start` fails with a clear error otherwise.
+    pub fn wall_clock_sampling(mut self, period: Duration) -> Self {
+        self.settings.wall_clock = Some(period);
         self
     }
     /// Name of the recording (shown in `jdk.ActiveRecording`).
@@ -422,6 +448,14 @@ pub(super) fn validate(s: &Settings) -> Result<(), Error> {
         }
         if sampling.max_threads == 0 || sampling.max_threads > 65_536 {
             return bad(format!("max sampled threads {} is outside 1 ..= 65536", sampling.max_threads));
+        }
+    }
+    if let Some(p) = s.wall_clock {
+        if p < Duration::from_millis(1) || p > Duration::from_secs(60) {
+            return bad(format!("wall-clock sampling period {p:?} is outside 1 ms ..= 60 s"));
+        }
+        if s.deterministic {
+            return bad("deterministic mode samples nothing: turn wall-clock sampling off".into());
         }
     }
     if let Some(a) = &s.allocation {

@@ -465,6 +465,10 @@ impl State {
         for (thread, samples) in tally.samples {
             self.losses.note(LossReport { reason: reason.clone(), samples, thread, ..LossReport::default() });
         }
+        for (thread, samples) in tally.wall_periods {
+            let reason = format!("{reason} (wall-clock periods)");
+            self.losses.note(LossReport { reason, samples, thread, ..LossReport::default() });
+        }
         let duration = start.nanos_until(self.now_ticks()).max(1);
         self.chunk.abandon();
         self.storage.close_failed(start, duration);

@@ -115,6 +115,8 @@ pub const FLAG_TRUNCATED: u8 = 1;
 /// Record flag: only the leaf PC was recorded: the thread's stack bounds were unknown, or its
 /// stack pointer lay outside them (a signal stack, a fiber) so no frame could be read safely.
 pub const FLAG_LEAF_ONLY: u8 = 2;
+/// Record flag: a wall-clock sample (a request of the wall sampler, `wall.rs`), not a CPU one.
+pub const FLAG_WALL: u8 = 4;
 /// Record kind of a CPU sample.
 pub const KIND_EXEC_SAMPLE: u8 = 1;
 
@@ -167,6 +169,8 @@ pub struct SampleRecord<'a> {
     pub truncated: bool,
     /// Stack bounds were not known yet: `ips` holds the leaf PC only.
     pub leaf_only: bool,
+    /// A wall-clock sample (served request of the wall sampler), not a CPU one.
+    pub wall: bool,
     /// Innermost first: `ips[0]` is the interrupted PC, the rest are return addresses
     /// (symbolize `ip - 1` for those).
     pub ips: &'a [u64],
@@ -1288,6 +1292,7 @@ impl Core {
                     ticks,
                     truncated: flags & FLAG_TRUNCATED != 0,
                     leaf_only: flags & FLAG_LEAF_ONLY != 0,
+                    wall: flags & FLAG_WALL != 0,
                     ips: scratch,
                     sample_id,
                     sp,
@@ -1306,6 +1311,7 @@ impl Core {
                         ticks: p.ticks,
                         truncated: p.flags & FLAG_TRUNCATED != 0,
                         leaf_only: p.flags & FLAG_LEAF_ONLY != 0,
+                        wall: p.flags & FLAG_WALL != 0,
                         ips: &p.frames,
                         sample_id: p.sample_id,
                         sp: p.sp,

@@ -35,7 +35,8 @@
 //!
 //! # Design constraints
 //! Modules: `buffer` (the protocol, loom-tested, no syscalls), `signal` (signal context only),
-//! `timer` (sampling sources). Thread state is found in the handler through the siginfo:
+//! `timer` (sampling sources), `wall` (the wall-clock sampler thread: its requests are one-shot
+//! perf events whose samples go through the same buffers, flagged `FLAG_WALL`). Thread state is found in the handler through the siginfo:
 //! `si_value` of the POSIX timer carries the slot index, `si_fd` of a perf event indexes a
 //! preallocated fd table; no thread-local is read in signal context. A slot is written only by a
 //! handler admitted to it (`Core::admit`: the thread whose tid it holds, while it is not retired;
@@ -71,6 +72,8 @@ pub mod buffer;
 mod signal;
 #[cfg(not(loom))]
 mod timer;
+#[cfg(not(loom))]
+mod wall;
 
 pub use buffer::SampleRecord;
 #[cfg(not(loom))]
@@ -113,6 +116,8 @@ mod imp {
     use super::buffer::{Core, LockedState, SampleRecord, StackBounds, ThreadSlot, SLOT_EXITED, SLOT_FREE, SLOT_LIVE};
     use super::signal;
     use super::timer::{self, Source};
+    use super::wall;
+    pub use super::wall::{WallBatch, WallState, WallStats, DEFAULT_PERIOD as DEFAULT_WALL_PERIOD, REQUESTS_PER_TICK};
     use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
     use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     use std::cell::RefCell;
@@ -161,6 +166,11 @@ mod imp {
         /// the executable). The program's own modules get their tables in `start` as always, so
         /// their stacks are whole from the first sample.
         pub tables_in_background: bool,
+        /// CPU sampling (default true). Off, only the wall-clock sampler (if any) takes samples.
+        pub cpu: bool,
+        /// Wall-clock sampling period (`None`, the default: off; see `wall.rs`). Needs perf
+        /// events: start fails without them.
+        pub wall: Option<Duration>,
     }
 
     impl Default for SamplerConfig {
@@ -174,6 +184,8 @@ mod imp {
                 max_threads: 128,
                 unwinder: crate::cfi::Unwinder::Auto,
                 tables_in_background: false,
+                cpu: true,
+                wall: None,
             }
         }
     }
@@ -230,6 +242,9 @@ mod imp {
         pub slots_in_use: usize,
         /// Per thread, for slots not FREE.
         pub threads: Vec<ThreadStats>,
+        /// The wall-clock sampler's counters, if it runs (its served requests are also counted
+        /// in `taken`, `written` and `lost` above, as one sample each).
+        pub wall: Option<WallStats>,
     }
 
     /// State only holders of the chunk-writer lock L may touch (reassembly, order, scratch space).
@@ -244,6 +259,12 @@ mod imp {
     pub struct StopReport {
         /// Lost samples not yet reported through `take_lost`, per thread.
         pub lost: Vec<(u32, u64)>,
+        /// The wall sampler's last batches, to write after the final records.
+        pub wall_batches: Vec<WallBatch>,
+        /// Wall periods lost not yet reported through `take_wall_lost`.
+        pub wall_lost: u64,
+        /// The wall sampler's final counters.
+        pub wall: Option<WallStats>,
         /// Final statistics.
         pub stats: SamplerStats,
     }
@@ -277,15 +298,15 @@ mod imp {
 
     /// A registry entry: the thread a slot samples, identified by (tid, start time).
     #[derive(Debug)]
-    struct Entry {
-        tid: u32,
+    pub(super) struct Entry {
+        pub(super) tid: u32,
         /// Stat field 22; 0 if it could not be read (then the tid alone identifies it).
         start_time: u64,
-        source: Option<Source>,
+        pub(super) source: Option<Source>,
         /// The thread registered itself (exact bounds, exit guard); else it was discovered.
         registered: bool,
         /// Proven dead, slot retirement waiting for a handler to leave (I13).
-        retiring: bool,
+        pub(super) retiring: bool,
     }
 
     impl Entry {
@@ -295,11 +316,11 @@ mod imp {
     }
 
     #[derive(Debug, Default)]
-    struct Registry {
+    pub(super) struct Registry {
         /// Indexed by slot.
-        entries: Vec<Option<Entry>>,
+        pub(super) entries: Vec<Option<Entry>>,
         /// (tid, start time) of threads that asked not to be sampled.
-        excluded: Vec<(u32, u64)>,
+        pub(super) excluded: Vec<(u32, u64)>,
     }
 
     impl Registry {
@@ -338,9 +359,13 @@ mod imp {
         /// false only if the kernel refuses to change a running perf event's period.
         random_first_period: bool,
         mode: SamplingMode,
+        /// CPU sources are armed (`SamplerConfig::cpu`).
+        cpu: bool,
+        /// The wall-clock sampler, if on.
+        pub(super) wall: Option<wall::WallShared>,
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
-        registry: parking_lot::Mutex<Registry>,
+        pub(super) registry: parking_lot::Mutex<Registry>,
         /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
         /// (published before the handler is installed, refreshed by thread discovery).
         pub(super) unwinder: crate::cfi::Unwinder,
@@ -379,6 +404,17 @@ mod imp {
             // Acquire: pairs with the Release store in `arm` made before the event was enabled.
             let v = e.load(Ordering::Acquire) & !FIRST_PERIOD;
             (v != 0).then(|| v as usize - 1)
+        }
+
+        /// The handler served a wall request of slot `index` (see `wall.rs`).
+        ///
+        /// # Signal safety
+        /// One bounds-checked atomic RMW.
+        #[inline]
+        pub(super) fn note_wall_served(&self, index: usize) {
+            if let Some(w) = self.wall.as_ref() {
+                w.note_served(index);
+            }
         }
 
         /// Ends the random first period of perf event `fd` at its first signal (see `timer.rs`):
@@ -428,7 +464,43 @@ mod imp {
             }
         }
 
+        /// Arms thread `tid`'s sources: CPU sampling and the wall request event, as configured.
         fn arm(&self, tid: u32, slot: usize) -> io::Result<Source> {
+            let cpu = if self.cpu { Some(self.arm_cpu(tid, slot)?) } else { None };
+            if self.wall.is_none() {
+                return cpu.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no sampling source configured"));
+            }
+            match self.arm_wall(tid, slot) {
+                Ok(fd) => Ok(Source::Wall { cpu: cpu.map(Box::new), fd }),
+                Err(e) => {
+                    if let Some(c) = cpu {
+                        self.disarm(c, tid);
+                    }
+                    Err(e)
+                }
+            }
+        }
+
+        /// Opens thread `tid`'s wall request event, maps its fd to `slot` and routes its signal.
+        fn arm_wall(&self, tid: u32, slot: usize) -> io::Result<libc::c_int> {
+            let fd = timer::perf_open_wall(tid)?;
+            let Some(e) = self.fd_slots.get(fd as usize) else {
+                timer::disarm(Source::Perf(fd), tid);
+                return Err(io::Error::new(io::ErrorKind::OutOfMemory, "perf fd number above the fd table"));
+            };
+            // Release: the mapping is visible to a handler that receives this fd's signal
+            // (Acquire load in `slot_for_fd`); the event is armed only later, by a request.
+            e.store(slot as u32 + 1, Ordering::Release);
+            if let Err(err) = timer::perf_route(fd, tid) {
+                // Relaxed: the event never fired; it is disarmed below.
+                e.store(0, Ordering::Relaxed);
+                timer::disarm(Source::Perf(fd), tid);
+                return Err(err);
+            }
+            Ok(fd)
+        }
+
+        fn arm_cpu(&self, tid: u32, slot: usize) -> io::Result<Source> {
             let first =
                 if self.random_first_period { timer::random_first_period(tid, self.period) } else { self.period };
             if self.mode == SamplingMode::PerfEvent {
@@ -457,25 +529,32 @@ mod imp {
         /// Disarms thread `tid`'s source. Called with the registry lock held, so the fd cannot
         /// be armed again for another slot between the two steps.
         fn disarm(&self, source: Source, tid: u32) {
-            if let Source::Perf(fd) = source {
-                if let Some(e) = self.fd_slots.get(fd as usize) {
-                    // Relaxed: from now on a signal carrying this fd is stale (dropped, counted);
-                    // the fd number stays reserved until no such signal can be pending
-                    // (`timer::disarm`).
-                    e.store(0, Ordering::Relaxed);
-                }
-            }
+            self.unmap_fds(&source);
             timer::disarm(source, tid);
+        }
+
+        fn unmap_fds(&self, source: &Source) {
+            let fd = match source {
+                Source::Timer(_) => return,
+                Source::Perf(fd) => *fd,
+                Source::Wall { cpu, fd } => {
+                    if let Some(cpu) = cpu {
+                        self.unmap_fds(cpu);
+                    }
+                    *fd
+                }
+            };
+            if let Some(e) = self.fd_slots.get(fd as usize) {
+                // Relaxed: from now on a signal carrying this fd is stale (dropped, counted);
+                // the fd number stays reserved until no such signal can be pending
+                // (`timer::disarm`).
+                e.store(0, Ordering::Relaxed);
+            }
         }
 
         /// [`Shared::disarm`] on the thread `tid` itself (`timer::disarm_own`: no /proc read).
         fn disarm_own(&self, source: Source, tid: u32) {
-            if let Source::Perf(fd) = source {
-                if let Some(e) = self.fd_slots.get(fd as usize) {
-                    // Relaxed: as in `disarm`.
-                    e.store(0, Ordering::Relaxed);
-                }
-            }
+            self.unmap_fds(&source);
             timer::disarm_own(source, tid);
         }
     }
@@ -560,7 +639,7 @@ mod imp {
         }
     }
 
-    fn gettid() -> u32 {
+    pub(super) fn gettid() -> u32 {
         // SAFETY: no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
     }
@@ -572,14 +651,14 @@ mod imp {
 
     /// Fields of /proc/self/task/TID/stat that identify a thread.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    struct TaskStat {
+    pub(super) struct TaskStat {
         /// Field 3 (R, S, D, Z, X, ...).
-        state: u8,
+        pub(super) state: u8,
         /// Field 22, in clock ticks since boot.
         start_time: u64,
     }
 
-    fn task_stat(tid: u32, buf: &mut String) -> io::Result<TaskStat> {
+    pub(super) fn task_stat(tid: u32, buf: &mut String) -> io::Result<TaskStat> {
         use std::io::Read;
         buf.clear();
         std::fs::File::open(format!("/proc/self/task/{tid}/stat"))?.read_to_string(buf)?;
@@ -596,7 +675,7 @@ mod imp {
     }
 
     /// Start time (field 22 of /proc/self/task/TID/stat), 0 if unreadable.
-    fn start_time(tid: u32) -> u64 {
+    pub(super) fn start_time(tid: u32) -> u64 {
         task_stat(tid, &mut String::new()).map_or(0, |s| s.start_time)
     }
 
@@ -700,7 +779,7 @@ mod imp {
     /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
     /// queue). Called on the thread itself. Other threads' quarantined perf fd numbers are left
     /// to the next discovery (a /proc read each: not on every thread's exit path).
-    fn unregister(shared: &Shared, tid: u32, start: u64) {
+    pub(super) fn unregister(shared: &Shared, tid: u32, start: u64) {
         {
             let mut reg = shared.registry.lock();
             if let Some(index) = reg.find(tid, start) {
@@ -1043,6 +1122,19 @@ mod imp {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a sampler is already running"));
             }
             let period = config.period.max(Duration::from_micros(100));
+            let wall_period = config.wall.map(|p| p.max(Duration::from_millis(1)));
+            if wall_period.is_some() && !timer::perf_available(period).0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "wall-clock sampling needs perf events (perf_event_open of a user-mode task-clock event \
+                     on the process's own threads: perf_event_paranoid <= 2, no seccomp filter denying it); \
+                     it is refused rather than done by signalling threads, which could interrupt their \
+                     poll, epoll_wait, select, nanosleep or read with EINTR",
+                ));
+            }
+            if !config.cpu && wall_period.is_none() {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "neither CPU nor wall-clock sampling is on"));
+            }
             let mut depth =
                 DepthPolicy { inner: depth.inner.min(MAX_DEPTH_PER_END), outer: depth.outer.min(MAX_DEPTH_PER_END) };
             if depth.inner == 0 && depth.outer == 0 {
@@ -1098,6 +1190,8 @@ mod imp {
                 period,
                 random_first_period: mode == SamplingMode::CpuTimer || perf_period_settable,
                 mode,
+                cpu: config.cpu,
+                wall: wall_period.map(|p| wall::WallShared::new(p, nslots)),
                 unwinder: config.unwinder,
                 cfi: crate::cfi::Published::default(),
                 generation: *life,
@@ -1125,9 +1219,45 @@ mod imp {
                 }
             }
             signal::install()?;
+            let wall_on = shared.wall.is_some();
             let shared = Box::into_raw(shared);
             signal::publish(shared);
-            Ok((Sampler { shared }, locked))
+            let sampler = Sampler { shared };
+            if wall_on {
+                if let Err(e) = wall::spawn(shared) {
+                    drop(life);
+                    drop(sampler);
+                    return Err(e);
+                }
+            }
+            Ok((sampler, locked))
+        }
+
+        /// The wall-clock period, if wall-clock sampling is on.
+        pub fn wall_period(&self) -> Option<Duration> {
+            self.shared().wall.as_ref().map(|w| w.period)
+        }
+
+        /// Whether CPU samples are taken.
+        pub fn cpu_enabled(&self) -> bool {
+            self.shared().cpu
+        }
+
+        /// The wall sampler's batches so far (each one wall sample standing for its periods),
+        /// for an L holder to write after [`Sampler::drain`] (take them before the drain: every
+        /// served request a batch follows is then in the drain).
+        pub fn take_wall_batches(&self) -> Vec<WallBatch> {
+            self.shared().wall.as_ref().map(|w| w.take_batches()).unwrap_or_default()
+        }
+
+        /// Wall periods lost since the last call (missed ticks, unserved requests, overflow).
+        pub fn take_wall_lost(&self) -> u64 {
+            self.shared().wall.as_ref().map_or(0, |w| w.take_lost())
+        }
+
+        /// The wall sampler's counters, if it runs.
+        pub fn wall_stats(&self) -> Option<WallStats> {
+            self.shared().wall.as_ref().map(|w| w.stats())
         }
 
         /// The effective mode.
@@ -1530,6 +1660,7 @@ mod imp {
             stale: shared.stale.load(Ordering::Relaxed),
             // Relaxed: statistics.
             refused: shared.refused.load(Ordering::Relaxed),
+            wall: shared.wall.as_ref().map(|w| w.stats()),
             ..SamplerStats::default()
         };
         for slot in core.slots() {
@@ -1551,9 +1682,13 @@ mod imp {
     /// # Safety
     /// `shared` must come from `Box::into_raw` in `start` and not have been freed.
     unsafe fn teardown(shared: *mut Shared, fin: Option<Final<'_>>) -> StopReport {
-        let _life = LIFECYCLE.lock();
         // SAFETY: caller's contract.
         let sh = unsafe { &*shared };
+        // Before LIFECYCLE: the wall thread's start hook or exit guard may wait for it.
+        if let Some(w) = sh.wall.as_ref() {
+            w.stop_thread();
+        }
+        let _life = LIFECYCLE.lock();
         {
             let mut reg = sh.registry.lock();
             for entry in reg.entries.iter_mut().flatten() {
@@ -1568,12 +1703,21 @@ mod imp {
         // start, stop or discovery sees their signal delivered.
         timer::release_quarantine();
         let mut report = StopReport::default();
+        if let Some(w) = sh.wall.as_ref() {
+            w.settle_outstanding();
+            // Before the final drain: the records they follow are in it.
+            report.wall_batches = w.take_batches();
+        }
         if let Some((locked, f)) = fin {
             sh.core.drain_all_final(locked, f);
             report.lost = sh.core.take_lost(locked);
             sh.core.unbind(locked);
         }
         report.stats = stats_of(sh);
+        if let Some(w) = sh.wall.as_ref() {
+            report.wall_lost = w.take_lost();
+            report.wall = Some(w.stats());
+        }
         // A perf signal still pending on some thread would reach a restored application handler
         // directly (finding 13): then ours stays installed; with no sampler it drops our stale
         // signals and chains every other SIGPROF to the application's handler.

@@ -17,7 +17,7 @@
 //! sampler is running.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED};
+use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED, FLAG_WALL};
 use super::Shared;
 use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
 use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -42,18 +42,24 @@ pub(super) static PERF_FDS: [AtomicU8; PERF_FD_TABLE] = [const { AtomicU8::new(0
 /// fds at or above this number are never used for perf events (`timer::perf_open` refuses them).
 pub(super) const PERF_FD_TABLE: usize = 1 << 16;
 
-/// Whether `fd` is (or was, with a signal possibly still pending) one of our perf events.
+/// `PERF_FDS` mark of a CPU sampling event.
+pub(super) const MARK_CPU: u8 = 1;
+/// `PERF_FDS` mark of a wall request event (`timer::perf_open_wall`).
+pub(super) const MARK_WALL: u8 = 2;
+
+/// The mark of `fd` if it is (or was, with a signal possibly still pending) one of our perf
+/// events: [`MARK_CPU`] or [`MARK_WALL`]; 0 if it is not ours.
 ///
 /// # Signal safety
 /// One bounds-checked atomic load.
 #[inline]
-fn is_our_perf_fd(fd: c_int) -> bool {
+fn perf_fd_kind(fd: c_int) -> u8 {
     let Some(mark) = usize::try_from(fd).ok().and_then(|i| PERF_FDS.get(i)) else {
-        return false;
+        return 0;
     };
-    // Acquire: pairs with the Release store of the mark in `timer::perf_open`, made before the
-    // event is enabled.
-    mark.load(Ordering::Acquire) != 0
+    // Acquire: pairs with the Release store of the mark in `timer::perf_open_marked`, made before
+    // the event is enabled.
+    mark.load(Ordering::Acquire)
 }
 
 /// Tag in the high 32 bits of a POSIX timer's `sigev_value`, so a timer signal carries
@@ -275,8 +281,8 @@ enum Source {
     Foreign,
     /// One of our POSIX timers: the slot index it carries.
     Timer(usize),
-    /// One of our perf events (live or quarantined): its fd.
-    Perf(c_int),
+    /// One of our perf events (live or quarantined): its fd, and whether it is a wall request.
+    Perf(c_int, bool),
 }
 
 /// Tells our signals from foreign ones by the siginfo alone (valid with or without a sampler).
@@ -298,8 +304,9 @@ fn source_of(info: *mut siginfo_t) -> Source {
         // The SIGPOLL member: `long si_band` at offset 16, `int si_fd` at offset 24 on 64-bit.
         // SAFETY: siginfo_t is 128 bytes; offset 24 is inside it and 4-byte aligned.
         let fd = unsafe { (info as *const u8).add(24).cast::<c_int>().read() };
-        if is_our_perf_fd(fd) {
-            return Source::Perf(fd);
+        match perf_fd_kind(fd) {
+            0 => {}
+            kind => return Source::Perf(fd, kind == MARK_WALL),
         }
     }
     Source::Foreign
@@ -307,13 +314,15 @@ fn source_of(info: *mut siginfo_t) -> Source {
 
 /// Returns true if the signal was ours (handled, counted or stale), false if it must be chained.
 fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
-    let index = match source_of(info) {
+    let (index, wall) = match source_of(info) {
         Source::Foreign => return false,
-        Source::Timer(index) => index,
-        Source::Perf(fd) => match shared.slot_for_fd(fd) {
+        Source::Timer(index) => (index, false),
+        Source::Perf(fd, wall) => match shared.slot_for_fd(fd) {
             Some(index) => {
-                shared.end_first_period(fd);
-                index
+                if !wall {
+                    shared.end_first_period(fd);
+                }
+                (index, wall)
             }
             None => {
                 // Ours, from a perf event disarmed before the signal was delivered.
@@ -322,25 +331,39 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
             }
         },
     };
+    sample(shared, index, wall, ctx);
+    if wall {
+        // After the record's commit (or its loss): the wall sampler that sees the request served
+        // finds the record in the buffer.
+        shared.note_wall_served(index);
+    }
+    true
+}
+
+/// Takes one sample of the calling thread into slot `index` (a wall-clock one if `wall`).
+///
+/// # Signal safety
+/// As the handler: atomics, the validated walk, writes into the slot's own buffers.
+fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     let core = &shared.core;
     let Some(slot) = core.slot(index) else {
         core.count_unattributed();
-        return true;
+        return;
     };
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     let Some(adm) = core.admit(slot, tid) else {
-        return true;
+        return;
     };
     let Some(regs) = arch::registers(ctx) else {
         // No context: count it lost (taken was counted by `admit`).
         core.lose(&adm);
-        return true;
+        return;
     };
     slot.note_sp(regs.sp);
     let depth = shared.depth;
     let scratch = shared.scratch(index);
-    let mut flags = 0;
+    let mut flags = if wall { FLAG_WALL } else { 0 };
     // Frames are read only from [sp, hi) of a stack known to be mapped there. On a signal stack,
     // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded (finding 7 of
     // the 2026-11-30 review).
@@ -401,7 +424,6 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     if outcome.wake {
         shared.post_wake();
     }
-    true
 }
 
 /// Whether the frames above `sp` may be read: `sp` lies in the thread's stack `[lo, hi)` and

@@ -50,7 +50,7 @@
 //! to P at its first signal (`PERF_EVENT_IOC_PERIOD`, [`set_period`]): the only system call the
 //! handler makes besides the recorder wakeup, once per thread.
 
-use super::signal::{PERF_FDS, TIMER_TAG};
+use super::signal::{MARK_CPU, MARK_WALL, PERF_FDS, TIMER_TAG};
 use crate::sync::Ordering;
 use libc::c_int;
 use std::io;
@@ -70,6 +70,10 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+/// User CPU time after which an armed wall request fires: the kernel's floor for hrtimer-driven
+/// software events (`perf_swevent_init_hrtimer` raises smaller periods to 10 µs).
+const WALL_TRIGGER: Duration = Duration::from_micros(10);
 /// `_IOW('$', 4, __u64)`.
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
 
@@ -111,6 +115,24 @@ pub(super) enum Source {
     Timer(libc::timer_t),
     /// A perf event fd (its slot is found through the fd table).
     Perf(c_int),
+    /// The wall sampler's one-shot request event of the thread (`wall.rs`), and its CPU source
+    /// if CPU sampling is on.
+    Wall {
+        /// The CPU sampling source.
+        cpu: Option<Box<Source>>,
+        /// The request event: a disabled user-mode task-clock event, armed per request.
+        fd: c_int,
+    },
+}
+
+impl Source {
+    /// The wall request event's fd, if the source has one.
+    pub(super) fn wall_fd(&self) -> Option<c_int> {
+        match self {
+            Source::Wall { fd, .. } => Some(*fd),
+            _ => None,
+        }
+    }
 }
 
 // SAFETY: a `timer_t` is an opaque kernel id (a pointer-sized integer in glibc), usable from any
@@ -128,15 +150,31 @@ fn cvt(rc: c_int) -> io::Result<c_int> {
 /// Opens a disabled task-clock perf event for `tid`, counting user time only, and marks its fd
 /// number as ours (see the module docs).
 pub(super) fn perf_open(tid: u32, period: Duration) -> io::Result<c_int> {
+    perf_open_marked(tid, period, MARK_CPU)
+}
+
+/// Opens the wall sampler's request event for `tid` (disabled; [`wall_request`] arms it for one
+/// overflow) and marks its fd number as a wall one.
+///
+/// Why a user-mode task-clock event: it overflows only in an hrtimer interrupt that finds the
+/// thread in user mode (`perf_swevent_hrtimer` -> `perf_exclude_event` with exclude_kernel), and
+/// the signal is generated there and delivered on that return to user mode. A thread blocked in
+/// (or entering) poll, epoll_wait, select, nanosleep or read is in the kernel, so a request never
+/// interrupts a system call: it waits until the thread next runs its own code.
+pub(super) fn perf_open_wall(tid: u32) -> io::Result<c_int> {
+    perf_open_marked(tid, WALL_TRIGGER, MARK_WALL)
+}
+
+fn perf_open_marked(tid: u32, period: Duration, kind: u8) -> io::Result<c_int> {
     let fd = perf_open_unmarked(tid, period)?;
     let Some(mark) = PERF_FDS.get(fd as usize) else {
         // SAFETY: we own `fd`; it never fired (disabled).
         unsafe { libc::close(fd) };
         return Err(io::Error::new(io::ErrorKind::OutOfMemory, "perf fd number above the sampler's table"));
     };
-    // Release: pairs with the Acquire load in `signal::is_our_perf_fd`; stored before the event
+    // Release: pairs with the Acquire load in `signal::perf_fd_kind`; stored before the event
     // is enabled, so every signal it sends finds the mark.
-    mark.store(1, Ordering::Release);
+    mark.store(kind, Ordering::Release);
     Ok(fd)
 }
 
@@ -169,6 +207,14 @@ fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
 
 /// Routes the perf event's overflow signal to `tid` as SIGPROF and enables it.
 pub(super) fn perf_enable(fd: c_int, tid: u32) -> io::Result<()> {
+    perf_route(fd, tid)?;
+    // SAFETY: `fd` is an open perf event fd we own.
+    cvt(unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) })?;
+    Ok(())
+}
+
+/// Routes the perf event's overflow signal to `tid` as SIGPROF (the event stays as it is).
+pub(super) fn perf_route(fd: c_int, tid: u32) -> io::Result<()> {
     // SAFETY: `fd` is an open perf event fd we own; these fcntls take integer/struct arguments.
     unsafe {
         // No F_GETFL first: a perf fd has no status flags but its access mode, which F_SETFL
@@ -177,8 +223,17 @@ pub(super) fn perf_enable(fd: c_int, tid: u32) -> io::Result<()> {
         cvt(libc::fcntl(fd, F_SETSIG, libc::SIGPROF))?;
         let owner = FOwnerEx { type_: F_OWNER_TID, pid: tid as libc::pid_t };
         cvt(libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx))?;
-        cvt(libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0))?;
     }
+    Ok(())
+}
+
+/// Arms a wall request event ([`perf_open_wall`]) for exactly one overflow: the kernel enables
+/// it, and disables it again at that overflow (`event_limit`), whose signal carries POLL_HUP.
+/// Normal context (the wall sampler thread), with the registry lock held so the fd is the one
+/// the caller looked up.
+pub(super) fn wall_request(fd: c_int) -> io::Result<()> {
+    // SAFETY: `fd` is an open perf event fd we own; REFRESH takes an integer argument.
+    cvt(unsafe { libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) })?;
     Ok(())
 }
 
@@ -237,7 +292,7 @@ pub(super) fn random_first_period(tid: u32, period: Duration) -> Duration {
 }
 
 /// The CPU-time clock of thread `tid` of this process (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
-fn thread_cpu_clock(tid: u32) -> libc::clockid_t {
+pub(super) fn thread_cpu_clock(tid: u32) -> libc::clockid_t {
     ((!(tid as libc::clockid_t)) << 3) | 6
 }
 
@@ -276,6 +331,12 @@ pub(super) fn disarm(source: Source, tid: u32) {
             // discards its pending signal.
             unsafe { libc::timer_delete(t) };
         }
+        Source::Wall { cpu, fd } => {
+            if let Some(cpu) = cpu {
+                disarm(*cpu, tid);
+            }
+            disarm(Source::Perf(fd), tid);
+        }
         Source::Perf(fd) => {
             // SAFETY: `fd` is a perf event fd we own.
             unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
@@ -298,6 +359,14 @@ pub(super) fn disarm(source: Source, tid: u32) {
 /// (A process-wide SIGPROF of the application's own, pending, quarantines it too: rare, and
 /// only delays the release.)
 pub(super) fn disarm_own(source: Source, tid: u32) {
+    if let Source::Wall { cpu, fd } = source {
+        // The wall request event counts user time only too: the same holds for it.
+        if let Some(cpu) = cpu {
+            disarm_own(*cpu, tid);
+        }
+        disarm_own(Source::Perf(fd), tid);
+        return;
+    }
     let Source::Perf(fd) = source else {
         disarm(source, tid);
         return;

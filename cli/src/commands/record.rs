@@ -31,9 +31,6 @@ pub const ENV_PRELOAD: &str = "RECORDER_PRELOAD";
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
-    if args.wall.is_some() {
-        bail!("--wall: wall-clock sampling is not available yet in this build of the recorder");
-    }
     let library = find_library()?;
     let Some((program, program_args)) = args.command.split_first() else {
         bail!("no command given: recorder record [OPTIONS] -- CMD [ARGS...]");
@@ -50,6 +47,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(d) = args.duration {
         options.push(format!("duration={}ns", d.as_nanos()));
+    }
+    if let Some(w) = args.wall {
+        options.push(format!("wall={}ns", w.as_nanos()));
     }
     if args.follow_children {
         options.push("follow-children=1".into());

@@ -150,6 +150,10 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         json::uint(&mut buf, weighed.allocation_samples);
         buf.extend_from_slice(b", \"estimated_bytes\": ");
         json::uint(&mut buf, weighed.allocated_bytes);
+        buf.extend_from_slice(b"}, \"wall_samples\": {\"events\": ");
+        json::uint(&mut buf, weighed.wall_events);
+        buf.extend_from_slice(b", \"periods\": ");
+        json::uint(&mut buf, weighed.wall_periods);
         buf.extend_from_slice(b"}, \"live_set\": ");
         match weighed.live_set {
             Some((objects, bytes)) => {
@@ -228,6 +232,14 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
                 human_bytes(weighed.allocated_bytes)
             )?;
         }
+        if weighed.wall_events > 0 {
+            writeln!(out)?;
+            writeln!(
+                out,
+                " Wall-clock samples: {} events standing for {} periods (profiler.WallClockSample `samples`)",
+                weighed.wall_events, weighed.wall_periods
+            )?;
+        }
         if let Some((objects, bytes)) = weighed.live_set {
             writeln!(
                 out,
@@ -250,9 +262,13 @@ struct WeighedTotals {
     allocated_bytes: u64,
     /// The last recorder.LiveSet: sampled objects and estimated bytes still allocated.
     live_set: Option<(u64, u64)>,
+    /// profiler.WallClockSample events and the periods they stand for (sum of `samples`).
+    wall_events: u64,
+    wall_periods: u64,
 }
 
-/// Sums the weights of the allocation samples and finds the last live-set
+/// Sums the weights of the allocation samples and the periods of the wall-clock samples, and
+/// finds the last live-set
 /// snapshot (chunks are in recording order).
 fn weighed_totals(
     chunks: &[SourceChunk],
@@ -267,7 +283,8 @@ fn weighed_totals(
         let alloc = field("jdk.ObjectAllocationSample", "weight");
         let live = field("recorder.LiveSet", "objects").zip(field("recorder.LiveSet", "estimatedBytes"));
         let snapshot_at = field("recorder.LiveSet", "snapshot").map(|(_, i)| i);
-        if alloc.is_none() && live.is_none() {
+        let wall = field("profiler.WallClockSample", "samples");
+        if alloc.is_none() && live.is_none() && wall.is_none() {
             continue;
         }
         let mut best: Option<(i64, u64, u64)> = None;
@@ -278,6 +295,13 @@ fn weighed_totals(
                 if event.type_id == id {
                     t.allocation_samples += 1;
                     t.allocated_bytes += value(i);
+                    continue;
+                }
+            }
+            if let Some((id, i)) = wall {
+                if event.type_id == id {
+                    t.wall_events += 1;
+                    t.wall_periods += value(i);
                     continue;
                 }
             }

@@ -1,0 +1,438 @@
+//! The wall-clock sampler (issue 13 §2): one thread that, every period, accounts one period to
+//! every sampled thread, and asks for a stack only from the threads that ran since their last
+//! visit, at most [`REQUESTS_PER_TICK`] per tick (the rest wait for later ticks, round robin).
+//! Normal context only; the handler's part is two lines in `signal.rs`.
+//!
+//! # Never breaking a system call
+//! A request is not a signal sent now: it arms the thread's one-shot user-mode task-clock event
+//! (`timer::perf_open_wall`, `timer::wall_request`), which can only overflow in an interrupt that
+//! finds the thread running its own code; its SIGPROF is delivered on that return to user mode.
+//! So no poll, epoll_wait, select, nanosleep or read is ever interrupted by a wall sample, with
+//! no race between "is it running" and the signal (a `tgkill` to threads seen in state R would
+//! have one: the thread can enter poll between the /proc read and the signal). Without perf
+//! events (perf_event_paranoid 3, seccomp) wall sampling is refused at start with an error
+//! that says so, rather than taking that racy path (`Sampler::start_with_depth`).
+//!
+//! # Idle threads cost nothing
+//! Each tick reads each thread's CPU clock. A thread that did not run since the last tick is not
+//! touched: its period joins an open batch (thread, state), which becomes one
+//! `profiler.WallClockSample` with `samples` = the periods it stands for and the thread's last
+//! stack, written at the next flush. Its state is read from /proc/self/task/TID/stat once when
+//! it stops running (it cannot change without the thread running, which its CPU clock would
+//! show), with /proc/self/task/TID/syscall's user PC as the stack of a thread never sampled.
+//!
+//! # Accounting (loss is never silent)
+//! Every tick accounts `n` periods to every thread (`n` > 1 when the sampler thread was late:
+//! `n - 1` ticks missed). A thread that ran gets a request for one period; its other `n - 1`
+//! periods are lost (counted, `recorder.DataLoss`): nobody looked at it then. Idle or waiting
+//! threads get all `n` into their batch (their state and stack did not change). A request not
+//! served when its thread ends or the sampler stops is lost. So
+//! `periods = requests + batched + lost`, and `requests` = served (written or lost in the
+//! sampler's buffers, as CPU samples are) + unserved lost.
+
+use super::imp::{gettid, start_time, task_stat, unregister, Shared};
+use super::timer;
+use crate::sync::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+/// Requests per tick at most; the other threads that ran are batched this tick and get theirs
+/// in a later one (round robin).
+pub const REQUESTS_PER_TICK: usize = 16;
+/// Default wall-clock period.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(50);
+/// Closed batches kept between two flushes at most; beyond, their periods are counted lost.
+const MAX_CLOSED: usize = 1 << 16;
+
+/// What a thread was doing during a batch's periods (the `state` of its wall samples).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WallState {
+    /// Ran (or was runnable) but was not asked for a stack this tick.
+    Running,
+    /// Interruptible wait (`S`: poll, recv, sleep, futex, ...).
+    Sleeping,
+    /// Uninterruptible wait (`D`: disk I/O, page fault, ...).
+    Waiting,
+    /// Anything else /proc says (stopped, traced, ...), or unreadable.
+    Other,
+}
+
+impl WallState {
+    fn from_proc(c: u8) -> WallState {
+        match c {
+            b'R' => WallState::Running,
+            b'S' => WallState::Sleeping,
+            b'D' => WallState::Waiting,
+            _ => WallState::Other,
+        }
+    }
+}
+
+/// Periods a thread spent without a stack request, to be written as one wall sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallBatch {
+    /// The thread.
+    pub tid: u32,
+    /// Its state during these periods.
+    pub state: WallState,
+    /// Periods the batch stands for (the event's `samples`).
+    pub periods: u64,
+    /// When its first period ended (`crate::clock` ticks).
+    pub ticks: i64,
+    /// The user PC of the system call it was blocked in (/proc/self/task/TID/syscall; 0:
+    /// unknown): its stack if it was never sampled.
+    pub pc: u64,
+}
+
+/// Counters of the wall sampler, all since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WallStats {
+    /// Ticks the sampler thread ran.
+    pub ticks: u64,
+    /// Ticks it missed (late wake-ups).
+    pub missed_ticks: u64,
+    /// Thread periods accounted: `requests + batched + lost`.
+    pub periods: u64,
+    /// Stack requests issued (each stands for one period).
+    pub requests: u64,
+    /// Requests served by the thread's handler (its sample is written or counted lost with the
+    /// sampler's other samples).
+    pub served: u64,
+    /// Requests never served (the thread ended, or the sampler stopped, first): counted in
+    /// `lost` too.
+    pub unserved: u64,
+    /// Periods put into batches (all written at the flushes).
+    pub batched: u64,
+    /// Periods lost: missed ticks of threads that ran, batch overflow, unserved requests.
+    /// Once stopped, `periods = requests + batched + lost - unserved` and
+    /// `requests = served + unserved`.
+    pub lost: u64,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    /// The open batch of each thread.
+    open: HashMap<u32, WallBatch>,
+    /// Batches closed by a state change, oldest first.
+    closed: Vec<WallBatch>,
+}
+
+/// The wall sampler's part of [`Shared`].
+#[derive(Debug)]
+pub(super) struct WallShared {
+    pub(super) period: Duration,
+    /// Per slot: requests its handler served (written by the handler, Release; read by the wall
+    /// thread, Acquire).
+    served: Box<[AtomicU64]>,
+    pending: parking_lot::Mutex<Pending>,
+    stop: parking_lot::Mutex<bool>,
+    wake: parking_lot::Condvar,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Requests outstanding when the thread stopped: (slot, served count then).
+    outstanding_at_stop: parking_lot::Mutex<Vec<(usize, u64)>>,
+    counters: parking_lot::Mutex<WallStats>,
+    /// Lost periods already handed to `take_lost`.
+    reported_lost: AtomicU64,
+}
+
+impl WallShared {
+    pub(super) fn new(period: Duration, slots: usize) -> WallShared {
+        WallShared {
+            period,
+            served: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            pending: parking_lot::Mutex::new(Pending::default()),
+            stop: parking_lot::Mutex::new(false),
+            wake: parking_lot::Condvar::new(),
+            thread: parking_lot::Mutex::new(None),
+            outstanding_at_stop: parking_lot::Mutex::new(Vec::new()),
+            counters: parking_lot::Mutex::new(WallStats::default()),
+            reported_lost: AtomicU64::new(0),
+        }
+    }
+
+    /// The handler served a request of slot `index`.
+    ///
+    /// # Signal safety
+    /// One bounds-checked atomic RMW.
+    #[inline]
+    pub(super) fn note_served(&self, index: usize) {
+        if let Some(c) = self.served.get(index) {
+            // Release: pairs with the Acquire load in `tick`; orders the record's commit (the
+            // Release store of `pos` before this) before the wall thread's batches that follow.
+            c.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    fn served(&self, index: usize) -> u64 {
+        // Acquire: pairs with the Release RMW in `note_served`.
+        self.served.get(index).map_or(0, |c| c.load(Ordering::Acquire))
+    }
+
+    /// Every batch so far (open ones are closed): the flusher writes them after draining the
+    /// sampler's records, which include every served request that preceded them.
+    pub(super) fn take_batches(&self) -> Vec<WallBatch> {
+        let mut p = self.pending.lock();
+        let mut out = std::mem::take(&mut p.closed);
+        out.extend(p.open.drain().map(|(_, b)| b));
+        out
+    }
+
+    pub(super) fn stats(&self) -> WallStats {
+        *self.counters.lock()
+    }
+
+    /// Lost periods since the last call.
+    pub(super) fn take_lost(&self) -> u64 {
+        let lost = self.counters.lock().lost;
+        // Relaxed: only L holders call this (one at a time).
+        let before = self.reported_lost.swap(lost, Ordering::Relaxed);
+        lost.saturating_sub(before)
+    }
+
+    /// Stops and joins the wall thread (without LIFECYCLE: the thread's start hook may wait for
+    /// it).
+    pub(super) fn stop_thread(&self) {
+        *self.stop.lock() = true;
+        self.wake.notify_all();
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    /// After the sources are disarmed and no handler runs: requests still not served are lost.
+    pub(super) fn settle_outstanding(&self) {
+        let list = std::mem::take(&mut *self.outstanding_at_stop.lock());
+        let unserved = list.iter().filter(|&&(index, seen)| self.served(index) == seen).count() as u64;
+        let mut c = self.counters.lock();
+        c.lost += unserved;
+        c.unserved += unserved;
+        c.served += list.len() as u64 - unserved;
+    }
+}
+
+/// Starts the wall thread of `shared` (published, with a wall part).
+pub(super) fn spawn(shared: *const Shared) -> std::io::Result<()> {
+    let addr = shared as usize;
+    let handle = std::thread::Builder::new().name("recorder-wall".into()).spawn(move || {
+        // SAFETY: `teardown` joins this thread (`WallShared::stop_thread`) before it frees
+        // `Shared`.
+        let shared = unsafe { &*(addr as *const Shared) };
+        run(shared);
+    })?;
+    // SAFETY: as above; the caller owns the published `Shared`.
+    if let Some(w) = unsafe { &*shared }.wall.as_ref() {
+        *w.thread.lock() = Some(handle);
+    }
+    Ok(())
+}
+
+/// What the wall thread knows of one sampled thread.
+#[derive(Debug)]
+struct Tracked {
+    tid: u32,
+    /// Its CPU clock at the last tick (None: not read yet).
+    cpu: Option<u64>,
+    /// A request is armed and not yet served; `served` is the slot's count when it was issued.
+    outstanding: bool,
+    served: u64,
+    /// State and syscall PC read when it stopped running (None: it ran at the last tick).
+    idle: Option<(WallState, u64)>,
+}
+
+fn cpu_time(tid: u32) -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer; the clock names a thread of this process (an error if it died).
+    if unsafe { libc::clock_gettime(timer::thread_cpu_clock(tid), &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// State (stat field 3) and the user PC of its system call, if blocked in one.
+fn idle_state(tid: u32, buf: &mut String) -> (WallState, u64) {
+    let state = task_stat(tid, buf).map_or(WallState::Other, |s| WallState::from_proc(s.state));
+    buf.clear();
+    let pc = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|line| {
+            // "nr a1 .. a6 sp pc", "-1 sp pc" (blocked outside a syscall) or "running".
+            let last = line.split_whitespace().last()?;
+            u64::from_str_radix(last.trim_start_matches("0x"), 16).ok()
+        })
+        .unwrap_or(0);
+    (state, pc)
+}
+
+fn run(shared: &Shared) {
+    // Our own thread is never sampled (its CPU is the sampler's cost, not the application's).
+    exclude_self(shared);
+    let Some(w) = shared.wall.as_ref() else { return };
+    let period = w.period;
+    let mut tracked: HashMap<usize, Tracked> = HashMap::new();
+    let mut cursor = 0usize;
+    let mut buf = String::new();
+    let mut last = Instant::now();
+    loop {
+        {
+            let mut stop = w.stop.lock();
+            let deadline = last + period;
+            while !*stop && Instant::now() < deadline {
+                w.wake.wait_until(&mut stop, deadline);
+            }
+            if *stop {
+                break;
+            }
+        }
+        let elapsed = last.elapsed();
+        let n = (elapsed.as_nanos() / period.as_nanos().max(1)) as u64;
+        if n == 0 {
+            continue;
+        }
+        last += period * n as u32;
+        tick(shared, w, n, &mut tracked, &mut cursor, &mut buf);
+    }
+    *w.outstanding_at_stop.lock() =
+        tracked.iter().filter(|(_, t)| t.outstanding).map(|(&i, t)| (i, t.served)).collect();
+}
+
+fn exclude_self(shared: &Shared) {
+    let tid = gettid();
+    let start = start_time(tid);
+    shared.registry.lock().excluded.push((tid, start));
+    unregister(shared, tid, start);
+}
+
+/// One tick standing for `n` periods (see the module docs).
+fn tick(
+    shared: &Shared,
+    w: &WallShared,
+    n: u64,
+    tracked: &mut HashMap<usize, Tracked>,
+    cursor: &mut usize,
+    buf: &mut String,
+) {
+    let now = crate::clock::ticks();
+    let entries: Vec<(usize, u32, libc::c_int)> = {
+        let reg = shared.registry.lock();
+        reg.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                let e = e.as_ref()?;
+                let fd = e.source.as_ref()?.wall_fd()?;
+                (!e.retiring).then_some((i, e.tid, fd))
+            })
+            .collect()
+    };
+    let mut lost = 0u64;
+    let mut served = 0u64;
+    let mut unserved = 0u64;
+    // Threads gone (or their slot reused): an unserved request of theirs is lost.
+    tracked.retain(|&i, t| {
+        let keep = entries.iter().any(|&(j, tid, _)| j == i && tid == t.tid);
+        if !keep && t.outstanding {
+            if w.served(i) == t.served {
+                unserved += 1;
+            } else {
+                served += 1;
+            }
+        }
+        keep
+    });
+    let mut batched: Vec<(u32, WallState, u64, u64)> = Vec::new();
+    let mut want: Vec<(usize, u32, libc::c_int)> = Vec::new();
+    let mut accounted = 0u64;
+    let count = entries.len();
+    if count > 0 {
+        *cursor %= count;
+    }
+    for k in 0..count {
+        let Some(&(index, tid, fd)) = entries.get((*cursor + k) % count) else { continue };
+        let t = tracked.entry(index).or_insert(Tracked { tid, cpu: None, outstanding: false, served: 0, idle: None });
+        let now_served = w.served(index);
+        if t.outstanding && now_served != t.served {
+            t.outstanding = false;
+            served += 1;
+        }
+        let Some(cpu) = cpu_time(tid) else {
+            // Exited since the listing: its periods end with it.
+            continue;
+        };
+        let ran = t.cpu != Some(cpu);
+        t.cpu = Some(cpu);
+        accounted += n;
+        if ran {
+            t.idle = None;
+        } else if t.idle.is_none() {
+            t.idle = Some(idle_state(tid, buf));
+        }
+        let (state, pc) = t.idle.unwrap_or((WallState::Running, 0));
+        if !t.outstanding && ran && want.len() < REQUESTS_PER_TICK {
+            t.served = now_served;
+            want.push((index, tid, fd));
+        } else {
+            // Idle (nothing changed), its request not served yet, or over this tick's budget:
+            // the periods go to its last stack.
+            batched.push((tid, state, n, pc));
+        }
+    }
+    // The next tick starts after the last thread that got a request (round robin).
+    if let Some(&(last_index, _, _)) = want.last() {
+        if let Some(pos) = entries.iter().position(|&(i, _, _)| i == last_index) {
+            *cursor = pos + 1;
+        }
+    }
+    let mut requested = 0u64;
+    {
+        let reg = shared.registry.lock();
+        for &(index, tid, fd) in &want {
+            let same = reg
+                .entries
+                .get(index)
+                .and_then(Option::as_ref)
+                .is_some_and(|e| e.tid == tid && e.source.as_ref().and_then(|s| s.wall_fd()) == Some(fd));
+            let t = tracked.get_mut(&index);
+            if same && timer::wall_request(fd).is_ok() {
+                if let Some(t) = t {
+                    t.outstanding = true;
+                }
+                requested += 1;
+                lost += n - 1;
+            } else {
+                batched.push((tid, WallState::Running, n, 0));
+            }
+        }
+    }
+    let mut batched_periods = 0u64;
+    let mut overflow = 0u64;
+    {
+        let mut p = w.pending.lock();
+        for (tid, state, periods, pc) in batched {
+            let close = p.open.get(&tid).is_some_and(|b| b.state != state);
+            if close {
+                if let Some(old) = p.open.remove(&tid) {
+                    if p.closed.len() < MAX_CLOSED {
+                        p.closed.push(old);
+                    } else {
+                        // Counted batched when it was opened; now lost instead.
+                        overflow += old.periods;
+                    }
+                }
+            }
+            let b = p.open.entry(tid).or_insert(WallBatch { tid, state, periods: 0, ticks: now, pc });
+            b.periods += periods;
+            batched_periods += periods;
+        }
+    }
+    let mut c = w.counters.lock();
+    c.ticks += 1;
+    c.missed_ticks += n - 1;
+    c.periods += accounted;
+    c.requests += requested;
+    c.served += served;
+    c.unserved += unserved;
+    c.batched = c.batched + batched_periods - overflow;
+    c.lost += lost + overflow + unserved;
+}
