@@ -528,7 +528,7 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
         STARTING.store(false, Ordering::Release);
     }
     // SAFETY: the caller holds the lock (see above).
-    unsafe { CURRENT.force_unlock() };
+    unsafe { crate::fork::release(&CURRENT, child) };
     if child {
         // The child's own recordings start from a clean slot. The parent's shared state stays
         // allocated in the child's copy of memory; it is simply no longer reachable.

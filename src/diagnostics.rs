@@ -62,6 +62,23 @@ static FRAME_POINTERS_REPORTED: AtomicBool = AtomicBool::new(false);
 static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
 static PENDING: Mutex<Vec<Diagnostic>> = parking_lot::const_mutex(Vec::new());
 
+/// Before fork: hold the pending diagnostics (a flush holds them while it writes them), so no other thread holds it while the process is copied (a leaf
+/// lock: its holders wait for no other lock, so taking it last in `fork::prepare` cannot
+/// deadlock).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(PENDING.lock());
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds the lock through [`lock_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
+    // SAFETY: the caller holds the lock.
+    unsafe { crate::fork::release(&PENDING, child) };
+}
+
 /// A recording starts: counters from zero, and the probe's verdict on frame pointers.
 pub(crate) fn recording_started() {
     for counter in [&SAMPLES, &LEAF_ONLY, &TRUNCATED, &WALKS, &STOPPED_WALKS] {

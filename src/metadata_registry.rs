@@ -307,7 +307,7 @@ pub(crate) fn lock_for_fork() {
 /// # Safety
 /// The calling thread holds the registry through [`lock_for_fork`].
 #[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork() {
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { REGISTRY.force_unlock() };
+    unsafe { crate::fork::release(&REGISTRY, child) };
 }

@@ -17,6 +17,26 @@ static POOL: Mutex<Vec<&'static AtomicU64>> = Mutex::new(Vec::new());
 /// slot points at.
 static BY_TID: Mutex<Option<HashMap<u32, &'static AtomicU64>>> = Mutex::new(None);
 
+/// Before fork: hold the span-word pool and map (leaf locks, each held alone), so no other
+/// thread holds them while the process is copied.
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(POOL.lock());
+    std::mem::forget(BY_TID.lock());
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds both locks through [`lock_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
+    // SAFETY: the caller holds both locks.
+    unsafe {
+        crate::fork::release(&BY_TID, child);
+        crate::fork::release(&POOL, child);
+    }
+}
+
 /// A cell for thread `tid` (the caller), hooked to its sampler slot if it has one.
 pub(crate) fn acquire(tid: u32) -> &'static AtomicU64 {
     let cell = POOL.lock().pop().unwrap_or_else(|| Box::leak(Box::new(AtomicU64::new(0))));

@@ -169,9 +169,9 @@ pub(crate) fn lock_for_fork() {
 /// # Safety
 /// The calling thread holds the symbolizer through [`lock_for_fork`].
 #[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork() {
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { PROCESS.force_unlock() };
+    unsafe { crate::fork::release(&PROCESS, child) };
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.

@@ -195,9 +195,9 @@ pub(crate) fn lock_for_fork() {
 
 /// # Safety
 /// Only after [`lock_for_fork`] on this thread.
-pub(crate) unsafe fn unlock_after_fork() {
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller's contract: `lock_for_fork` forgot the guard on this thread.
-    unsafe { PATCHER.force_unlock() };
+    unsafe { crate::fork::release(&PATCHER, child) };
 }
 
 /// What slots importing `pthread_create` point to now (for tests: all of them are hooked).

@@ -206,3 +206,58 @@ fn forked_child_flush_leaves_the_parents_chunk_alone() {
         after.len()
     );
 }
+
+/// A fork while another thread holds one of the recorder's process-wide locks that a new
+/// recording takes too (the scope registry a flush holds while it absorbs every thread's scope
+/// tree, the scope names, the pending diagnostics, the span words): the child must still start
+/// and stop a recording of its own. Before the atfork hooks took them, a child forked in such a
+/// window waited forever on a lock whose holder does not exist in it (seen as a hung child of
+/// `forked_child_is_clean_and_can_record_on_its_own`, one futex-waiting thread).
+#[test]
+fn forked_child_starts_while_parent_threads_hold_the_scope_and_diagnostic_locks() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let parent = Recorder::builder().repository(dir.path()).flush_interval(Duration::from_millis(10)).start().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let child_dir = dir.path().join("child");
+    std::fs::create_dir(&child_dir).unwrap();
+    let outcomes = std::thread::scope(|s| {
+        // Scopes with ever new names: every flush absorbs thousands of changed nodes under the
+        // scope registry, and every new name is interned under the names lock.
+        for t in 0..2 {
+            let stop = &stop;
+            s.spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now = recorder::clock::ticks();
+                    recorder::scope_at(&format!("scope-{t}-{}", i % 20_000), now, now + 1);
+                    i += 1;
+                }
+            });
+        }
+        // Flushes back to back (each takes the scope registry and the pending diagnostics).
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                parent.flush();
+            }
+        });
+        let mut outcomes = Vec::new();
+        for _ in 0..40 {
+            outcomes.push(in_child(120, || {
+                let rec =
+                    Recorder::builder().repository(&child_dir).no_sampling().start().expect("child starts its own");
+                let now = recorder::clock::ticks();
+                recorder::scope_at("child", now, now + 1);
+                Forky { n: 7 }.commit();
+                rec.stop().expect("child stops");
+                0
+            }));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        outcomes
+    });
+    parent.stop().unwrap();
+    let hung = outcomes.iter().filter(|o| **o == Err(libc::SIGALRM)).count();
+    assert!(outcomes.iter().all(|o| *o == Ok(0)), "{hung} of 40 children hung (SIGALRM); all: {outcomes:?}");
+}

@@ -580,13 +580,13 @@ mod imp {
         timer::forget_locks_in_child();
         if LIFECYCLE.is_locked() {
             // SAFETY: the holder was a parent thread that does not exist in the child.
-            unsafe { LIFECYCLE.force_unlock() };
+            unsafe { crate::fork::release(&LIFECYCLE, true) };
         }
         // SAFETY: the parent's `Shared` is still mapped in the child (never freed there).
         if let Some(shared) = unsafe { shared.as_ref() } {
             if shared.registry.is_locked() {
                 // SAFETY: as above.
-                unsafe { shared.registry.force_unlock() };
+                unsafe { crate::fork::release(&shared.registry, true) };
             }
         }
     }

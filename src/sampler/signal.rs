@@ -210,7 +210,7 @@ pub(super) fn forget_in_child() -> *mut Shared {
     IN_HANDLER.store(0, Ordering::Relaxed);
     if PREV_ACTION.is_locked() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
-        unsafe { PREV_ACTION.force_unlock() };
+        unsafe { crate::fork::release(&PREV_ACTION, true) };
     }
     shared
 }

@@ -423,7 +423,7 @@ pub(super) fn quarantine_is_empty() -> bool {
 pub(super) fn forget_locks_in_child() {
     if QUARANTINE.is_locked() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
-        unsafe { QUARANTINE.force_unlock() };
+        unsafe { crate::fork::release(&QUARANTINE, true) };
     }
 }
 

@@ -27,8 +27,8 @@
 //! guard's drop one flag test: entry and return are out of line, so nothing else is inlined at
 //! the call site (`cargo bench --bench scopes`: 0.27 ns per scope).
 
-mod names;
-mod report;
+pub(crate) mod names;
+pub(crate) mod report;
 mod tree;
 
 pub(crate) use report::{absorb, Merged};
