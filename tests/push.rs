@@ -252,12 +252,14 @@ fn a_slow_server_is_timed_out_and_retried() {
     let dir = recording_copy();
     // The first request hangs; the retry is answered.
     let server = Server::start(|n| if n == 0 { Reply::Hang } else { Reply::Status(200) });
-    let target = fast(PushTarget::pyroscope(server.url())).request_timeout(Duration::from_millis(300));
+    let target = fast(PushTarget::pyroscope(server.url())).request_timeout(Duration::from_millis(1000));
     let stats = push(&target, &dir).unwrap();
     let expected = chunks_with_samples(&dir);
-    assert_eq!(stats.retries, 1);
+    // The hung request is timed out and retried; on a busy machine an answered request may
+    // outlast the timeout too and be retried as well: each retry is one more request.
+    assert!(stats.retries >= 1, "{stats:?}");
     assert_eq!(stats.uploads, expected.len() as u64);
-    assert_eq!(server.requests().len(), expected.len() + 1);
+    assert_eq!(server.requests().len() as u64, expected.len() as u64 + stats.retries);
 }
 
 #[test]
