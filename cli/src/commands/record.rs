@@ -272,7 +272,10 @@ fn summarize(
             if why == "duration" {
                 writeln!(out, "Recording stopped after --duration while {program} went on.")?;
             }
-            writeln!(out, "CPU samples: {taken} taken, {written} written, {lost} lost.")?;
+            // The sampler counts the wall-clock sampler's stack requests with its CPU samples
+            // (one sample each, taken by the same handler).
+            let what = if args.wall.is_some() { "Samples (CPU, and wall-clock stack requests)" } else { "CPU samples" };
+            writeln!(out, "{what}: {taken} taken, {written} written, {lost} lost.")?;
         }
         None => {
             drop(out);
