@@ -38,11 +38,18 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
     const PER_THREAD: u64 = 20_000;
     std::thread::scope(|s| {
         for w in 0..THREADS {
+            let rec = &rec;
             s.spawn(move || {
                 for seq in 0..PER_THREAD {
                     Numbered { worker: w, seq, note: format!("w{w}") }.commit();
                     if seq % 5000 == 0 {
                         std::thread::sleep(Duration::from_millis(30));
+                    }
+                    // Flushes as the data grows, not only on the timer (a starved flusher on a
+                    // busy machine would write it all in one or two flushes): ~1.2 MB of events
+                    // in 64 KiB chunks then rotate whatever the machine's load.
+                    if seq % 1000 == 999 {
+                        rec.flush();
                     }
                 }
             });
