@@ -36,30 +36,6 @@ cmds=(
     "$REC record --alloc 512KiB --alloc-live --repository $WORK/repo -o $WORK/r.jfr -- $PROG bench $WORKLOAD"
 )
 
-declare -A cpu wall
-for ((r = 0; r < ROUNDS + 1; r++)); do
-    for i in "${!cmds[@]}"; do
-        # shellcheck disable=SC2086 # the command strings are word-split on purpose
-        /usr/bin/time -f "%U %S %e" -o "$WORK/time" ${cmds[$i]} >/dev/null 2>"$WORK/stderr" || {
-            echo "bench-record-alloc: '${cmds[$i]}' failed:" >&2
-            cat "$WORK/stderr" >&2
-            exit 1
-        }
-        ((r == 0)) && continue # warm-up round
-        read -r u s e <"$WORK/time"
-        cpu[$i]+="$(echo "$u + $s" | bc) "
-        wall[$i]+="$e "
-    done
-done
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-base_cpu=$(echo "${cpu[0]}" | median)
-base_wall=$(echo "${wall[0]}" | median)
-printf '%s Mi malloc/free pairs (allocs.c bench, -O2), median of %s rounds\n' "$WORKLOAD" "$ROUNDS"
-printf '%-28s %10s %8s %10s %8s\n' "command" "cpu s" "x bare" "wall s" "x bare"
-for i in "${!cmds[@]}"; do
-    c=$(echo "${cpu[$i]}" | median)
-    w=$(echo "${wall[$i]}" | median)
-    printf '%-28s %10.3f %8.3f %10.3f %8.3f\n' "${names[$i]}" "$c" "$(echo "$c / $base_cpu" | bc -l)" "$w" \
-        "$(echo "$w / $base_wall" | bc -l)"
-done
+# shellcheck source=scripts/compare-commands.sh
+source scripts/compare-commands.sh
+compare_commands bench-record-alloc "$ROUNDS" "$WORK" "$WORKLOAD Mi malloc/free pairs (allocs.c bench, -O2)"

@@ -50,30 +50,6 @@ else
     echo "bench-record: perf is not usable here (perf_event_paranoid or not installed): recorder only" >&2
 fi
 
-declare -A cpu wall
-for ((r = 0; r < ROUNDS + 1; r++)); do
-    for i in "${!cmds[@]}"; do
-        # shellcheck disable=SC2086 # the command strings are word-split on purpose
-        /usr/bin/time -f "%U %S %e" -o "$WORK/time" ${cmds[$i]} >/dev/null 2>"$WORK/stderr" || {
-            echo "bench-record: '${cmds[$i]}' failed:" >&2
-            cat "$WORK/stderr" >&2
-            exit 1
-        }
-        ((r == 0)) && continue # warm-up round
-        read -r u s e <"$WORK/time"
-        cpu[$i]+="$(echo "$u + $s" | bc) "
-        wall[$i]+="$e "
-    done
-done
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-base_cpu=$(echo "${cpu[0]}" | median)
-base_wall=$(echo "${wall[0]}" | median)
-printf '%s iterations of calltree (-O2 -fomit-frame-pointer), median of %s rounds\n' "$ITER" "$ROUNDS"
-printf '%-22s %10s %8s %10s %8s\n' "command" "cpu s" "x bare" "wall s" "x bare"
-for i in "${!cmds[@]}"; do
-    c=$(echo "${cpu[$i]}" | median)
-    w=$(echo "${wall[$i]}" | median)
-    printf '%-22s %10.3f %8.3f %10.3f %8.3f\n' "${names[$i]}" "$c" "$(echo "$c / $base_cpu" | bc -l)" "$w" \
-        "$(echo "$w / $base_wall" | bc -l)"
-done
+# shellcheck source=scripts/compare-commands.sh
+source scripts/compare-commands.sh
+compare_commands bench-record "$ROUNDS" "$WORK" "$ITER iterations of calltree (-O2 -fomit-frame-pointer)"
