@@ -396,14 +396,18 @@ mod imp {
             self.scratch.get(index * w..(index + 1) * w).unwrap_or(&[])
         }
 
+        /// The slot of perf event `fd`, and whether the event is still in its random first period
+        /// (then the handler calls [`Shared::end_first_period`]).
+        ///
         /// # Signal safety
         /// One bounds-checked atomic load.
         #[inline]
-        pub(super) fn slot_for_fd(&self, fd: libc::c_int) -> Option<usize> {
+        pub(super) fn slot_for_fd(&self, fd: libc::c_int) -> Option<(usize, bool)> {
             let e = self.fd_slots.get(usize::try_from(fd).ok()?)?;
             // Acquire: pairs with the Release store in `arm` made before the event was enabled.
-            let v = e.load(Ordering::Acquire) & !FIRST_PERIOD;
-            (v != 0).then(|| v as usize - 1)
+            let word = e.load(Ordering::Acquire);
+            let v = word & !FIRST_PERIOD;
+            (v != 0).then(|| (v as usize - 1, word & FIRST_PERIOD != 0))
         }
 
         /// The handler served a wall request of slot `index` (see `wall.rs`).

@@ -318,8 +318,10 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
         Source::Foreign => return false,
         Source::Timer(index) => (index, false),
         Source::Perf(fd, wall) => match shared.slot_for_fd(fd) {
-            Some(index) => {
-                if !wall {
+            Some((index, first_period)) => {
+                // Only a CPU event's first signal: the word was read by `slot_for_fd` above, so
+                // every later sample costs no second access (wall events never carry the bit).
+                if first_period {
                     shared.end_first_period(fd);
                 }
                 (index, wall)
