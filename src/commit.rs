@@ -354,10 +354,12 @@ struct Local {
 
 impl Local {
     #[cold]
-    fn attach(&mut self, generation: u64) -> bool {
+    /// `in_commit`: the caller is a commit (or marked in flight like one) and clears the mark when
+    /// done; a thread's first attach creates its mark in that state (the caller's `enter` found
+    /// no mark to set). A join that is no commit passes false, or `stop` would wait for it.
+    fn attach(&mut self, generation: u64, in_commit: bool) -> bool {
         self.detach();
-        // The first commit of this thread: its in-flight mark starts set (we are in a commit).
-        let mark = self.in_flight.get_or_insert_with(|| Arc::new(AtomicBool::new(true)));
+        let mark = self.in_flight.get_or_insert_with(|| Arc::new(AtomicBool::new(in_commit)));
         let shared = {
             let current = CURRENT.lock();
             let Some(shared) = current.clone() else {
@@ -495,15 +497,8 @@ pub(crate) fn attach_current_thread() {
     let _ = LOCAL.try_with(|cell| {
         let Ok(mut local) = cell.try_borrow_mut() else { return };
         CURSOR.with(|c| {
-            if c.state.get() != BUSY && local.generation != generation {
-                // A thread's first attach sets its in-flight mark (it expects the commit it is
-                // part of to clear it): this join is no commit, so it clears the mark itself, or
-                // `stop` would wait for a commit that never comes and count it lost.
-                local.enter();
-                if local.attach(generation) {
-                    local.point_cursor(c);
-                }
-                local.leave();
+            if c.state.get() != BUSY && local.generation != generation && local.attach(generation, false) {
+                local.point_cursor(c);
             }
         });
     });
@@ -663,7 +658,7 @@ pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStac
             // Marked in flight like a commit: a thread's first attach sets its mark (it expects
             // the commit it is part of to clear it), and `stop` waits for every set mark.
             local.enter();
-            let attached = local.generation == generation || local.attach(generation);
+            let attached = local.generation == generation || local.attach(generation, true);
             let key = if attached { local.stack_key(anchor) } else { 0 };
             local.leave();
             CapturedStack { generation: if attached { generation } else { 0 }, key }
@@ -900,7 +895,7 @@ impl Local {
     ) -> bool {
         // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
         let generation = GENERATION.load(Ordering::Acquire);
-        if generation == 0 || (self.generation != generation && !self.attach(generation)) {
+        if generation == 0 || (self.generation != generation && !self.attach(generation, true)) {
             return true; // the recording stopped meanwhile: nothing to record
         }
         let _busy = Busy::new(&c.state);
