@@ -246,20 +246,17 @@ fn exit_paths_leave_a_readable_recording() {
     assert!(samples > 0, "the samples published before SIGKILL are kept");
 }
 
-#[test]
-fn sigint_sent_to_record_reaches_the_program() {
-    let dir = test_dir("sigint_sent_to_record_reaches_the_program");
-    let prog = calltree();
-    preload_library();
+/// `recorder record -o OUT -- calltree CPU_MS wait-signal` in `dir`, returned once the program has
+/// printed "ready" (it then waits for a signal).
+fn record_until_ready(dir: &Path, out: &str, prog: &Path, cpu_ms: &str) -> std::process::Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_recorder"))
-        .current_dir(&dir)
-        .args(["record", "-o", "int.jfr", "--repository", "repo", "--"])
-        .args([prog.to_str().unwrap(), "50", "wait-signal"])
+        .current_dir(dir)
+        .args(["record", "-o", out, "--repository", "repo", "--"])
+        .args([prog.to_str().unwrap(), cpu_ms, "wait-signal"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for the program's "ready".
     let mut stdout = child.stdout.take().unwrap();
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -270,6 +267,17 @@ fn sigint_sent_to_record_reaches_the_program() {
         assert!(n > 0, "stdout closed before ready");
         seen.extend_from_slice(&buf[..n]);
     }
+    // Still open: `record` prints its summary there at the end.
+    child.stdout = Some(stdout);
+    child
+}
+
+#[test]
+fn sigint_sent_to_record_reaches_the_program() {
+    let dir = test_dir("sigint_sent_to_record_reaches_the_program");
+    let prog = calltree();
+    preload_library();
+    let mut child = record_until_ready(&dir, "int.jfr", &prog, "50");
     // SAFETY: kill has no memory preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
@@ -378,22 +386,7 @@ fn dump_by_pid_works_while_the_program_runs() {
     let dir = test_dir("dump_by_pid_works_while_the_program_runs");
     let prog = calltree();
     preload_library();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_recorder"))
-        .current_dir(&dir)
-        .args(["record", "-o", "live.jfr", "--repository", "repo", "--"])
-        .args([prog.to_str().unwrap(), "100", "wait-signal"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("ready") {
-        let mut buf = [0u8; 256];
-        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
-        assert!(n > 0);
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let mut child = record_until_ready(&dir, "live.jfr", &prog, "100");
     // The program is the recorder's child.
     let pid = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
     let pid = pid.split_whitespace().next().unwrap().to_owned();
