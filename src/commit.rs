@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The running recording's shared state (for threads attaching to it).
-pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+pub(crate) static CURRENT: crate::fork::ForkSafeMutex<Option<Arc<Shared>>> = crate::fork::ForkSafeMutex::new(None);
 /// A recording is starting (between its check of `CURRENT` and its publication there).
 pub(crate) static STARTING: AtomicBool = AtomicBool::new(false);
 
@@ -523,7 +523,7 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
         STARTING.store(false, Ordering::Release);
     }
     // SAFETY: the caller holds the lock (see above).
-    unsafe { crate::fork::release(&CURRENT, child) };
+    unsafe { CURRENT.release_after_fork(child) };
     if child {
         // The child's own recordings start from a clean slot. The parent's shared state stays
         // allocated in the child's copy of memory; it is simply no longer reachable.

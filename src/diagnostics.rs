@@ -19,9 +19,9 @@
 
 use crate::builtin;
 use crate::chunk::ChunkWriter;
+use crate::fork::ForkSafeMutex as Mutex;
 use crate::stack::DepthPolicy;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
-use parking_lot::Mutex;
 use std::sync::OnceLock;
 
 /// `recorder.Diagnostic#code` of the missing-frame-pointer diagnostic.
@@ -60,7 +60,7 @@ static STOPPED_WALKS: AtomicU64 = AtomicU64::new(0);
 static FRAME_POINTERS_REPORTED: AtomicBool = AtomicBool::new(false);
 /// Stderr heard about it already (once per process, however many recordings).
 static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
-static PENDING: Mutex<Vec<Diagnostic>> = parking_lot::const_mutex(Vec::new());
+static PENDING: Mutex<Vec<Diagnostic>> = Mutex::new(Vec::new());
 
 /// Before fork: hold the pending diagnostics (a flush holds them while it writes them), so no other thread holds it while the process is copied (a leaf
 /// lock: its holders wait for no other lock, so taking it last in `fork::prepare` cannot
@@ -76,7 +76,7 @@ pub(crate) fn lock_for_fork() {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { crate::fork::release(&PENDING, child) };
+    unsafe { PENDING.release_after_fork(child) };
 }
 
 /// A recording starts: counters from zero, and the probe's verdict on frame pointers.

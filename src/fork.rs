@@ -1,6 +1,10 @@
 //! fork(): the child inherits the recorder's memory but none of its threads or timers. It must be
 //! left "not recording", with no lock held, able to start a recording of its own.
 //!
+//! Every process-wide lock a child can take is a [`ForkSafeMutex`] (its waiters wait in the
+//! kernel, so the child inherits none of them), never a parking_lot mutex (whose queue of waiting
+//! threads a fork copies, see the type's docs).
+//!
 //! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
 //! the current recording, the type registry, the thread-hook patcher, and last the leaf locks: the
 //! scope registry and names, the pending diagnostics, the span words) before fork and release them on both sides afterwards, so a
@@ -14,32 +18,155 @@
 
 use std::sync::Once;
 
-/// Releases a process-wide lock that `prepare` (or, in the child, a vanished parent thread) holds
-/// across fork. In the parent, a plain unlock (it wakes the threads that queued meanwhile). In the
-/// child, the lock's word is set back to "unlocked" without waking anyone: `force_unlock` would
-/// look for parked waiters in parking_lot's queue, find the parent threads that waited at fork
-/// time (they do not exist in the child) and may hand the lock to one of them (parking_lot's
-/// eventually-fair unlock), leaving it held forever: a child that hung on the scope names this
-/// way was caught by `tests/fork.rs`.
+/// A mutex for process-wide state that a fork child uses too (the statics `prepare` holds, the
+/// sampler's lifecycle and quarantine): its word is the whole lock and its waiters wait in the
+/// kernel (a private futex on the word), so a child, whose address space has none of the
+/// parent's waiters, is clean once the word is reset ([`ForkSafeMutex::release_after_fork`]).
+///
+/// Not parking_lot's mutex: parking_lot queues a waiting thread in a process-wide table, as a node
+/// in that thread's own thread-local memory. A fork copies the table with the nodes of the parent
+/// threads that were waiting (threads `prepare` itself makes wait, by holding these locks), and
+/// the child's glibc reuses those threads' stacks for its new threads. The child then either hands
+/// the lock to a waiter that does not exist (parking_lot's fair unlock: the lock stays held
+/// forever) or relinks a node that is still in another queue: `tests/fork.rs` saw a child whose
+/// every thread waited on a futex forever (CI, 2026-12-01).
+pub(crate) struct ForkSafeMutex<T: ?Sized> {
+    /// 0: unlocked; 1: locked; 2: locked, and a thread may wait in the kernel.
+    state: std::sync::atomic::AtomicU32,
+    value: std::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the lock gives one thread at a time access to the value, as `std::sync::Mutex`.
+unsafe impl<T: ?Sized + Send> Send for ForkSafeMutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: ?Sized + Send> Sync for ForkSafeMutex<T> {}
+
+/// Holds a [`ForkSafeMutex`]; unlocks it when dropped.
+pub(crate) struct ForkSafeGuard<'a, T: ?Sized> {
+    lock: &'a ForkSafeMutex<T>,
+    /// Not `Send`: the lock is released by the thread that took it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+impl<T> ForkSafeMutex<T> {
+    pub(crate) const fn new(value: T) -> ForkSafeMutex<T> {
+        ForkSafeMutex { state: std::sync::atomic::AtomicU32::new(UNLOCKED), value: std::cell::UnsafeCell::new(value) }
+    }
+}
+
+impl<T: ?Sized> ForkSafeMutex<T> {
+    pub(crate) fn lock(&self) -> ForkSafeGuard<'_, T> {
+        use std::sync::atomic::Ordering;
+        // Acquire: pairs with the Release swap in `unlock`: the previous holder's writes are
+        // visible to this one.
+        if self.state.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.lock_contended();
+        }
+        ForkSafeGuard { lock: self, _not_send: std::marker::PhantomData }
+    }
+
+    #[cold]
+    fn lock_contended(&self) {
+        use std::sync::atomic::Ordering;
+        // A short spin first: these locks are held for microseconds.
+        for _ in 0..100 {
+            // Relaxed: a hint only; the exchange below decides.
+            if self.state.load(Ordering::Relaxed) == UNLOCKED {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // Acquire: as in `lock`. CONTENDED, not LOCKED: a waiter may still sleep behind us, and
+        // our unlock must wake it.
+        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            // SAFETY: FUTEX_WAIT on our own word; it returns at once unless the word is still
+            // CONTENDED, and spurious wakeups go round the loop.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.state.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    CONTENDED,
+                    std::ptr::null::<libc::timespec>(),
+                )
+            };
+        }
+    }
+
+    fn unlock(&self) {
+        use std::sync::atomic::Ordering;
+        // Release: pairs with the Acquire in `lock`/`lock_contended` of the next holder.
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            // SAFETY: FUTEX_WAKE of one waiter on our own word.
+            unsafe {
+                libc::syscall(libc::SYS_futex, self.state.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1)
+            };
+        }
+    }
+
+    pub(crate) fn is_locked(&self) -> bool {
+        // Relaxed: a diagnostic and fork-hook question, answered while no other thread runs or
+        // without ordering needs.
+        self.state.load(std::sync::atomic::Ordering::Relaxed) != UNLOCKED
+    }
+
+    /// Releases a lock that `prepare` (or, in the child, a vanished parent thread) holds across
+    /// fork. In the parent, a plain unlock (it wakes the threads that queued meanwhile). In the
+    /// child, the word is set back to "unlocked": the parent's waiters are not in the child.
+    ///
+    /// # Safety
+    /// The lock is held by the calling thread (forgotten guard) or, in the child, by a thread
+    /// that does not exist; no guard of it is alive. `child`: only in the fork child before it
+    /// starts a thread.
+    pub(crate) unsafe fn release_after_fork(&self, child: bool) {
+        if child {
+            // Relaxed: single-threaded child.
+            self.state.store(UNLOCKED, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.unlock();
+        }
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for ForkSafeGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock: no other reference to the value exists.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T: ?Sized> std::ops::DerefMut for ForkSafeGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and the guard is borrowed mutably.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for ForkSafeGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.unlock();
+    }
+}
+
+/// A parking_lot lock of the parent's (leaked, unused in the child) that a vanished parent thread
+/// may hold, set back to unlocked in the child without waking anyone (`force_unlock` would look
+/// for parked waiters and may hand the lock to a parent thread).
 ///
 /// # Safety
-/// The lock is held by the calling thread (forgotten guard) or, in the child, by a thread that
-/// does not exist; no guard of it is alive. `child`: only in the fork child before it starts a
-/// thread.
-#[allow(unsafe_code)]
-pub(crate) unsafe fn release<T: ?Sized>(lock: &parking_lot::Mutex<T>, child: bool) {
-    if child {
-        // `RawMutex` is its state byte and nothing else (checked below at compile time).
-        const _: () = assert!(std::mem::size_of::<parking_lot::RawMutex>() == 1);
-        // SAFETY: the lock's only byte is its atomic state (an `UnsafeCell`), so it may be
-        // viewed as an `AtomicU8`; the child has no other thread reading it.
-        let state = unsafe { &*(lock.raw() as *const parking_lot::RawMutex).cast::<std::sync::atomic::AtomicU8>() };
-        // Relaxed: single-threaded child; 0 is "unlocked, nobody parked".
-        state.store(0, std::sync::atomic::Ordering::Relaxed);
-    } else {
-        // SAFETY: the caller holds the lock.
-        unsafe { lock.force_unlock() };
-    }
+/// Only in the fork child before it starts a thread; no guard of the lock is alive.
+pub(crate) unsafe fn reset_parking_lot_in_child<T: ?Sized>(lock: &parking_lot::Mutex<T>) {
+    // `RawMutex` is its state byte and nothing else (checked below at compile time).
+    const _: () = assert!(std::mem::size_of::<parking_lot::RawMutex>() == 1);
+    // SAFETY: the lock's only byte is its atomic state (an `UnsafeCell`), so it may be viewed as
+    // an `AtomicU8`; the child has no other thread reading it.
+    let state = unsafe { &*(lock.raw() as *const parking_lot::RawMutex).cast::<std::sync::atomic::AtomicU8>() };
+    // Relaxed: single-threaded child; 0 is "unlocked, nobody parked".
+    state.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 extern "C" fn prepare() {
@@ -93,4 +220,70 @@ pub(crate) fn install() {
             libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForkSafeMutex;
+    use std::time::Duration;
+
+    static LOCK: ForkSafeMutex<u32> = ForkSafeMutex::new(0);
+
+    /// The CI hang of 2026-12-01, on a lock of its own: a parent thread waits for a lock held at
+    /// fork time; in the child (the holder gone) a new thread, on a stack of another size than
+    /// the waiter's (glibc does not hand it the waiter's old stack), waits behind the child's
+    /// main thread. With parking_lot's mutex the unlock woke the parent's waiter, which does not
+    /// exist in the child, and the new thread slept forever (1 run in 3 of this scenario).
+    #[test]
+    fn a_waiter_in_the_parent_is_not_woken_in_place_of_the_childs() {
+        let held = LOCK.lock();
+        let waiter = std::thread::spawn(|| *LOCK.lock() += 1);
+        std::thread::sleep(Duration::from_millis(50)); // the waiter sleeps in the kernel
+                                                       // SAFETY: the child uses the lock, std threads and libc only, and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: plain libc; the default SIGALRM action ends a hung child.
+            unsafe { libc::alarm(10) };
+            std::mem::forget(held);
+            for _ in 0..3 {
+                // SAFETY: single-threaded child; the lock's holder (the parent's guard) is gone.
+                unsafe { LOCK.release_after_fork(true) };
+                let main_holds = LOCK.lock();
+                let late = std::thread::Builder::new().stack_size(1 << 20).spawn(|| *LOCK.lock() += 1).unwrap();
+                std::thread::sleep(Duration::from_millis(30)); // `late` sleeps in the kernel
+                drop(main_holds);
+                late.join().unwrap();
+                std::mem::forget(LOCK.lock()); // held again, as by a vanished thread
+            }
+            // SAFETY: leaves without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        drop(held);
+        waiter.join().unwrap();
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child hung or failed: {status:#x}");
+        assert_eq!(*LOCK.lock(), 1);
+    }
+
+    #[test]
+    fn contended_increments_are_all_counted() {
+        static COUNT: ForkSafeMutex<u64> = ForkSafeMutex::new(0);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..20_000 {
+                        *COUNT.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*COUNT.lock(), 80_000);
+        assert!(!COUNT.is_locked());
+    }
 }

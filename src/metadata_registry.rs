@@ -7,9 +7,9 @@
 //! and types are only ever added, so metadata grows within a chunk.
 
 use crate::builtin;
+use crate::fork::ForkSafeMutex as Mutex;
 use crate::sync::statics::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use jfr_format::metadata::{event_class, jdk_types, label_annotation, Class, EventTypeSpec, Field, Metadata, Region};
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 
 /// First id for user types.
@@ -309,5 +309,5 @@ pub(crate) fn lock_for_fork() {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { crate::fork::release(&REGISTRY, child) };
+    unsafe { REGISTRY.release_after_fork(child) };
 }

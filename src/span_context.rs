@@ -7,7 +7,7 @@
 //! clears its cell, unhooks it from its slot and returns it to a pool for the next thread, so
 //! memory is bounded by the most threads that used spans at once.
 
-use parking_lot::Mutex;
+use crate::fork::ForkSafeMutex as Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,8 +32,8 @@ pub(crate) fn lock_for_fork() {
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds both locks.
     unsafe {
-        crate::fork::release(&BY_TID, child);
-        crate::fork::release(&POOL, child);
+        BY_TID.release_after_fork(child);
+        POOL.release_after_fork(child);
     }
 }
 

@@ -151,7 +151,7 @@ const _: fn() = || {
 /// recording, so a second recording (or a forked child's) does not parse the debug info again.
 /// The flusher uses it with the chunk-writer lock L released (review finding 9: the first
 /// symbolization of a module parses its debug info); `fork` holds it across the fork.
-static PROCESS: parking_lot::Mutex<Option<Symbolizer>> = parking_lot::const_mutex(None);
+static PROCESS: crate::fork::ForkSafeMutex<Option<Symbolizer>> = crate::fork::ForkSafeMutex::new(None);
 
 /// Runs `f` with the process's symbolizer.
 pub(crate) fn with_process_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
@@ -171,7 +171,7 @@ pub(crate) fn lock_for_fork() {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { crate::fork::release(&PROCESS, child) };
+    unsafe { PROCESS.release_after_fork(child) };
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.
@@ -630,7 +630,7 @@ struct ElfLayout {
 pub const DEFAULT_DEBUG_FILE_DIRECTORY: &str = "/usr/lib/debug";
 
 /// The debug-file directories set with [`set_debug_file_directories`] (`None`: the default).
-static DEBUG_FILE_DIRECTORIES: parking_lot::Mutex<Option<Vec<PathBuf>>> = parking_lot::const_mutex(None);
+static DEBUG_FILE_DIRECTORIES: crate::fork::ForkSafeMutex<Option<Vec<PathBuf>>> = crate::fork::ForkSafeMutex::new(None);
 
 /// Sets the directories separate debug files are looked for in, in order, as gdb's
 /// `debug-file-directory`: a file with build ID `abcdef...` is found at

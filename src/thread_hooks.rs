@@ -169,8 +169,8 @@ struct Patcher {
     report: HookReport,
 }
 
-static PATCHER: parking_lot::Mutex<Patcher> =
-    parking_lot::const_mutex(Patcher { adds: u64::MAX, report: HookReport { modules: 0, slots: 0, failed: 0 } });
+static PATCHER: crate::fork::ForkSafeMutex<Patcher> =
+    crate::fork::ForkSafeMutex::new(Patcher { adds: u64::MAX, report: HookReport { modules: 0, slots: 0, failed: 0 } });
 
 /// Interposes `pthread_create` in every loaded module (idempotent). Returns what was patched;
 /// nothing on architectures without the relocation types below (discovery only there).
@@ -197,7 +197,7 @@ pub(crate) fn lock_for_fork() {
 /// Only after [`lock_for_fork`] on this thread.
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller's contract: `lock_for_fork` forgot the guard on this thread.
-    unsafe { crate::fork::release(&PATCHER, child) };
+    unsafe { PATCHER.release_after_fork(child) };
 }
 
 /// What slots importing `pthread_create` point to now (for tests: all of them are hooked).

@@ -73,7 +73,13 @@ fn forked_child_is_clean_and_can_record_on_its_own() {
                     let wchan = std::fs::read_to_string(p.join("wchan")).unwrap_or_default();
                     threads.push_str(&format!("\n  {} wchan {wchan}", stat.trim()));
                 }
-                panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}");
+                // And where, when gdb is at hand.
+                let stacks = std::process::Command::new("timeout")
+                    .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_else(|e| format!("(no gdb: {e})"));
+                panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}\n{stacks}");
             }
             std::thread::sleep(Duration::from_millis(10));
         }

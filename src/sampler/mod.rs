@@ -572,7 +572,7 @@ mod imp {
 
     /// Lifecycle lock: serializes start/stop with exit guards of registered threads. The value
     /// is the generation counter of the latest sampler; bit 63 marks the atfork hook as registered.
-    static LIFECYCLE: parking_lot::Mutex<u64> = parking_lot::const_mutex(0);
+    static LIFECYCLE: crate::fork::ForkSafeMutex<u64> = crate::fork::ForkSafeMutex::new(0);
     const ATFORK_REGISTERED: u64 = 1 << 63;
 
     /// `pthread_atfork` child hook (design.md §6 "fork"): the child inherits the handler and
@@ -584,13 +584,13 @@ mod imp {
         timer::forget_locks_in_child();
         if LIFECYCLE.is_locked() {
             // SAFETY: the holder was a parent thread that does not exist in the child.
-            unsafe { crate::fork::release(&LIFECYCLE, true) };
+            unsafe { LIFECYCLE.release_after_fork(true) };
         }
         // SAFETY: the parent's `Shared` is still mapped in the child (never freed there).
         if let Some(shared) = unsafe { shared.as_ref() } {
             if shared.registry.is_locked() {
                 // SAFETY: as above.
-                unsafe { crate::fork::release(&shared.registry, true) };
+                unsafe { crate::fork::reset_parking_lot_in_child(&shared.registry) };
             }
         }
     }

@@ -34,7 +34,7 @@ static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static PREV_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
 /// The previous action, for restoring it (normal context only).
-static PREV_ACTION: parking_lot::Mutex<Option<libc::sigaction>> = parking_lot::const_mutex(None);
+static PREV_ACTION: crate::fork::ForkSafeMutex<Option<libc::sigaction>> = crate::fork::ForkSafeMutex::new(None);
 
 /// fd numbers of our perf events, armed or quarantined (`timer.rs`): 1 = ours. Written in normal
 /// context only; read by the handler to tell a stale signal of ours from the application's own.
@@ -210,7 +210,7 @@ pub(super) fn forget_in_child() -> *mut Shared {
     IN_HANDLER.store(0, Ordering::Relaxed);
     if PREV_ACTION.is_locked() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
-        unsafe { crate::fork::release(&PREV_ACTION, true) };
+        unsafe { PREV_ACTION.release_after_fork(true) };
     }
     shared
 }

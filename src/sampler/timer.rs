@@ -58,7 +58,7 @@ use std::time::Duration;
 
 /// Perf fds disabled and closed, their numbers held by the placeholder until their thread `u32`
 /// has no SIGPROF pending. Normal context only.
-static QUARANTINE: parking_lot::Mutex<Vec<(c_int, u32)>> = parking_lot::const_mutex(Vec::new());
+static QUARANTINE: crate::fork::ForkSafeMutex<Vec<(c_int, u32)>> = crate::fork::ForkSafeMutex::new(Vec::new());
 /// An fd on /dev/null, opened once, dup'ed over the numbers of closed perf events.
 static PLACEHOLDER: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
@@ -423,7 +423,7 @@ pub(super) fn quarantine_is_empty() -> bool {
 pub(super) fn forget_locks_in_child() {
     if QUARANTINE.is_locked() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
-        unsafe { crate::fork::release(&QUARANTINE, true) };
+        unsafe { QUARANTINE.release_after_fork(true) };
     }
 }
 

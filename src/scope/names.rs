@@ -1,7 +1,7 @@
 //! Function names and their indexes, process-wide (index 0 is the root's empty name). Names are
 //! only added, so an index names the same function for the life of the process.
 
-use parking_lot::Mutex;
+use crate::fork::ForkSafeMutex as Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ pub(crate) fn lock_for_fork() {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { crate::fork::release(&NAMES, child) };
+    unsafe { NAMES.release_after_fork(child) };
 }
 
 fn with<R>(f: impl FnOnce(&mut Names) -> R) -> R {

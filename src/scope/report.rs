@@ -4,7 +4,7 @@
 
 use super::names;
 use super::tree::{Counts, Tree};
-use parking_lot::Mutex;
+use crate::fork::ForkSafeMutex as Mutex;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub(crate) fn lock_for_fork() {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds the lock.
-    unsafe { crate::fork::release(&REGISTRY, child) };
+    unsafe { REGISTRY.release_after_fork(child) };
 }
 
 /// A new recording: the trees of the previous one are dropped.
