@@ -68,11 +68,29 @@ pub fn runtime_frames(frames: &[FrameInfo]) -> usize {
             i + 1 + shims
         }
         None => outermost_first()
-            .take_while(|f| C_START_FRAMES.contains(&f.method.as_str()) || f.class == PRELOAD_LIBRARY)
+            .take_while(|f| {
+                C_START_FRAMES.contains(&f.method.as_str())
+                    || f.class == PRELOAD_LIBRARY
+                    || is_thread_start_machinery(f)
+            })
             .count(),
     };
     drop = drop.min(frames.len().saturating_sub(1));
     drop
+}
+
+/// The frames between `start_thread` and `__rust_begin_short_backtrace` of a Rust thread (std's
+/// `thread_start`, the spawn closure, its panic catching) and the recorder's own start routine of
+/// threads sampled from their first instruction: a sample taken before the thread reached its
+/// closure has these outermost and no `__rust_begin_short_backtrace`.
+fn is_thread_start_machinery(frame: &FrameInfo) -> bool {
+    let name = format!("{}::{}", frame.class, frame.method);
+    name.contains("thread_hooks::start_trampoline")
+        || (name.contains("std::sys::thread") && name.contains("thread_start"))
+        || name.contains("spawn_unchecked")
+        || name.contains("catch_unwind")
+        || name.contains("__rust_try")
+        || is_call_once_shim(frame)
 }
 
 /// `recorder record`'s preload library: its wrappers of `main` and of each thread's start routine
@@ -181,5 +199,32 @@ mod tests {
             ("libc.so.6", "clone3"),
         ]);
         assert_eq!(runtime_frames(&preloaded), 3);
+    }
+
+    /// A sample taken while a new Rust thread runs std's start code, before its closure (no
+    /// `__rust_begin_short_backtrace` yet), through the recorder's start routine: all of it is
+    /// boilerplate, and the innermost frame stays.
+    #[test]
+    fn a_thread_sampled_before_its_closure_keeps_only_its_innermost_frame() {
+        let frames = stack(&[
+            ("", "std::panicking::catch_unwind::do_call"),
+            ("", "__rust_try"),
+            ("", "std::panicking::catch_unwind"),
+            ("", "std::thread::lifecycle::spawn_unchecked::{{closure}}"),
+            ("", "core::ops::function::FnOnce::call_once{{vtable.shim}}"),
+            ("", "<std::sys::thread::unix::Thread>::new::thread_start"),
+            ("", "recorder::thread_hooks::start_trampoline"),
+            ("libc.so.6", "start_thread"),
+            ("libc.so.6", "clone3"),
+        ]);
+        assert_eq!(runtime_frames(&frames), 8);
+        // A C thread started through the recorder's start routine: the routine goes.
+        let c = stack(&[
+            ("", "work"),
+            ("", "thread_main"),
+            ("", "recorder::thread_hooks::start_trampoline"),
+            ("libc.so.6", "start_thread"),
+        ]);
+        assert_eq!(runtime_frames(&c), 2);
     }
 }

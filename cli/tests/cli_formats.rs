@@ -621,7 +621,9 @@ fn runtime_frames_are_folded_away_unless_kept() {
     let kept = parse_collapsed(&recorder_ok(&["dump", s(&r.file), "--format", "collapsed", "--keep-runtime-frames"]));
     let total = |l: &[(String, u64)]| l.iter().map(|(_, n)| n).sum::<u64>();
     assert_eq!(total(&folded), total(&kept), "every sample is still counted");
-    for (stack, _) in &folded {
+    // (A stack of boilerplate only, a thread sampled before it reached its closure, keeps its
+    // innermost frame.)
+    for (stack, _) in folded.iter().filter(|(stack, _)| stack.contains(';')) {
         for f in RUNTIME_FRAMES {
             assert!(!stack.contains(f), "{f} is folded away: {stack}");
         }
