@@ -43,8 +43,9 @@ fn handle(worker: u32, n: u32) -> u64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::env::args().nth(1).unwrap_or_else(|| "spans.jfr".into());
-    let rec = recorder::Recorder::builder().sampling_period(Duration::from_millis(1)).start()?;
+    // The layer first: see the README ("Span context on CPU samples").
     tracing_subscriber::registry().with(recorder::tracing::RecorderLayer::new()).init();
+    let rec = recorder::Recorder::builder().sampling_period(Duration::from_millis(1)).start()?;
     let workers: Vec<_> = (0..3)
         .map(|w| {
             std::thread::Builder::new()

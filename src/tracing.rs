@@ -7,8 +7,10 @@
 //! use tracing_subscriber::layer::SubscriberExt;
 //! use tracing_subscriber::util::SubscriberInitExt;
 //!
-//! let rec = recorder::Recorder::builder().start()?;
+//! // The layer first: a recording's samples carry `spanId` when a layer exists as it writes
+//! // its first sample, which may be soon after `start`.
 //! tracing_subscriber::registry().with(recorder::tracing::RecorderLayer::new()).init();
+//! let rec = recorder::Recorder::builder().start()?;
 //! # Ok::<(), recorder::Error>(())
 //! ```
 //!

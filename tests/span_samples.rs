@@ -31,9 +31,11 @@ fn spin(d: Duration) {
 fn every_sample_inside_a_span_carries_its_id() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
+    // The layer before the recorder (the README's order): the recording's first written sample
+    // decides whether samples carry `spanId`, and a flush may come soon after `start`.
+    let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
     let rec = Recorder::builder().repository(dir.path()).sampling_period(Duration::from_millis(1)).start().unwrap();
     rec.register_current_thread().unwrap();
-    let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
     // (span id is read back from recorder.Span; the intervals in ticks)
     let mut inside = Vec::new();
     let mut outside = Vec::new();

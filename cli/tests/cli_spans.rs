@@ -42,9 +42,13 @@ fn made() -> &'static Made {
         let _serial = serial();
         let dir = scratch_dir().join("spans");
         let _ = std::fs::remove_dir_all(&dir);
+        // The layer before the recorder (the README's order): the recording's first written
+        // sample decides whether samples carry `spanId`, and a flush may come soon after `start`
+        // (CI: a busy machine delayed a layer created after `start` past it, and no sample had
+        // its span).
+        let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
         let rec = Recorder::builder().repository(&dir).sampling_period(Duration::from_millis(1)).start().unwrap();
         rec.register_current_thread().unwrap();
-        let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
         tracing::subscriber::with_default(subscriber, || {
             for _ in 0..3 {
                 let _r = tracing::info_span!("request").entered();
