@@ -11,19 +11,19 @@
 
 use crate::buffer::EventBuffer;
 use crate::encoder::{Encoder, MAX_VARINT};
+use crate::fork::ForkSafeMutex as Mutex;
 use crate::metadata_registry::EventType;
 use crate::stack::{DepthPolicy, StackTable};
 use crate::sync::compiler_fence;
 use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::{ArrayQueue, SegQueue};
-use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, OnceLock};
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The running recording's shared state (for threads attaching to it).
-pub(crate) static CURRENT: crate::fork::ForkSafeMutex<Option<Arc<Shared>>> = crate::fork::ForkSafeMutex::new(None);
+pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
 /// A recording is starting (between its check of `CURRENT` and its publication there).
 pub(crate) static STARTING: AtomicBool = AtomicBool::new(false);
 

@@ -1,9 +1,9 @@
 //! fork(): the child inherits the recorder's memory but none of its threads or timers. It must be
 //! left "not recording", with no lock held, able to start a recording of its own.
 //!
-//! Every process-wide lock a child can take is a [`ForkSafeMutex`] (its waiters wait in the
-//! kernel, so the child inherits none of them), never a parking_lot mutex (whose queue of waiting
-//! threads a fork copies, see the type's docs).
+//! Every lock of the crate is a [`ForkSafeMutex`] (its waiters wait in the kernel, so the child
+//! inherits none of them), never a parking_lot mutex (whose queue of waiting threads a fork
+//! copies, see the type's docs).
 //!
 //! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
 //! the current recording, the type registry, the thread-hook patcher, and last the leaf locks: the
@@ -18,18 +18,19 @@
 
 use std::sync::Once;
 
-/// A mutex for process-wide state that a fork child uses too (the statics `prepare` holds, the
-/// sampler's lifecycle and quarantine): its word is the whole lock and its waiters wait in the
-/// kernel (a private futex on the word), so a child, whose address space has none of the
-/// parent's waiters, is clean once the word is reset ([`ForkSafeMutex::release_after_fork`]).
+/// The crate's mutex (normal context only): its word is the whole lock and its waiters wait in the
+/// kernel (a private futex on the word), so a fork child, whose address space has none of the
+/// parent's waiters, is clean once the word of a lock a vanished thread held is reset
+/// ([`ForkSafeMutex::release_after_fork`]).
 ///
 /// Not parking_lot's mutex: parking_lot queues a waiting thread in a process-wide table, as a node
 /// in that thread's own thread-local memory. A fork copies the table with the nodes of the parent
-/// threads that were waiting (threads `prepare` itself makes wait, by holding these locks), and
-/// the child's glibc reuses those threads' stacks for its new threads. The child then either hands
-/// the lock to a waiter that does not exist (parking_lot's fair unlock: the lock stays held
-/// forever) or relinks a node that is still in another queue: `tests/fork.rs` saw a child whose
-/// every thread waited on a futex forever (CI, 2026-12-01).
+/// threads that were waiting on any lock (threads `prepare` itself makes wait, by holding the
+/// process-wide locks, and threads waiting for a recording's locks), and the child's glibc reuses
+/// those threads' stacks for its new threads. The child then either hands a lock to a waiter that
+/// does not exist (parking_lot's fair unlock: the lock stays held forever) or relinks a node that
+/// is still in another queue, whatever lock it waits for: `tests/fork.rs` saw a child whose every
+/// thread waited on a futex forever (CI, 2026-12-01).
 pub(crate) struct ForkSafeMutex<T: ?Sized> {
     /// 0: unlocked; 1: locked; 2: locked, and a thread may wait in the kernel.
     state: std::sync::atomic::AtomicU32,
@@ -132,6 +133,32 @@ impl<T: ?Sized> ForkSafeMutex<T> {
     }
 }
 
+impl<T: Default> Default for ForkSafeMutex<T> {
+    fn default() -> ForkSafeMutex<T> {
+        ForkSafeMutex::new(T::default())
+    }
+}
+
+impl<T: ?Sized> std::fmt::Debug for ForkSafeMutex<T> {
+    /// Does not lock (a `Debug` of a structure holding the lock must not wait for it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkSafeMutex").field("locked", &self.is_locked()).finish_non_exhaustive()
+    }
+}
+
+impl<T: ?Sized + std::fmt::Debug> std::fmt::Debug for ForkSafeGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized> ForkSafeMutex<T> {
+    /// The value, through exclusive access to the lock (no locking needed).
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+}
+
 impl<T: ?Sized> std::ops::Deref for ForkSafeGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -151,22 +178,6 @@ impl<T: ?Sized> Drop for ForkSafeGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.unlock();
     }
-}
-
-/// A parking_lot lock of the parent's (leaked, unused in the child) that a vanished parent thread
-/// may hold, set back to unlocked in the child without waking anyone (`force_unlock` would look
-/// for parked waiters and may hand the lock to a parent thread).
-///
-/// # Safety
-/// Only in the fork child before it starts a thread; no guard of the lock is alive.
-pub(crate) unsafe fn reset_parking_lot_in_child<T: ?Sized>(lock: &parking_lot::Mutex<T>) {
-    // `RawMutex` is its state byte and nothing else (checked below at compile time).
-    const _: () = assert!(std::mem::size_of::<parking_lot::RawMutex>() == 1);
-    // SAFETY: the lock's only byte is its atomic state (an `UnsafeCell`), so it may be viewed as
-    // an `AtomicU8`; the child has no other thread reading it.
-    let state = unsafe { &*(lock.raw() as *const parking_lot::RawMutex).cast::<std::sync::atomic::AtomicU8>() };
-    // Relaxed: single-threaded child; 0 is "unlocked, nobody parked".
-    state.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 extern "C" fn prepare() {

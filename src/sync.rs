@@ -54,24 +54,24 @@ impl<T> UnsafeCell<T> {
 pub(crate) use loom::cell::UnsafeCell;
 
 /// A mutex for normal-context code of the buffer protocols (never taken in signal context):
-/// parking_lot's, or loom's under the models. Poisoning is ignored under loom: a panicking model
+/// the crate's fork-safe futex mutex ([`crate::fork::ForkSafeMutex`]), or loom's under the models. Poisoning is ignored under loom: a panicking model
 /// fails anyway.
 pub(crate) struct Mutex<T> {
     #[cfg(not(loom))]
-    inner: parking_lot::Mutex<T>,
+    inner: crate::fork::ForkSafeMutex<T>,
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
 }
 
 #[cfg(not(loom))]
-pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+pub(crate) type MutexGuard<'a, T> = crate::fork::ForkSafeGuard<'a, T>;
 #[cfg(loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Mutex<T> {
         #[cfg(not(loom))]
-        let inner = parking_lot::Mutex::new(value);
+        let inner = crate::fork::ForkSafeMutex::new(value);
         #[cfg(loom)]
         let inner = loom::sync::Mutex::new(value);
         Mutex { inner }

@@ -242,7 +242,7 @@ pub(crate) const PAGE_SHIFT: u32 = 12;
 pub struct Published {
     current: AtomicPtr<Tables>,
     /// The compiler (files already compiled) and the addresses of replaced snapshots.
-    state: parking_lot::Mutex<(compile::Compiler, Vec<usize>)>,
+    state: crate::fork::ForkSafeMutex<(compile::Compiler, Vec<usize>)>,
 }
 
 #[cfg(not(loom))]

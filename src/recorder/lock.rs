@@ -1,8 +1,8 @@
-//! L, the chunk-writer lock: a `parking_lot::Mutex<State>` whose guard can log how long each
+//! L, the chunk-writer lock: a `ForkSafeMutex<State>` (`fork.rs`) whose guard can log how long each
 //! holder kept it (diagnostics for `examples/lock_hold.rs`; off unless asked for).
 
 use super::state::State;
-use parking_lot::{Mutex, MutexGuard};
+use crate::fork::{ForkSafeGuard as MutexGuard, ForkSafeMutex as Mutex};
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 

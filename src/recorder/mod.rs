@@ -36,6 +36,7 @@ use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
 use crate::flush::alloc::AllocSamples;
 use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
+use crate::fork::ForkSafeMutex as Mutex;
 use crate::metadata_registry::{self, EventSettings};
 use crate::repository;
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
@@ -43,7 +44,6 @@ use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use lock::{Held, L};
-use parking_lot::Mutex;
 use state::{PeriodicReading, State};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -721,7 +721,7 @@ mod tests {
         }
     }
 
-    static SERIAL: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+    static SERIAL: crate::fork::ForkSafeMutex<()> = crate::fork::ForkSafeMutex::new(());
 
     fn thread_names() -> Vec<String> {
         std::fs::read_dir("/proc/self/task")

@@ -365,7 +365,7 @@ mod imp {
         pub(super) wall: Option<wall::WallShared>,
         generation: u64,
         /// Slot bookkeeping for registration and discovery (normal context; never the handler).
-        pub(super) registry: parking_lot::Mutex<Registry>,
+        pub(super) registry: crate::fork::ForkSafeMutex<Registry>,
         /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
         /// (published before the handler is installed, refreshed by thread discovery).
         pub(super) unwinder: crate::cfi::Unwinder,
@@ -375,10 +375,10 @@ mod imp {
         register_new_threads: AtomicBool,
         /// Refusals (see `SamplerStats::refused`), and the tids refused not yet collected.
         refused: AtomicU64,
-        refused_threads: parking_lot::Mutex<Vec<u32>>,
+        refused_threads: crate::fork::ForkSafeMutex<Vec<u32>>,
         /// Names of registered threads that exited with samples, for the drains to name their
         /// last samples (the thread and its /proc entry are gone by then).
-        exited_names: parking_lot::Mutex<Vec<(u32, String)>>,
+        exited_names: crate::fork::ForkSafeMutex<Vec<(u32, String)>>,
     }
 
     /// `fd_slots` bit: the event still runs its random first period; its handler sets the whole
@@ -590,7 +590,7 @@ mod imp {
         if let Some(shared) = unsafe { shared.as_ref() } {
             if shared.registry.is_locked() {
                 // SAFETY: as above.
-                unsafe { crate::fork::reset_parking_lot_in_child(&shared.registry) };
+                unsafe { shared.registry.release_after_fork(true) };
             }
         }
     }
@@ -1199,14 +1199,14 @@ mod imp {
                 unwinder: config.unwinder,
                 cfi: crate::cfi::Published::default(),
                 generation: *life,
-                registry: parking_lot::Mutex::new(Registry {
+                registry: crate::fork::ForkSafeMutex::new(Registry {
                     entries: (0..nslots).map(|_| None).collect(),
                     excluded: Vec::new(),
                 }),
                 register_new_threads: AtomicBool::new(false),
                 refused: AtomicU64::new(0),
-                refused_threads: parking_lot::Mutex::new(Vec::new()),
-                exited_names: parking_lot::Mutex::new(Vec::new()),
+                refused_threads: crate::fork::ForkSafeMutex::new(Vec::new()),
+                exited_names: crate::fork::ForkSafeMutex::new(Vec::new()),
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);

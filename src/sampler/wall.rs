@@ -125,13 +125,14 @@ pub(super) struct WallShared {
     /// Per slot: requests its handler served (written by the handler, Release; read by the wall
     /// thread, Acquire).
     served: Box<[AtomicU64]>,
-    pending: parking_lot::Mutex<Pending>,
-    stop: parking_lot::Mutex<bool>,
-    wake: parking_lot::Condvar,
-    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    pending: crate::fork::ForkSafeMutex<Pending>,
+    /// std's (a futex word: no process-wide wait queue that a fork would copy), for its condvar.
+    stop: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+    thread: crate::fork::ForkSafeMutex<Option<std::thread::JoinHandle<()>>>,
     /// Requests outstanding when the thread stopped: (slot, served count then).
-    outstanding_at_stop: parking_lot::Mutex<Vec<(usize, u64)>>,
-    counters: parking_lot::Mutex<WallStats>,
+    outstanding_at_stop: crate::fork::ForkSafeMutex<Vec<(usize, u64)>>,
+    counters: crate::fork::ForkSafeMutex<WallStats>,
     /// Lost periods already handed to `take_lost`.
     reported_lost: AtomicU64,
 }
@@ -141,12 +142,12 @@ impl WallShared {
         WallShared {
             period,
             served: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-            pending: parking_lot::Mutex::new(Pending::default()),
-            stop: parking_lot::Mutex::new(false),
-            wake: parking_lot::Condvar::new(),
-            thread: parking_lot::Mutex::new(None),
-            outstanding_at_stop: parking_lot::Mutex::new(Vec::new()),
-            counters: parking_lot::Mutex::new(WallStats::default()),
+            pending: crate::fork::ForkSafeMutex::new(Pending::default()),
+            stop: std::sync::Mutex::new(false),
+            wake: std::sync::Condvar::new(),
+            thread: crate::fork::ForkSafeMutex::new(None),
+            outstanding_at_stop: crate::fork::ForkSafeMutex::new(Vec::new()),
+            counters: crate::fork::ForkSafeMutex::new(WallStats::default()),
             reported_lost: AtomicU64::new(0),
         }
     }
@@ -193,7 +194,7 @@ impl WallShared {
     /// Stops and joins the wall thread (without LIFECYCLE: the thread's start hook may wait for
     /// it).
     pub(super) fn stop_thread(&self) {
-        *self.stop.lock() = true;
+        *self.stop.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         self.wake.notify_all();
         let handle = self.thread.lock().take();
         if let Some(h) = handle {
@@ -276,10 +277,17 @@ fn run(shared: &Shared) {
     let mut last = Instant::now();
     loop {
         {
-            let mut stop = w.stop.lock();
+            let mut stop = w.stop.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let deadline = last + period;
-            while !*stop && Instant::now() < deadline {
-                w.wake.wait_until(&mut stop, deadline);
+            while !*stop {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                stop = match w.wake.wait_timeout(stop, deadline - now) {
+                    Ok((guard, _)) => guard,
+                    Err(poisoned) => poisoned.into_inner().0,
+                };
             }
             if *stop {
                 break;
