@@ -24,6 +24,7 @@ static DECIDED: AtomicU8 = AtomicU8::new(0);
 
 /// Sets whether the samples of the recording that starts carry `spanId` (`None`: when a
 /// `RecorderLayer` exists when its first sample is written).
+#[cfg_attr(loom, allow(dead_code))] // the recorder and the layer are not built under loom
 pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
     let v = match setting {
         None => SPAN_IDS_AUTO,
@@ -37,6 +38,7 @@ pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
 
 /// A `RecorderLayer` exists: a recording that has written no sample yet gives its samples
 /// `spanId`.
+#[cfg_attr(loom, allow(dead_code))] // the recorder and the layer are not built under loom
 pub(crate) fn note_span_context() {
     // Relaxed: a flag the next L holder reads.
     SPAN_CONTEXT.store(true, Ordering::Relaxed);
