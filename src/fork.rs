@@ -1,9 +1,9 @@
 //! fork(): the child inherits the recorder's memory but none of its threads or timers. It must be
 //! left "not recording", with no lock held, able to start a recording of its own.
 //!
-//! Every lock of the crate is a [`ForkSafeMutex`] (its waiters wait in the kernel, so the child
-//! inherits none of them), never a parking_lot mutex (whose queue of waiting threads a fork
-//! copies, see the type's docs).
+//! Every lock of the crate is a [`ForkSafeMutex`] or, where a condvar goes with it, std's: their
+//! waiters wait in the kernel, so the child inherits none of them. Never a parking_lot mutex,
+//! whose queue of waiting threads a fork copies (see the type's docs).
 //!
 //! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
 //! the current recording, the type registry, the thread-hook patcher, and last the leaf locks: the
