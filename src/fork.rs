@@ -73,7 +73,7 @@ impl<T: ?Sized> ForkSafeMutex<T> {
     #[cold]
     fn lock_contended(&self) {
         use std::sync::atomic::Ordering;
-        // A short spin first: these locks are held for microseconds.
+        // A short spin first: most holds are short (a flush holds L longer: then we sleep).
         for _ in 0..100 {
             // Relaxed: a hint only; the exchange below decides.
             if self.state.load(Ordering::Relaxed) == UNLOCKED {
