@@ -5,27 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn preload_library() {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_recorder"));
-    let profile_dir = exe.parent().unwrap().to_owned();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "recorder-preload", "--quiet"]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().expect("cargo build -p recorder-preload").success());
-}
-
-fn sleeper(dir: &Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sleeper.c");
-    let out = dir.join("sleeper");
-    let r = Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&out).arg(&src).output().expect("gcc is required");
-    assert!(r.status.success(), "gcc: {}", String::from_utf8_lossy(&r.stderr));
-    out
-}
 
 #[test]
 fn record_wall_samples_a_sleeping_c_program_without_breaking_its_sleeps() {
@@ -33,7 +13,7 @@ fn record_wall_samples_a_sleeping_c_program_without_breaking_its_sleeps() {
     let dir = scratch_dir().join("tests").join("record_wall");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let prog = sleeper(&dir);
+    let prog = build_program("sleeper.c", "gcc", &["-O2", "-g"]);
     let out = Command::new(env!("CARGO_BIN_EXE_recorder"))
         .current_dir(&dir)
         .args(["record", "--wall", "10ms", "--repository", "repo", "-o", "wall.jfr", "--"])

@@ -11,6 +11,50 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+/// `librecorder_preload.so`, built once per test binary.
+pub fn preload_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_recorder"));
+        let profile_dir = exe.parent().unwrap().to_owned();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "recorder-preload", "--quiet"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build -p recorder-preload");
+        assert!(status.success(), "building the preload library failed");
+        let lib = profile_dir.join("librecorder_preload.so");
+        assert!(lib.is_file(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+pub fn programs_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
+}
+
+/// Compiles one of `tests/programs` once per test binary with the given compiler and flags.
+pub fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let key = format!("{name} {compiler} {flags:?}");
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    // One file per (program, flags): the static build of calltree.c must not replace the other.
+    let dir = scratch_dir().join("programs").join(built.len().to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name.split('.').next().unwrap());
+    let src = programs_dir().join(name);
+    let mut cmd = Command::new(compiler);
+    cmd.args(flags).arg("-o").arg(&out).arg(&src);
+    let result = cmd.output().unwrap_or_else(|e| panic!("{compiler} is required: {e}"));
+    assert!(result.status.success(), "{compiler} {name}: {}", String::from_utf8_lossy(&result.stderr));
+    built.insert(key, out.clone());
+    out
+}
+
 /// Runs the `recorder` binary.
 pub fn recorder(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_recorder")).args(args).output().expect("running the recorder binary")
