@@ -111,9 +111,6 @@ pub(crate) static GATE: Gate<Active> = Gate::new();
 /// Bumped whenever sampling starts or stops: a thread whose countdown belongs to another epoch
 /// takes the slow path once and starts a fresh one.
 static EPOCH: AtomicU64 = AtomicU64::new(1);
-/// A recording samples allocations (set by [`start`], cleared by [`stop`]): lets an interposed
-/// C allocator skip the thread-local countdown altogether while nothing samples ([`idle`]).
-static SAMPLING: AtomicBool = AtomicBool::new(false);
 /// Which allocator the process's `SamplingAllocator` wraps, once it allocated: 0 not seen, 1 the
 /// system allocator, 2 another one.
 static INSTALLED: AtomicU8 = AtomicU8::new(0);
@@ -193,9 +190,9 @@ pub(crate) fn skip(size: usize) -> bool {
 /// One load.
 #[inline(always)]
 pub(crate) fn idle() -> bool {
-    // Relaxed: a thread that sees the flag late counts (or skips) a few more allocations on the
-    // old side of a start or stop, as `skip` does with the epoch.
-    !SAMPLING.load(Ordering::Relaxed)
+    // A thread that sees the gate late counts (or skips) a few more allocations on the old side
+    // of a start or stop, as `skip` does with the epoch.
+    GATE.is_closed()
 }
 
 /// What `dealloc` must look at (0: nothing; see `DEALLOC`).
@@ -313,8 +310,6 @@ pub(crate) fn start(active: *mut Active) {
         DEALLOC.fetch_or(bit, Ordering::Relaxed);
     }
     GATE.open(active);
-    // Relaxed: see `idle`.
-    SAMPLING.store(true, Ordering::Relaxed);
     // Release: pairs with nothing in particular; threads pick the new epoch up at their next
     // allocation (Relaxed load in `skip`) and then meet the published state through the gate.
     EPOCH.fetch_add(1, Ordering::Release);
@@ -324,8 +319,6 @@ pub(crate) fn start(active: *mut Active) {
 /// record committed so far is in the pool; nothing is committed after this returns. The live
 /// table still follows frees until [`finish`].
 pub(crate) fn stop() -> *mut Active {
-    // Relaxed: see `idle`.
-    SAMPLING.store(false, Ordering::Relaxed);
     let active = GATE.close();
     // Release: see `start`.
     EPOCH.fetch_add(1, Ordering::Release);
@@ -350,7 +343,6 @@ pub(crate) fn finish(active: &Active) {
 pub(crate) fn forget_in_child() {
     GATE.forget_in_child();
     // Relaxed (all): single-threaded child.
-    SAMPLING.store(false, Ordering::Relaxed);
     DEALLOC.fetch_and(!DEALLOC_SEARCH, Ordering::Relaxed);
     EPOCH.fetch_add(1, Ordering::Relaxed);
     let _ = LOCAL.try_with(|l| l.tid.store(0, Ordering::Relaxed));

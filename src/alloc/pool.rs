@@ -400,6 +400,17 @@ impl<T> Gate<T> {
         Entered { gate: self, state }
     }
 
+    /// Nothing is published: a hint for a fast path that then skips [`Gate::enter`] (a caller
+    /// that sees an open or close late acts as if it came a little earlier or later).
+    ///
+    /// # Signal safety
+    /// One load.
+    #[inline(always)]
+    pub fn is_closed(&self) -> bool {
+        // Relaxed: a hint; whoever acts on an open gate still enters it (Acquire in `enter`).
+        self.current.load(Ordering::Relaxed).is_null()
+    }
+
     /// Forgets the state and every hook inside it without waiting: only for a forked child,
     /// whose other threads (and their hooks) do not exist.
     pub fn forget_in_child(&self) {
