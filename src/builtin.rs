@@ -42,6 +42,15 @@ pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
 pub(crate) fn note_span_context() {
     // Relaxed: a flag the next L holder reads.
     SPAN_CONTEXT.store(true, Ordering::Relaxed);
+    // Relaxed (both): written by `set_sample_span_ids` and under L. A decision made at this very
+    // moment, which read the flag just before the store above, goes unreported.
+    #[cfg(not(loom))]
+    if crate::commit::generation() != 0
+        && SPAN_IDS_SETTING.load(Ordering::Relaxed) == SPAN_IDS_AUTO
+        && DECIDED.load(Ordering::Relaxed) == 2
+    {
+        crate::diagnostics::report_late_span_layer();
+    }
 }
 
 fn span_ids_wanted() -> bool {

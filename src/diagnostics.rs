@@ -27,6 +27,13 @@ use std::sync::OnceLock;
 /// `recorder.Diagnostic#code` of the missing-frame-pointer diagnostic.
 pub const MISSING_FRAME_POINTERS: &str = "missing-frame-pointers";
 
+/// `recorder.Diagnostic#code` of a `RecorderLayer` created after the recording decided that its
+/// samples carry no `spanId`.
+pub const LATE_SPAN_LAYER: &str = "late-span-layer";
+
+const LATE_SPAN_LAYER_FIX: &str = "create the RecorderLayer before starting the Recorder, or start it with \
+     RecorderBuilder::sample_span_ids(true)";
+
 /// How to fix it, as the recording and stderr say it.
 const FRAME_POINTER_FIX: &str = "build with frame pointers: RUSTFLAGS=\"-C force-frame-pointers=yes\" cargo build \
      --release, or for good in .cargo/config.toml: [build] rustflags = [\"-C\", \"force-frame-pointers=yes\"] \
@@ -60,6 +67,8 @@ static STOPPED_WALKS: AtomicU64 = AtomicU64::new(0);
 static FRAME_POINTERS_REPORTED: AtomicBool = AtomicBool::new(false);
 /// Stderr heard about it already (once per process, however many recordings).
 static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
+/// The current recording has had its late-span-layer diagnostic.
+static LATE_SPAN_LAYER_REPORTED: AtomicBool = AtomicBool::new(false);
 static PENDING: Mutex<Vec<Diagnostic>> = Mutex::new(Vec::new());
 
 /// Before fork: hold the pending diagnostics (a flush holds them while it writes them), so no other thread holds it while the process is copied (a leaf
@@ -87,6 +96,7 @@ pub(crate) fn recording_started() {
     }
     // Relaxed: see the statics.
     FRAME_POINTERS_REPORTED.store(false, Ordering::Relaxed);
+    LATE_SPAN_LAYER_REPORTED.store(false, Ordering::Relaxed);
     PENDING.lock().clear();
     if let Some(found) = frame_pointer_probe() {
         report_frame_pointers(format!(
@@ -142,6 +152,24 @@ pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
             e.string(d.fix);
         });
     }
+}
+
+/// A `RecorderLayer` was created after the running recording wrote its first sample without
+/// `spanId`: the spans of this recording have no CPU samples (one layout per recording). Said
+/// once per recording in the recording, and once per process on stderr.
+pub(crate) fn report_late_span_layer() {
+    // Relaxed (both): flags; a second layer racing the first at worst reports twice.
+    if LATE_SPAN_LAYER_REPORTED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let message = "a RecorderLayer was created after this recording wrote its first CPU sample, which \
+        decided that its samples carry no spanId: they do not say which span they ran in"
+        .to_owned();
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!("recorder: warning: {message}. Fix: {LATE_SPAN_LAYER_FIX}");
+    }
+    PENDING.lock().push(Diagnostic { code: LATE_SPAN_LAYER, message, fix: LATE_SPAN_LAYER_FIX });
 }
 
 fn report_frame_pointers(message: String) {

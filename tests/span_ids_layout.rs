@@ -75,6 +75,16 @@ fn span_ids_appear_with_the_first_layer() {
     }
     let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", plain.to_str().unwrap()]);
     assert!(printed.contains("jdk.ExecutionSample") && !printed.contains("spanId"));
+    // Not silently: the recording says why its spans have no samples, and how to fix it.
+    let late: Vec<_> = read_events(&plain, "recorder.Diagnostic")
+        .into_iter()
+        .filter(|d| d.field("code").as_str() == Some("late-span-layer"))
+        .collect();
+    assert_eq!(late.len(), 1, "one late-span-layer diagnostic");
+    assert!(late[0].field("fix").as_str().is_some_and(|f| f.contains("before starting the Recorder")));
+    assert!(read_events(&before, "recorder.Diagnostic")
+        .iter()
+        .all(|d| d.field("code").as_str() != Some("late-span-layer")));
     jdk_accepts(&[plain]);
 
     // A layer exists: the next recording's samples carry the span they ran in.
