@@ -240,17 +240,23 @@ fn stop_exact(rec: Recorder, repo: &Path) -> recorder::sampler::WallStats {
     w
 }
 
-#[test]
-fn blocking_calls_see_no_eintr_and_no_early_return_under_1khz_wall_sampling() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
+/// A recording with wall-clock sampling every 1 ms and no CPU sampling, and its directory.
+fn wall_only_at_1khz(dir: &std::path::Path) -> (Recorder, std::path::PathBuf) {
     let rec = Recorder::builder()
-        .repository(dir.path())
+        .repository(dir)
         .cpu_sampling(false)
         .wall_clock_sampling(Duration::from_millis(1))
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
+    (rec, repo)
+}
+
+#[test]
+fn blocking_calls_see_no_eintr_and_no_early_return_under_1khz_wall_sampling() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, repo) = wall_only_at_1khz(dir.path());
     let results = exercise_blocking_calls(Duration::from_secs(3));
     let w = stop_exact(rec, &repo);
     assert_unbroken(&results);
@@ -433,13 +439,7 @@ fn pin_to_cpu0(tid: i32) {
 fn a_starved_wall_sampler_counts_and_reports_the_periods_it_missed() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::builder()
-        .repository(dir.path())
-        .cpu_sampling(false)
-        .wall_clock_sampling(Duration::from_millis(1))
-        .start()
-        .unwrap();
-    let repo = rec.repository_dir().to_owned();
+    let (rec, repo) = wall_only_at_1khz(dir.path());
     let wall = (0..1000).find_map(|_| {
         tid_named("recorder-wall").or_else(|| {
             std::thread::sleep(Duration::from_millis(1));
