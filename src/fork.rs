@@ -190,11 +190,15 @@ extern "C" fn prepare() {
     crate::scope::names::lock_for_fork();
     crate::diagnostics::lock_for_fork();
     crate::span_context::lock_for_fork();
+    #[cfg(all(feature = "tracing", not(loom)))]
+    crate::tracing::lock_for_fork();
 }
 
 extern "C" fn parent() {
     // SAFETY: `prepare` locked both on this thread and their guards were forgotten.
     unsafe {
+        #[cfg(all(feature = "tracing", not(loom)))]
+        crate::tracing::unlock_after_fork(false);
         crate::span_context::unlock_after_fork(false);
         crate::diagnostics::unlock_after_fork(false);
         crate::scope::names::unlock_after_fork(false);
@@ -211,6 +215,8 @@ extern "C" fn child() {
     crate::unwind::forked_child();
     // SAFETY: as in `parent`; the child has only this thread, which holds both locks.
     unsafe {
+        #[cfg(all(feature = "tracing", not(loom)))]
+        crate::tracing::unlock_after_fork(true);
         crate::span_context::unlock_after_fork(true);
         crate::diagnostics::unlock_after_fork(true);
         crate::scope::names::unlock_after_fork(true);

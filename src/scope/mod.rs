@@ -190,17 +190,7 @@ pub(crate) fn start(generation: u64, deterministic: bool) {
     if !deterministic {
         calibrate();
     }
-    // Relaxed: read by L holders and span closes of this recording, which start after this.
-    DETERMINISTIC.store(deterministic, Ordering::Relaxed);
     report::reset(generation, deterministic);
-}
-
-static DETERMINISTIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The latest recording is deterministic (times must not vary from run to run).
-pub(crate) fn deterministic() -> bool {
-    // Relaxed: see `start`.
-    DETERMINISTIC.load(Ordering::Relaxed)
 }
 
 /// Measures the fast path's cost with the code the application runs (a private tree, the same
@@ -246,40 +236,31 @@ pub(crate) fn ticks_to_nanos(ticks: u64) -> u64 {
 }
 
 /// Enters a span's scope: `func` its name's function index, `span` its process-unique id.
-/// Returns the tick the entry read (the span's scope starts there), or `None` when nothing was
-/// entered (no recording).
-pub(crate) fn enter_span(func: u32, span: u64) -> Option<i64> {
+/// `false`: nothing was entered (no recording).
+pub(crate) fn enter_span(func: u32, span: u64) -> bool {
     // Relaxed: as in `enter`.
     let generation = GENERATION.load(Ordering::Relaxed);
     if generation == 0 {
-        return None;
+        return false;
     }
-    LOCAL
-        .try_with(|l| {
-            let mut l = l.try_borrow_mut().ok()?;
-            if l.enter_func(func, generation, span) == 0 {
-                return None;
-            }
-            match l.frames.last() {
-                Some(f) if f.reentries == 0 && !l.deterministic => Some(f.start),
-                _ => Some(crate::clock::ticks()),
-            }
-        })
-        .unwrap_or(None)
+    LOCAL.try_with(|l| l.try_borrow_mut().is_ok_and(|mut l| l.enter_func(func, generation, span) != 0)).unwrap_or(false)
 }
 
 /// Leaves the innermost open scope of span `span` on this thread (scopes opened inside it and
 /// still open end with it). Nothing happens if it has none open (entered before the recording
-/// started, or never entered on this thread). Returns the tick the exit read first.
+/// started, or never entered on this thread). Returns how long that entry lasted, in ticks (0:
+/// it ended nothing, a re-entry did, or deterministic mode).
 pub(crate) fn exit_span(span: u64) -> i64 {
     let now = crate::clock::ticks();
-    let _ = LOCAL.try_with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            let now = if l.deterministic { 0 } else { now };
-            l.exit_span(span, now);
-        }
-    });
-    now
+    LOCAL
+        .try_with(|l| match l.try_borrow_mut() {
+            Ok(mut l) => {
+                let now = if l.deterministic { 0 } else { now };
+                l.exit_span(span, now)
+            }
+            Err(_) => 0,
+        })
+        .unwrap_or(0)
 }
 
 /// Every function name, by index.
@@ -604,19 +585,21 @@ impl Local {
         }
     }
 
-    fn exit_span(&mut self, span: u64, now: i64) {
+    /// Ends span `span`'s frame and those above it; how long the span's frame lasted.
+    fn exit_span(&mut self, span: u64, now: i64) -> i64 {
         if self.generation == 0 {
-            return;
+            return 0;
         }
         if let Some(top) = self.frames.last_mut().filter(|f| f.span == span && f.reentries > 0) {
             top.reentries -= 1;
-            return;
+            return 0;
         }
-        if let Some(at) = self.frames.iter().rposition(|f| f.span == span) {
-            while self.frames.len() > at {
-                self.pop(now);
-            }
+        let Some(at) = self.frames.iter().rposition(|f| f.span == span) else { return 0 };
+        let lasted = (now - self.frames[at].start).max(0);
+        while self.frames.len() > at {
+            self.pop(now);
         }
+        lasted
     }
 
     fn record_at(&mut self, generation: u64, name: &str, start: i64, end: i64) {

@@ -21,18 +21,20 @@
 //! event type: `recorder.Span` with a threshold keeps only slow spans. With no recording running
 //! the layer does nothing.
 //!
-//! Cost: entering and leaving a span allocate nothing and take no lock a writer could hold for
-//! long (the registry's per-span read lock); a span's creation renders its fields into a string.
+//! Cost: entering and leaving a span allocate nothing and take no lock (a per-thread cache finds
+//! the span's state; see `live`); a span's creation renders its fields into a string, and its
+//! creation and close each take one uncontended lock of sixteen.
 #![allow(non_snake_case)] // JFR field names: spanId, parentSpanId, activeNanos
 
-use crate::commit::{self, CapturedStack};
+use crate::commit;
 use crate::event::Event;
+use crate::fork::ForkSafeMutex;
 use crate::scope;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use tracing_core::field::{Field, Visit};
 use tracing_core::{span, Metadata, Subscriber};
@@ -77,13 +79,45 @@ crate::event! {
     }
 }
 
-/// The next span id (ids start at 1; 0 means "no span").
-static NEXT_SPAN_ID: AtomicU64 = AtomicU64::new(1);
+#[allow(unsafe_code)]
+mod live;
+
+/// The next block of span ids (ids start at 1; 0 means "no span"). Threads take ids in blocks,
+/// so that a span's creation takes no atomic read-modify-write.
+static NEXT_SPAN_IDS: AtomicU64 = AtomicU64::new(1);
+const SPAN_ID_BLOCK: u64 = 1024;
+
+thread_local! {
+    /// This thread's block of span ids: the next one and the block's end.
+    static SPAN_IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// A process-unique span id, never reused.
+fn next_span_id() -> u64 {
+    SPAN_IDS
+        .try_with(|ids| {
+            let (next, end) = ids.get();
+            if next < end {
+                ids.set((next + 1, end));
+                return next;
+            }
+            // Relaxed: unique numbers are all we need.
+            let first = NEXT_SPAN_IDS.fetch_add(SPAN_ID_BLOCK, Ordering::Relaxed);
+            ids.set((first + 1, first + SPAN_ID_BLOCK));
+            first
+        })
+        // Relaxed: as above (a thread that is exiting takes one id alone).
+        .unwrap_or_else(|_| NEXT_SPAN_IDS.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The next layer's key (see [`RecorderLayer::key`]).
+static NEXT_LAYER: AtomicU32 = AtomicU32::new(1);
 
 /// A `tracing_subscriber` layer that records spans and events into the running recording.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct RecorderLayer {
-    _private: (),
+    /// Tells this layer's spans from another's: `tracing`'s span ids are per registry.
+    key: u32,
 }
 
 impl RecorderLayer {
@@ -92,7 +126,13 @@ impl RecorderLayer {
     /// `RecorderBuilder::sample_span_ids`).
     pub fn new() -> RecorderLayer {
         crate::builtin::note_span_context();
-        RecorderLayer { _private: () }
+        // Relaxed: a unique number.
+        RecorderLayer { key: NEXT_LAYER.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    /// The span id (ours) of `tracing`'s span `id`, 0 if this layer does not follow it.
+    fn span_id(&self, id: Option<&span::Id>) -> u64 {
+        id.and_then(|id| live::find(self.key, id.into_u64())).map_or(0, |(_, serial)| serial)
     }
 }
 
@@ -102,30 +142,32 @@ impl Default for RecorderLayer {
     }
 }
 
-/// What the layer keeps of a span (in the registry's extensions).
-#[derive(Debug)]
-struct SpanData {
-    /// The recording it was created in.
-    generation: u64,
-    id: u64,
-    parent: u64,
-    /// Ticks at creation.
-    start: i64,
-    fields: String,
-    /// Its name's function index (scopes).
-    func: u32,
-    stack: CapturedStack,
-    /// Entries in progress (all threads).
-    entered: AtomicU32,
-    /// Ticks at the first of the entries in progress.
-    entered_at: AtomicI64,
-    /// Ticks entered so far.
-    active: AtomicI64,
+/// A clone is a layer of its own (for another subscriber: span ids are per registry).
+impl Clone for RecorderLayer {
+    fn clone(&self) -> RecorderLayer {
+        RecorderLayer::new()
+    }
 }
 
+/// What the layer needs of a span callsite, made once per callsite.
+#[derive(Debug)]
+pub(crate) struct Callsite {
+    /// Its name's function index (scopes).
+    func: u32,
+    /// Its name, target and level as `recorder.Span` encodes them (its first three fields).
+    encoded: Box<[u8]>,
+}
+
+/// Every callsite seen, by its metadata's address.
+static CALLSITES: ForkSafeMutex<Option<HashMap<usize, &'static Callsite, BuildHasherDefault<AddressHasher>>>> =
+    ForkSafeMutex::new(None);
+
+const CALLSITE_CACHE: usize = 32;
+
 thread_local! {
-    /// Function index of each span name seen by this thread (keyed by the callsite's metadata).
-    static FUNCS: RefCell<HashMap<usize, u32, BuildHasherDefault<AddressHasher>>> = RefCell::new(HashMap::default());
+    /// The callsites this thread met last, direct-mapped by address.
+    static RECENT_CALLSITES: [Cell<(usize, Option<&'static Callsite>)>; CALLSITE_CACHE] =
+        const { [const { Cell::new((0, None)) }; CALLSITE_CACHE] };
 }
 
 /// A hasher for addresses (one multiply: the std's SipHash was a tenth of a span's creation).
@@ -146,19 +188,58 @@ impl Hasher for AddressHasher {
     }
 }
 
-/// The function index of the span callsite `meta`.
-fn function_index(meta: &'static Metadata<'static>) -> u32 {
+/// The callsite of `meta` (a span's).
+#[inline]
+fn callsite(meta: &'static Metadata<'static>) -> &'static Callsite {
     let key = meta as *const Metadata<'static> as usize;
-    FUNCS
-        .try_with(|f| {
-            if let Some(&i) = f.borrow().get(&key) {
-                return i;
-            }
-            let i = scope::function_index(meta.name());
-            f.borrow_mut().insert(key, i);
-            i
-        })
-        .unwrap_or_else(|_| scope::function_index(meta.name()))
+    let at = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize >> (usize::BITS - 5);
+    if let Ok((k, Some(c))) = RECENT_CALLSITES.try_with(|r| r[at % CALLSITE_CACHE].get()) {
+        if k == key {
+            return c;
+        }
+    }
+    let c = callsite_slow(meta, key);
+    let _ = RECENT_CALLSITES.try_with(|r| r[at % CALLSITE_CACHE].set((key, Some(c))));
+    c
+}
+
+#[cold]
+fn callsite_slow(meta: &'static Metadata<'static>, key: usize) -> &'static Callsite {
+    let mut map = CALLSITES.lock();
+    let map = map.get_or_insert_with(HashMap::default);
+    if let Some(c) = map.get(&key) {
+        return c;
+    }
+    let mut encoded = Vec::new();
+    crate::encoder::encode_into_vec(&mut encoded, |out| {
+        out.put_string(Some(meta.name()));
+        out.put_string(Some(meta.target()));
+        out.put_string(Some(meta.level().as_str()));
+    });
+    // Leaked: one per callsite of the program, and a span may close at any time.
+    let c: &'static Callsite =
+        Box::leak(Box::new(Callsite { func: scope::function_index(meta.name()), encoded: encoded.into_boxed_slice() }));
+    map.insert(key, c);
+    c
+}
+
+/// Before fork: holds the span table and the callsites (leaf locks).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(CALLSITES.lock());
+    live::lock_for_fork();
+}
+
+/// After fork, on both sides.
+///
+/// # Safety
+/// The calling thread holds the locks through [`lock_for_fork`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unlock_after_fork(child: bool) {
+    // SAFETY: the caller holds them.
+    unsafe {
+        live::unlock_after_fork(child);
+        CALLSITES.release_after_fork(child);
+    }
 }
 
 /// Renders fields as `key=value` pairs; the `message` field apart.
@@ -192,13 +273,6 @@ impl Visit for Fields {
     }
 }
 
-fn span_id<S>(span: Option<tracing_subscriber::registry::SpanRef<'_, S>>) -> u64
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    span.and_then(|s| s.extensions().get::<SpanData>().map(|d| d.id)).unwrap_or(0)
-}
-
 impl<S> Layer<S> for RecorderLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -208,98 +282,85 @@ where
         if generation == 0 {
             return;
         }
-        let Some(span) = ctx.span(id) else { return };
-        let parent = span_id(span.parent());
+        // The registry's rule for a span's parent, without looking the span up.
+        let parent = if attrs.is_root() {
+            0
+        } else if attrs.is_contextual() {
+            self.span_id(ctx.current_span().id())
+        } else {
+            self.span_id(attrs.parent())
+        };
+        let callsite = callsite(attrs.metadata());
         let mut fields = Fields::default();
         attrs.record(&mut fields);
         let mut text = fields.text;
         if let Some(message) = fields.message {
             text = if text.is_empty() { format!("message={message}") } else { format!("message={message} {text}") };
         }
-        let data = SpanData {
+        let data = live::SpanData {
             generation,
-            // Relaxed: a unique number is all we need.
-            id: NEXT_SPAN_ID.fetch_add(1, Ordering::Relaxed),
             parent,
             start: crate::clock::ticks(),
             fields: text,
-            func: function_index(attrs.metadata()),
+            callsite: Some(callsite),
             // From the application's `span!` / `#[instrument]` call: the value set it passed
             // lives in its frame, so tracing's own frames (`Layered::new_span`, `Span::new` ...)
             // and ours are left out.
             stack: commit::capture_stack(SpanEvent::event_type(), attrs.values() as *const _ as usize),
-            entered: AtomicU32::new(0),
-            entered_at: AtomicI64::new(0),
-            active: AtomicI64::new(0),
         };
-        span.extensions_mut().insert(data);
+        live::insert(self.key, id.into_u64(), next_span_id(), callsite.func, data);
     }
 
-    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else { return };
-        let mut ext = span.extensions_mut();
-        let Some(data) = ext.get_mut::<SpanData>() else { return };
-        let mut fields = Fields { text: std::mem::take(&mut data.fields), message: None };
-        values.record(&mut fields);
-        data.fields = match fields.message {
-            Some(message) if fields.text.is_empty() => format!("message={message}"),
-            Some(message) => format!("{} message={message}", fields.text),
-            None => fields.text,
-        };
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, _ctx: Context<'_, S>) {
+        live::update(self.key, id.into_u64(), |data| {
+            let mut fields = Fields { text: std::mem::take(&mut data.fields), message: None };
+            values.record(&mut fields);
+            data.fields = match fields.message {
+                Some(message) if fields.text.is_empty() => format!("message={message}"),
+                Some(message) => format!("{} message={message}", fields.text),
+                None => fields.text,
+            };
+        });
     }
 
-    fn on_enter(&self, id: &span::Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else { return };
-        let ext = span.extensions();
-        let Some(data) = ext.get::<SpanData>() else { return };
-        let Some(now) = scope::enter_span(data.func, data.id) else { return };
-        // Relaxed (both): the span's own counters; entries and exits of one span on several
-        // threads at once only make the busy time approximate.
-        if data.entered.fetch_add(1, Ordering::Relaxed) == 0 {
-            data.entered_at.store(now, Ordering::Relaxed);
+    fn on_enter(&self, id: &span::Id, _ctx: Context<'_, S>) {
+        if !commit::recording() {
+            return; // its scope and busy time would belong to no recording
+        }
+        if let Some((slot, serial)) = live::find(self.key, id.into_u64()) {
+            scope::enter_span(slot.func(), serial);
         }
     }
 
-    fn on_exit(&self, id: &span::Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else { return };
-        let ext = span.extensions();
-        let Some(data) = ext.get::<SpanData>() else { return };
-        let now = scope::exit_span(data.id);
-        // Relaxed: see `on_enter`. An exit without an entry (entered before the recording
-        // started) leaves the count alone.
-        let entered = data.entered.load(Ordering::Relaxed);
-        if entered == 0 {
+    fn on_exit(&self, id: &span::Id, _ctx: Context<'_, S>) {
+        if !commit::recording() {
             return;
         }
-        data.entered.store(entered - 1, Ordering::Relaxed);
-        if entered == 1 {
-            let since = data.entered_at.load(Ordering::Relaxed);
-            data.active.fetch_add((now - since).max(0), Ordering::Relaxed);
+        if let Some((slot, serial)) = live::find(self.key, id.into_u64()) {
+            // The entry's own time (0 for an entry of an entered span, or one made before the
+            // recording started): entries on several threads at once add up.
+            slot.add_active(scope::exit_span(serial));
         }
     }
 
-    fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(&id) else { return };
-        let Some(data) = span.extensions_mut().remove::<SpanData>() else { return };
+    fn on_close(&self, id: span::Id, _ctx: Context<'_, S>) {
+        let Some((serial, data, active)) = live::remove(self.key, id.into_u64()) else { return };
+        let Some(callsite) = data.callsite else { return };
         if data.generation != commit::generation() {
             return; // created in a recording that has ended
         }
-        let meta = span.metadata();
         let now = crate::clock::ticks();
-        // Relaxed: the span is closing; no entry is in progress. Deterministic mode: no real time.
-        let active = if scope::deterministic() { 0 } else { data.active.load(Ordering::Relaxed) };
-        let event = SpanEvent {
-            name: meta.name(),
-            target: meta.target(),
-            level: meta.level().as_str(),
-            fields: data.fields,
-            spanId: data.id,
-            parentSpanId: data.parent,
-            activeNanos: Duration::from_nanos(crate::clock::ticks_to_nanos(active).max(0) as u64),
-        };
+        let active = crate::clock::ticks_to_nanos_fast(active.max(0) as u64);
+        // `SpanEvent`'s fields, the callsite's three made once.
         commit::commit_event_with_stack(
             SpanEvent::event_type(),
-            |out| event.write_fields(out),
+            |out| {
+                out.put_bytes(&callsite.encoded);
+                out.put_string(Some(&data.fields));
+                out.put_varint(serial);
+                out.put_varint(data.parent);
+                out.put_varint(active);
+            },
             data.start,
             (now - data.start).max(0),
             data.stack,
@@ -310,11 +371,8 @@ where
         if commit::generation() == 0 {
             return;
         }
-        let span = if event.is_contextual() {
-            span_id(ctx.lookup_current())
-        } else {
-            span_id(event.parent().and_then(|id| ctx.span(id)))
-        };
+        let span =
+            if event.is_contextual() { self.span_id(ctx.current_span().id()) } else { self.span_id(event.parent()) };
         let mut fields = Fields::default();
         event.record(&mut fields);
         let meta = event.metadata();
