@@ -410,3 +410,74 @@ fn span_stacks_start_at_the_application() {
         }
     }
 }
+
+/// Threads create, enter and close spans at once, a third of them closed on another thread, with
+/// more spans open at a time than the layer's table holds in place (the rest go to its overflow
+/// map): every span is recorded once, under its own id, with its parent's id, and the entered time
+/// of the spans that were entered.
+#[test]
+fn spans_of_many_threads_at_once_keep_their_ids_and_parents() {
+    let _serial = serial();
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .no_sampling()
+        .event("recorder.Span", EventSettings { stack_trace: false, ..Default::default() })
+        .start()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(subscriber());
+    let (to_closer, closer_inbox) = std::sync::mpsc::channel::<tracing::Span>();
+    // With the subscriber as its default: the registry closes a closed child's parent through
+    // the thread's default dispatcher.
+    let closer_dispatch = dispatch.clone();
+    let closer = std::thread::spawn(move || {
+        tracing::dispatcher::with_default(&closer_dispatch, || closer_inbox.into_iter().count())
+    });
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let dispatch = dispatch.clone();
+            let to_closer = to_closer.clone();
+            s.spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    // All open at once: 4 × 3000 parents, beyond the 8192 places of the table.
+                    let parents: Vec<tracing::Span> =
+                        (0..PER_THREAD).map(|i| tracing::info_span!("parent", t, i)).collect();
+                    for (i, parent) in parents.into_iter().enumerate() {
+                        let child = parent.in_scope(|| tracing::info_span!("child", t, i));
+                        child.in_scope(|| std::hint::black_box(i));
+                        if i % 3 == 0 {
+                            to_closer.send(child).unwrap();
+                            to_closer.send(parent).unwrap();
+                        }
+                    }
+                });
+            });
+        }
+    });
+    drop(to_closer);
+    assert_eq!(closer.join().unwrap(), 2 * THREADS * PER_THREAD.div_ceil(3));
+    let file = dir.path().join("threads.jfr");
+    rec.dump(&file).unwrap();
+    assert_eq!(rec.stats().events_lost, 0);
+    rec.stop().unwrap();
+
+    let spans = read_events(&file, "recorder.Span");
+    assert_eq!(spans.len(), 2 * THREADS * PER_THREAD);
+    let mut parent_ids = std::collections::HashMap::new();
+    let mut ids = std::collections::HashSet::new();
+    for span in &spans {
+        assert!(ids.insert(span.field_i64("spanId")), "span id used twice: {span:?}");
+        if span.field("name").as_str() == Some("parent") {
+            assert_eq!(span.field_i64("parentSpanId"), 0, "{span:?}");
+            parent_ids.insert(span.field("fields").as_str().unwrap().to_owned(), span.field_i64("spanId"));
+        }
+    }
+    assert!(!ids.contains(&0));
+    for span in spans.iter().filter(|s| s.field("name").as_str() == Some("child")) {
+        let fields = span.field("fields").as_str().unwrap();
+        assert_eq!(Some(&span.field_i64("parentSpanId")), parent_ids.get(fields), "{span:?}");
+        assert!(span.field_i64("activeNanos") > 0, "{span:?}");
+    }
+}

@@ -104,8 +104,11 @@ struct Key {
 }
 
 impl Key {
-    fn hash(self) -> u64 {
-        (self.id ^ u64::from(self.layer).rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    /// Its place in a table of `n` (a power of two): the id's low bits, where the registry's
+    /// ids keep a span's slab index (a generation count is in their high bits), so a loop that
+    /// makes one span after another keeps using the same cache lines.
+    fn place(self, n: usize) -> usize {
+        (self.id as usize ^ (self.layer as usize).wrapping_mul(0x9e37)) & (n - 1)
     }
 }
 
@@ -131,6 +134,7 @@ impl Hasher for KeyHasher {
 
 const GROUPS: usize = 1024;
 const WAYS: usize = 8;
+const _: () = assert!(GROUPS.is_power_of_two() && CACHE_SIZE.is_power_of_two());
 
 /// Eight buckets on one cache line.
 #[repr(align(64))]
@@ -139,7 +143,7 @@ struct Group([AtomicPtr<Slot>; WAYS]);
 static TABLE: [Group; GROUPS] = [const { Group([const { AtomicPtr::new(std::ptr::null_mut()) }; WAYS]) }; GROUPS];
 
 fn group_of(key: Key) -> &'static Group {
-    &TABLE[(key.hash() >> 54) as usize % GROUPS]
+    &TABLE[key.place(GROUPS)]
 }
 
 type Overflow = HashMap<Key, &'static Slot, BuildHasherDefault<KeyHasher>>;
@@ -185,7 +189,7 @@ thread_local! {
 }
 
 fn remember(key: Key, slot: &'static Slot, serial: u64) {
-    let _ = CACHE.try_with(|c| c[(key.hash() >> 58) as usize % CACHE_SIZE].set(Cached { key, slot, serial }));
+    let _ = CACHE.try_with(|c| c[key.place(CACHE_SIZE)].set(Cached { key, slot, serial }));
 }
 
 /// A free slot: this thread's, the pool's, or a new block's.
@@ -307,7 +311,7 @@ pub(super) fn find(layer: u32, id: u64) -> Option<(&'static Slot, u64)> {
     let key = Key { layer, id };
     let hit = CACHE
         .try_with(|c| {
-            let e = c[(key.hash() >> 58) as usize % CACHE_SIZE].get();
+            let e = c[key.place(CACHE_SIZE)].get();
             if e.key != key || e.slot.is_null() {
                 return None;
             }

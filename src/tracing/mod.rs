@@ -273,6 +273,18 @@ impl Visit for Fields {
     }
 }
 
+/// A new span's fields as `key=value` pairs, `message` first.
+#[inline(never)]
+fn render_span_fields(attrs: &span::Attributes<'_>) -> String {
+    let mut fields = Fields::default();
+    attrs.record(&mut fields);
+    match fields.message {
+        Some(message) if fields.text.is_empty() => format!("message={message}"),
+        Some(message) => format!("message={message} {}", fields.text),
+        None => fields.text,
+    }
+}
+
 impl<S> Layer<S> for RecorderLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -291,12 +303,8 @@ where
             self.span_id(attrs.parent())
         };
         let callsite = callsite(attrs.metadata());
-        let mut fields = Fields::default();
-        attrs.record(&mut fields);
-        let mut text = fields.text;
-        if let Some(message) = fields.message {
-            text = if text.is_empty() { format!("message={message}") } else { format!("message={message} {text}") };
-        }
+        // A callsite that declares no field has nothing to render.
+        let text = if attrs.metadata().fields().is_empty() { String::new() } else { render_span_fields(attrs) };
         let data = live::SpanData {
             generation,
             parent,
