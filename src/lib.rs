@@ -65,6 +65,8 @@ mod flush;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
+mod hash;
+#[cfg(not(loom))]
 #[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]

@@ -35,9 +35,9 @@ pub(crate) use report::{absorb, Merged};
 pub use report::{ScopeNode, ScopeReport, Weight};
 
 use crate::commit::GENERATION;
+use crate::hash::BuildWordHasher;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -300,24 +300,6 @@ struct Cached {
     linked: bool,
 }
 
-/// A hasher for (parent, function) keys: one multiply.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
 /// One thread's profiler state: the shared tree it writes, and what only it needs.
 #[derive(Debug)]
 struct Local {
@@ -329,7 +311,7 @@ struct Local {
     frames: Vec<Frame>,
     /// Indexed by node.
     cache: Vec<Cached>,
-    children: Option<HashMap<u64, u32, BuildHasherDefault<KeyHasher>>>,
+    children: Option<HashMap<u64, u32, BuildWordHasher>>,
     /// Last node of the first-weight order list.
     tail: u32,
     /// The excluded-time clock: ticks of bookkeeping so far.

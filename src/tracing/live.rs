@@ -18,9 +18,9 @@
 
 use crate::commit::CapturedStack;
 use crate::fork::ForkSafeMutex;
+use crate::hash::BuildWordHasher;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// What a span keeps from its creation to its close.
@@ -112,26 +112,6 @@ impl Key {
     }
 }
 
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 const GROUPS: usize = 1024;
 const WAYS: usize = 8;
 const _: () = assert!(GROUPS.is_power_of_two() && CACHE_SIZE.is_power_of_two());
@@ -146,7 +126,7 @@ fn group_of(key: Key) -> &'static Group {
     &TABLE[key.place(GROUPS)]
 }
 
-type Overflow = HashMap<Key, &'static Slot, BuildHasherDefault<KeyHasher>>;
+type Overflow = HashMap<Key, &'static Slot, BuildWordHasher>;
 
 /// Spans whose group was full.
 static OVERFLOW: ForkSafeMutex<Option<Overflow>> = ForkSafeMutex::new(None);

@@ -29,11 +29,11 @@
 use crate::commit;
 use crate::event::Event;
 use crate::fork::ForkSafeMutex;
+use crate::hash::BuildWordHasher;
 use crate::scope;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use tracing_core::field::{Field, Visit};
@@ -159,8 +159,7 @@ pub(crate) struct Callsite {
 }
 
 /// Every callsite seen, by its metadata's address.
-static CALLSITES: ForkSafeMutex<Option<HashMap<usize, &'static Callsite, BuildHasherDefault<AddressHasher>>>> =
-    ForkSafeMutex::new(None);
+static CALLSITES: ForkSafeMutex<Option<HashMap<usize, &'static Callsite, BuildWordHasher>>> = ForkSafeMutex::new(None);
 
 const CALLSITE_CACHE: usize = 32;
 
@@ -168,24 +167,6 @@ thread_local! {
     /// The callsites this thread met last, direct-mapped by address.
     static RECENT_CALLSITES: [Cell<(usize, Option<&'static Callsite>)>; CALLSITE_CACHE] =
         const { [const { Cell::new((0, None)) }; CALLSITE_CACHE] };
-}
-
-/// A hasher for addresses (one multiply: the std's SipHash was a tenth of a span's creation).
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    }
 }
 
 /// The callsite of `meta` (a span's).
