@@ -88,3 +88,18 @@ fn child_runs_the_embedding_example() {
         embedding::run().unwrap();
     }
 }
+
+/// CI runs the README's test command, exactly: the second line of "The two commands" (its
+/// comment aside) is a line of `.ci/run`.
+#[test]
+fn ci_runs_the_readme_s_test_command() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("\n## The two commands").expect("the two commands")..];
+    let block = &section[section.find("\n```sh\n").expect("an sh block") + 7..];
+    let test_line = block.lines().nth(1).expect("two commands");
+    let command = test_line.split('#').next().unwrap().trim();
+    assert_eq!(command, "bash scripts/test.sh");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == command), ".ci/run does not run `{command}`:\n{ci}");
+}
