@@ -84,13 +84,13 @@ pub fn runtime_frames(frames: &[FrameInfo]) -> usize {
 /// threads sampled from their first instruction: a sample taken before the thread reached its
 /// closure has these outermost and no `__rust_begin_short_backtrace`.
 fn is_thread_start_machinery(frame: &FrameInfo) -> bool {
-    let name = format!("{}::{}", frame.class, frame.method);
+    let name = joined_name(frame);
     name.contains("thread_hooks::start_trampoline")
         || (name.contains("std::sys::thread") && name.contains("thread_start"))
         || name.contains("spawn_unchecked")
         || name.contains("catch_unwind")
         || name.contains("__rust_try")
-        || is_call_once_shim(frame)
+        || names_call_once_shim(&name)
 }
 
 /// `recorder record`'s preload library: its wrappers of `main` and of each thread's start routine
@@ -111,10 +111,18 @@ const C_START_FRAMES: &[&str] = &[
 /// `core::ops::function::FnOnce::call_once` (and its `{{vtable.shim}}`): the call of the thread's
 /// (or `main`'s) closure.
 fn is_call_once_shim(frame: &FrameInfo) -> bool {
-    // The class may be the module path (`core::ops::function::FnOnce` + `call_once`) or the
-    // library, with the whole symbol as the method.
-    let name = format!("{}::{}", frame.class, frame.method);
-    name.contains("FnOnce") && name.contains("::call_once")
+    names_call_once_shim(&joined_name(frame))
+}
+
+fn names_call_once_shim(joined: &str) -> bool {
+    joined.contains("FnOnce") && joined.contains("::call_once")
+}
+
+/// `class::method`: the class may be the module path (`core::ops::function::FnOnce` +
+/// `call_once`) or the library, with the whole symbol as the method; the tests above look for
+/// the parts wherever they are.
+fn joined_name(frame: &FrameInfo) -> String {
+    format!("{}::{}", frame.class, frame.method)
 }
 
 #[cfg(test)]
