@@ -133,23 +133,6 @@ pub fn ticks_to_nanos(ticks: i64) -> i64 {
     scale(ticks, NANOS_PER_SECOND, ticks_per_second())
 }
 
-/// `ticks` (not negative) in ns with one multiplication, for hot paths (the division of
-/// [`ticks_to_nanos`] costs a hundred instructions): its value or 1 ns less.
-#[cfg_attr(any(loom, not(feature = "tracing")), allow(dead_code))] // the span layer's
-pub(crate) fn ticks_to_nanos_fast(ticks: u64) -> u64 {
-    /// 2^64 ns per tick, when a tick is shorter than a nanosecond (the TSC).
-    static NANOS_PER_TICK_Q64: OnceLock<Option<u64>> = OnceLock::new();
-    let scale = NANOS_PER_TICK_Q64.get_or_init(|| {
-        let per_second = ticks_per_second();
-        (per_second > NANOS_PER_SECOND)
-            .then(|| ((u128::from(NANOS_PER_SECOND as u64) << 64) / per_second as u128) as u64)
-    });
-    match *scale {
-        Some(m) => ((u128::from(ticks) * u128::from(m)) >> 64) as u64,
-        None => ticks_to_nanos(i64::try_from(ticks).unwrap_or(i64::MAX)).max(0) as u64,
-    }
-}
-
 /// `nanos` ns in ticks (rounded toward zero).
 pub fn nanos_to_ticks(nanos: i64) -> i64 {
     scale(nanos, ticks_per_second(), NANOS_PER_SECOND)
@@ -159,6 +142,12 @@ pub fn nanos_to_ticks(nanos: i64) -> i64 {
 fn scale(v: i64, num: i64, den: i64) -> i64 {
     if num == den {
         return v;
+    }
+    // Exact either way: one 64-bit division wherever the product fits (ticks to ns: up to 9.2e9
+    // ticks, seconds of a GHz counter, so every short span a hot path converts), the 128-bit
+    // one (a library call of about a hundred instructions) beyond.
+    if let Some(product) = v.checked_mul(num) {
+        return product / den.max(1);
     }
     let r = i128::from(v) * i128::from(num) / i128::from(den.max(1));
     r.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
@@ -361,15 +350,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_fast_conversion_is_the_exact_one_or_a_nanosecond_less() {
-        let mut ticks = 0u64;
-        while ticks < 1 << 62 {
-            for t in [ticks, ticks + 1, ticks.saturating_sub(1), ticks / 3 * 5 + 7] {
-                let exact = ticks_to_nanos(t as i64) as u64;
-                let fast = ticks_to_nanos_fast(t);
-                assert!(fast == exact || fast + 1 == exact, "{t} ticks: {fast} ns, exactly {exact}");
+    fn scaling_is_exact_on_both_sides_of_the_64_bit_product() {
+        let exact = |v: i64, num: i64, den: i64| (i128::from(v) * i128::from(num) / i128::from(den)) as i64;
+        for (num, den) in [(NANOS_PER_SECOND, 2_594_101_000), (2_594_101_000, NANOS_PER_SECOND), (3, 7)] {
+            let limit = i64::MAX / num;
+            for v in [0, 1, -1, 12_345, limit - 1, limit, limit + 1, -limit, -limit - 1, i64::MAX / 3] {
+                assert_eq!(scale(v, num, den), exact(v, num, den), "{v} * {num} / {den}");
             }
-            ticks = ticks * 2 + 1;
         }
     }
 

@@ -341,7 +341,7 @@ where
             return; // created in a recording that has ended
         }
         let now = crate::clock::ticks();
-        let active = crate::clock::ticks_to_nanos_fast(active.max(0) as u64);
+        let active = crate::clock::ticks_to_nanos(active).max(0) as u64;
         // `SpanEvent`'s fields, the callsite's three made once.
         commit::commit_event_with_stack(
             SpanEvent::event_type(),
