@@ -109,6 +109,11 @@ impl<T: ?Sized> ForkSafeMutex<T> {
         }
     }
 
+    /// The value, through exclusive access to the lock (no locking needed).
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
     pub(crate) fn is_locked(&self) -> bool {
         // Relaxed: a diagnostic and fork-hook question, answered while no other thread runs or
         // without ordering needs.
@@ -152,13 +157,6 @@ impl<T: ?Sized + std::fmt::Debug> std::fmt::Debug for ForkSafeGuard<'_, T> {
     }
 }
 
-impl<T: ?Sized> ForkSafeMutex<T> {
-    /// The value, through exclusive access to the lock (no locking needed).
-    pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
-    }
-}
-
 impl<T: ?Sized> std::ops::Deref for ForkSafeGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -195,7 +193,7 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
-    // SAFETY: `prepare` locked both on this thread and their guards were forgotten.
+    // SAFETY: `prepare` took every one of these locks on this thread and forgot the guards.
     unsafe {
         #[cfg(all(feature = "tracing", not(loom)))]
         crate::tracing::unlock_after_fork(false);
@@ -213,7 +211,7 @@ extern "C" fn parent() {
 extern "C" fn child() {
     crate::alloc::forget_in_child();
     crate::unwind::forked_child();
-    // SAFETY: as in `parent`; the child has only this thread, which holds both locks.
+    // SAFETY: as in `parent`; the child has only this thread, which holds them all.
     unsafe {
         #[cfg(all(feature = "tracing", not(loom)))]
         crate::tracing::unlock_after_fork(true);
@@ -255,8 +253,9 @@ mod tests {
     fn a_waiter_in_the_parent_is_not_woken_in_place_of_the_childs() {
         let held = LOCK.lock();
         let waiter = std::thread::spawn(|| *LOCK.lock() += 1);
-        std::thread::sleep(Duration::from_millis(50)); // the waiter sleeps in the kernel
-                                                       // SAFETY: the child uses the lock, std threads and libc only, and leaves with _exit.
+        // Long enough for the waiter to sleep in the kernel.
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: the child uses the lock, std threads and libc only, and leaves with _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
