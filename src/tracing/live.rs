@@ -16,28 +16,26 @@
 //! `on_close` returns), and serials are never reused, so a stale entry can never pass for a live
 //! span, even one that reuses the id and the slot.
 
-use crate::commit::CapturedStack;
-use crate::fork::ForkSafeMutex;
-use crate::hash::BuildWordHasher;
-use std::cell::{Cell, RefCell, UnsafeCell};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+//!
+//! Its atomics, cells and locks come from `crate::sync`, so that the loom models
+//! (`loom-tests/tests/span_table.rs`) run this code; under them the table is small (2 groups of
+//! 2), so that a few spans fill a group.
 
-/// What a span keeps from its creation to its close.
-#[derive(Debug, Default)]
-pub(super) struct SpanData {
-    /// The recording it was created in.
-    pub generation: u64,
-    pub parent: u64,
-    /// Ticks at creation.
-    pub start: i64,
-    pub fields: String,
-    pub callsite: Option<&'static super::Callsite>,
-    pub stack: CapturedStack,
-}
+use super::SpanData;
+use crate::hash::BuildWordHasher;
+use crate::sync::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+/// The table's locks: fork-safe (held across `fork`: [`lock_for_fork`]), or loom's under the
+/// models.
+#[cfg(not(loom))]
+type Lock<T> = crate::fork::ForkSafeMutex<T>;
+#[cfg(loom)]
+type Lock<T> = crate::sync::Mutex<T>;
 
 /// One open span's state.
-pub(super) struct Slot {
+pub struct Slot {
     /// The span's key (written before the slot is published, while it is free).
     layer: AtomicU32,
     id: AtomicU64,
@@ -48,7 +46,7 @@ pub(super) struct Slot {
     /// Ticks it was entered so far, summed over its entries.
     active: AtomicI64,
     /// Written by the creating thread before the slot is published, changed by `on_record`
-    /// under [`RECORD`], taken at close: `tracing` closes a span once every handle of it is gone,
+    /// under the table's `record` lock, taken at close: `tracing` closes a span once every handle of it is gone,
     /// so after every `on_record` (the registry's reference count orders them).
     data: UnsafeCell<SpanData>,
 }
@@ -74,6 +72,7 @@ impl Slot {
         self.serial.load(Ordering::Acquire)
     }
 
+    /// The function index of the span's name (its scopes').
     pub fn func(&self) -> u32 {
         // Relaxed: written before the slot was published (the publication's Release orders it).
         self.func.load(Ordering::Relaxed)
@@ -112,34 +111,66 @@ impl Key {
     }
 }
 
+#[cfg(not(loom))]
 const GROUPS: usize = 1024;
+#[cfg(not(loom))]
 const WAYS: usize = 8;
+#[cfg(loom)]
+const GROUPS: usize = 2;
+#[cfg(loom)]
+const WAYS: usize = 2;
 const _: () = assert!(GROUPS.is_power_of_two() && CACHE_SIZE.is_power_of_two());
 
 /// Eight buckets on one cache line.
 #[repr(align(64))]
 struct Group([AtomicPtr<Slot>; WAYS]);
 
-static TABLE: [Group; GROUPS] = [const { Group([const { AtomicPtr::new(std::ptr::null_mut()) }; WAYS]) }; GROUPS];
-
-fn group_of(key: Key) -> &'static Group {
-    &TABLE[key.place(GROUPS)]
-}
-
 type Overflow = HashMap<Key, &'static Slot, BuildWordHasher>;
 
-/// Spans whose group was full.
-static OVERFLOW: ForkSafeMutex<Option<Overflow>> = ForkSafeMutex::new(None);
-/// Spans in `OVERFLOW`, read without its lock: a lookup that finds 0 has nothing to look for
-/// there (a span's insert happened before any legitimate lookup of it).
-static OVERFLOWED: AtomicUsize = AtomicUsize::new(0);
-/// Serializes `on_record`s (they change a span's data; rare).
-static RECORD: ForkSafeMutex<()> = ForkSafeMutex::new(());
-/// Free slots of exited threads, and the surplus of threads that free more than they take.
-static POOL: ForkSafeMutex<Vec<&'static Slot>> = ForkSafeMutex::new(Vec::new());
+/// Where the open spans are, and the locks of the slow paths.
+struct Table {
+    groups: [Group; GROUPS],
+    /// Spans whose group was full.
+    overflow: Lock<Option<Overflow>>,
+    /// Spans in `overflow`, read without its lock: a lookup that finds 0 has nothing to look for
+    /// there (a span's insert happened before any legitimate lookup of it).
+    overflowed: AtomicUsize,
+    /// Serializes `on_record`s (they change a span's data; rare).
+    record: Lock<()>,
+    /// Free slots of exited threads, and the surplus of threads that free more than they take.
+    pool: Lock<Vec<&'static Slot>>,
+}
+
+#[cfg(not(loom))]
+static TABLE: Table = Table {
+    groups: [const { Group([const { AtomicPtr::new(std::ptr::null_mut()) }; WAYS]) }; GROUPS],
+    overflow: Lock::new(None),
+    overflowed: AtomicUsize::new(0),
+    record: Lock::new(()),
+    pool: Lock::new(Vec::new()),
+};
+
+// A new table for each execution of a model.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref TABLE: Table = Table {
+        groups: std::array::from_fn(|_| Group(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())))),
+        overflow: Lock::new(None),
+        overflowed: AtomicUsize::new(0),
+        record: Lock::new(()),
+        pool: Lock::new(Vec::new()),
+    };
+}
+
+fn group_of(key: Key) -> &'static Group {
+    &TABLE.groups[key.place(GROUPS)]
+}
 
 /// Slots allocated at once (never freed: a cached pointer may be read at any time).
+#[cfg(not(loom))]
 const SLOTS_PER_BLOCK: usize = 64;
+#[cfg(loom)]
+const SLOTS_PER_BLOCK: usize = 2;
 /// A thread keeps at most this many free slots; beyond, half go to the pool.
 const MAX_LOCAL_FREE: usize = 256;
 
@@ -148,7 +179,9 @@ struct FreeSlots(Vec<&'static Slot>);
 
 impl Drop for FreeSlots {
     fn drop(&mut self) {
-        POOL.lock().append(&mut self.0);
+        if !self.0.is_empty() {
+            TABLE.pool.lock().append(&mut self.0);
+        }
     }
 }
 
@@ -163,9 +196,15 @@ struct Cached {
 const CACHE_SIZE: usize = 64;
 const NO_ENTRY: Cached = Cached { key: Key { layer: 0, id: 0 }, slot: std::ptr::null(), serial: 0 };
 
+#[cfg(not(loom))]
 thread_local! {
     static CACHE: [Cell<Cached>; CACHE_SIZE] = const { [const { Cell::new(NO_ENTRY) }; CACHE_SIZE] };
     static FREE: RefCell<FreeSlots> = const { RefCell::new(FreeSlots(Vec::new())) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static CACHE: [Cell<Cached>; CACHE_SIZE] = [const { Cell::new(NO_ENTRY) }; CACHE_SIZE];
+    static FREE: RefCell<FreeSlots> = RefCell::new(FreeSlots(Vec::new()));
 }
 
 fn remember(key: Key, slot: &'static Slot, serial: u64) {
@@ -180,7 +219,7 @@ fn take_slot() -> &'static Slot {
 
 #[cold]
 fn take_slot_slow() -> &'static Slot {
-    let mut pool = POOL.lock();
+    let mut pool = TABLE.pool.lock();
     if pool.is_empty() {
         let block: &'static [Slot] = Vec::leak((0..SLOTS_PER_BLOCK).map(|_| Slot::new()).collect());
         pool.extend(block.iter());
@@ -195,7 +234,7 @@ fn take_slot_slow() -> &'static Slot {
         }
     });
     if !taken.is_empty() {
-        POOL.lock().append(&mut taken); // a thread that is exiting
+        TABLE.pool.lock().append(&mut taken); // a thread that is exiting
     }
     slot
 }
@@ -207,13 +246,13 @@ fn release_slot(slot: &'static Slot) {
             f.0.push(slot);
             if f.0.len() > MAX_LOCAL_FREE {
                 let surplus = f.0.split_off(MAX_LOCAL_FREE / 2);
-                POOL.lock().extend(surplus);
+                TABLE.pool.lock().extend(surplus);
             }
             true
         })
         .unwrap_or(false);
     if !kept {
-        POOL.lock().push(slot);
+        TABLE.pool.lock().push(slot);
     }
 }
 
@@ -224,15 +263,22 @@ fn free(slot: &'static Slot) -> (u64, SpanData, i64) {
     // from now on, before `tracing` can give its id to another span.
     slot.serial.store(0, Ordering::Release);
     // SAFETY: the span closes (no `on_record` can run) or was abandoned; see `Slot::data`.
-    let data = std::mem::take(unsafe { &mut *slot.data.get() });
+    let data = slot.data.with_mut(|data| std::mem::take(unsafe { &mut *data }));
     // Relaxed: the last exit came before the close.
     let active = slot.active.load(Ordering::Relaxed);
     release_slot(slot);
     (serial, data, active)
 }
 
+/// The ordering of a slot's publication (Release; the mutation weakens it, and the models must
+/// catch that).
+#[cfg(not(recorder_mutation = "span_publish_relaxed"))]
+const PUBLISH: Ordering = Ordering::Release;
+#[cfg(recorder_mutation = "span_publish_relaxed")]
+const PUBLISH: Ordering = Ordering::Relaxed;
+
 /// Publishes a new span: `serial` its process-unique id. The creating thread's cache has it.
-pub(super) fn insert(layer: u32, id: u64, serial: u64, func: u32, data: SpanData) {
+pub fn insert(layer: u32, id: u64, serial: u64, func: u32, data: SpanData) {
     let key = Key { layer, id };
     let slot = take_slot();
     // Relaxed (all): published by the Release compare-and-swap below (or the map's lock).
@@ -242,20 +288,21 @@ pub(super) fn insert(layer: u32, id: u64, serial: u64, func: u32, data: SpanData
     slot.active.store(0, Ordering::Relaxed);
     slot.serial.store(serial, Ordering::Relaxed);
     // SAFETY: a free slot is this thread's alone until published.
-    unsafe { *slot.data.get() = data };
+    slot.data.with_mut(|cell| unsafe { *cell = data });
     let group = group_of(key);
     let mut published = false;
     for bucket in &group.0 {
         // Acquire: pairs with the Release of the compare-and-swap that published it.
         let held = bucket.load(Ordering::Acquire);
         if held.is_null() {
-            // Release: publishes the slot's contents to the lookups that load it (Acquire).
+            // PUBLISH (Release): publishes the slot's contents to the lookups that load it
+            // (Acquire, in `find_slow` and here).
             if !published
                 && bucket
                     .compare_exchange(
                         std::ptr::null_mut(),
                         slot as *const Slot as *mut Slot,
-                        Ordering::Release,
+                        PUBLISH,
                         Ordering::Relaxed,
                     )
                     .is_ok()
@@ -274,20 +321,20 @@ pub(super) fn insert(layer: u32, id: u64, serial: u64, func: u32, data: SpanData
         }
     }
     if !published {
-        let mut map = OVERFLOW.lock();
+        let mut map = TABLE.overflow.lock();
         let map = map.get_or_insert_with(Overflow::default);
         if let Some(old) = map.insert(key, slot) {
             free(old);
         }
-        // Relaxed: see `OVERFLOWED`; under the lock, so plain stores cannot race.
-        OVERFLOWED.store(map.len(), Ordering::Relaxed);
+        // Relaxed: see `Table::overflowed`; under the lock, so plain stores cannot race.
+        TABLE.overflowed.store(map.len(), Ordering::Relaxed);
     }
     remember(key, slot, serial);
 }
 
 /// The slot of span `id` of `layer` and its serial, if the layer follows that span.
 #[inline]
-pub(super) fn find(layer: u32, id: u64) -> Option<(&'static Slot, u64)> {
+pub fn find(layer: u32, id: u64) -> Option<(&'static Slot, u64)> {
     let key = Key { layer, id };
     let hit = CACHE
         .try_with(|c| {
@@ -297,7 +344,10 @@ pub(super) fn find(layer: u32, id: u64) -> Option<(&'static Slot, u64)> {
             }
             // SAFETY: slots are never freed.
             let slot: &'static Slot = unsafe { &*e.slot };
-            (slot.serial() == e.serial).then_some((slot, e.serial))
+            // The mutation drops the check that makes a stale entry harmless (the models must
+            // catch it).
+            let valid = cfg!(recorder_mutation = "span_cache_unchecked") || slot.serial() == e.serial;
+            valid.then_some((slot, e.serial))
         })
         .ok()
         .flatten();
@@ -322,26 +372,26 @@ fn find_slow(key: Key) -> Option<(&'static Slot, u64)> {
             }
         }
     }
-    // Relaxed: see `OVERFLOWED`.
-    if OVERFLOWED.load(Ordering::Relaxed) == 0 {
+    // Relaxed: see `Table::overflowed`.
+    if TABLE.overflowed.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let slot = *OVERFLOW.lock().as_ref()?.get(&key)?;
+    let slot = *TABLE.overflow.lock().as_ref()?.get(&key)?;
     let serial = slot.serial();
     remember(key, slot, serial);
     Some((slot, serial))
 }
 
 /// Changes span `id`'s data (`on_record`); nothing if the layer does not follow it.
-pub(super) fn update(layer: u32, id: u64, change: impl FnOnce(&mut SpanData)) {
+pub fn update(layer: u32, id: u64, change: impl FnOnce(&mut SpanData)) {
     let Some((slot, _)) = find(layer, id) else { return };
-    let _serialized = RECORD.lock();
-    // SAFETY: the span is open (the caller holds it) and `RECORD` is held; see `Slot::data`.
-    change(unsafe { &mut *slot.data.get() });
+    let _serialized = TABLE.record.lock();
+    // SAFETY: the span is open (the caller holds it) and `record` is held; see `Slot::data`.
+    slot.data.with_mut(|data| change(unsafe { &mut *data }));
 }
 
 /// Span `id` closes: its serial, data and entered ticks, and its slot is free again.
-pub(super) fn remove(layer: u32, id: u64) -> Option<(u64, SpanData, i64)> {
+pub fn remove(layer: u32, id: u64) -> Option<(u64, SpanData, i64)> {
     let key = Key { layer, id };
     let (slot, _) = find(layer, id)?;
     let target = slot as *const Slot as *mut Slot;
@@ -351,39 +401,40 @@ pub(super) fn remove(layer: u32, id: u64) -> Option<(u64, SpanData, i64)> {
         // Release: a slot recycled later is published again by a compare-and-swap.
         Some(bucket) => bucket.store(std::ptr::null_mut(), Ordering::Release),
         None => {
-            let mut map = OVERFLOW.lock();
+            let mut map = TABLE.overflow.lock();
             if let Some(map) = map.as_mut() {
                 map.remove(&key);
                 // Relaxed: as in `insert`.
-                OVERFLOWED.store(map.len(), Ordering::Relaxed);
+                TABLE.overflowed.store(map.len(), Ordering::Relaxed);
             }
         }
     }
     Some(free(slot))
 }
 
-/// Before fork: holds the layer's locks (leaf locks: their holders wait for nothing).
+/// Before fork: holds the table's locks (leaf locks: their holders wait for nothing).
+#[cfg(not(loom))]
 pub(crate) fn lock_for_fork() {
-    std::mem::forget(RECORD.lock());
-    std::mem::forget(OVERFLOW.lock());
-    std::mem::forget(POOL.lock());
+    std::mem::forget(TABLE.record.lock());
+    std::mem::forget(TABLE.overflow.lock());
+    std::mem::forget(TABLE.pool.lock());
 }
 
 /// After fork, on both sides.
 ///
 /// # Safety
 /// The calling thread holds the locks through [`lock_for_fork`].
-#[allow(unsafe_code)]
+#[cfg(not(loom))]
 pub(crate) unsafe fn unlock_after_fork(child: bool) {
     // SAFETY: the caller holds them.
     unsafe {
-        POOL.release_after_fork(child);
-        OVERFLOW.release_after_fork(child);
-        RECORD.release_after_fork(child);
+        TABLE.pool.release_after_fork(child);
+        TABLE.overflow.release_after_fork(child);
+        TABLE.record.release_after_fork(child);
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

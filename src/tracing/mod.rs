@@ -84,6 +84,19 @@ crate::event! {
 #[allow(unsafe_code)]
 mod live;
 
+/// What the layer keeps of a span from its creation to its close (in its [`live`] slot).
+#[derive(Debug, Default)]
+struct SpanData {
+    /// The recording it was created in.
+    generation: u64,
+    parent: u64,
+    /// Ticks at creation.
+    start: i64,
+    fields: String,
+    callsite: Option<&'static Callsite>,
+    stack: commit::CapturedStack,
+}
+
 /// The next block of span ids (ids start at 1; 0 means "no span"). Threads take ids in blocks,
 /// so that a span's creation takes no atomic read-modify-write.
 static NEXT_SPAN_IDS: AtomicU64 = AtomicU64::new(1);
@@ -288,7 +301,7 @@ where
         let callsite = callsite(attrs.metadata());
         // A callsite that declares no field has nothing to render.
         let text = if attrs.metadata().fields().is_empty() { String::new() } else { render_span_fields(attrs) };
-        let data = live::SpanData {
+        let data = SpanData {
             generation,
             parent,
             start: crate::clock::ticks(),
