@@ -6,14 +6,21 @@
 mod common;
 
 use common::*;
-use recorder::scope::{ScopeReport, Weight};
+use recorder::scope::{ScopeClock, ScopeReport, Weight};
 use recorder::Recorder;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn start(dir: &Path) -> Recorder {
-    Recorder::builder().repository(dir).no_sampling().start().unwrap()
+    start_with(dir, ScopeClock::default())
 }
+
+fn start_with(dir: &Path, clock: ScopeClock) -> Recorder {
+    Recorder::builder().repository(dir).no_sampling().scope_clock(clock).start().unwrap()
+}
+
+/// The tests of times run with both clocks: what they check holds for either.
+const CLOCKS: [ScopeClock; 2] = [ScopeClock::Calibrated, ScopeClock::Exact];
 
 fn spin(d: Duration) {
     let t = Instant::now();
@@ -48,8 +55,14 @@ fn calls(report: &ScopeReport, path: &[&str]) -> u64 {
 #[test]
 fn worker_pool_totals_are_the_sum_of_every_worker() {
     let _serial = serial();
+    for clock in CLOCKS {
+        worker_pool(clock);
+    }
+}
+
+fn worker_pool(clock: ScopeClock) {
     let dir = tempfile::tempdir().unwrap();
-    let rec = start(dir.path());
+    let rec = start_with(dir.path(), clock);
     let workers: Vec<(u32, u32)> = (0..8).map(|w| (3 + w, 2 + w % 3)).collect();
     let handles: Vec<_> = workers.iter().map(|&(jobs, n)| std::thread::spawn(move || job(jobs, n))).collect();
     for h in handles {
@@ -82,8 +95,14 @@ fn worker_pool_totals_are_the_sum_of_every_worker() {
 #[test]
 fn self_and_total_time_follow_the_nesting() {
     let _serial = serial();
+    for clock in CLOCKS {
+        nesting(clock);
+    }
+}
+
+fn nesting(clock: ScopeClock) {
     let dir = tempfile::tempdir().unwrap();
-    let rec = start(dir.path());
+    let rec = start_with(dir.path(), clock);
     {
         recorder::scope!("outer");
         spin(Duration::from_millis(20));
@@ -123,8 +142,14 @@ fn self_and_total_time_follow_the_nesting() {
 #[test]
 fn explicit_timestamps_are_kept_exactly() {
     let _serial = serial();
+    for clock in CLOCKS {
+        explicit_timestamps(clock);
+    }
+}
+
+fn explicit_timestamps(clock: ScopeClock) {
     let dir = tempfile::tempdir().unwrap();
-    let rec = start(dir.path());
+    let rec = start_with(dir.path(), clock);
     let mut given = 0;
     {
         recorder::scope!("host");

@@ -50,8 +50,15 @@ fn nested(depth: u32) {
 #[test]
 fn scope_and_span_enter_exit_allocate_nothing() {
     let _serial = common::serial();
+    // Either scope clock: the exact one only reads the clock more.
+    for clock in [recorder::scope::ScopeClock::Calibrated, recorder::scope::ScopeClock::Exact] {
+        enter_exit_allocate_nothing(clock);
+    }
+}
+
+fn enter_exit_allocate_nothing(clock: recorder::scope::ScopeClock) {
     let dir = tempfile::tempdir().unwrap();
-    let rec = recorder::Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    let rec = recorder::Recorder::builder().repository(dir.path()).no_sampling().scope_clock(clock).start().unwrap();
     let subscriber = tracing_subscriber::registry().with(recorder::tracing::RecorderLayer::new());
     tracing::subscriber::with_default(subscriber, || {
         let span = tracing::info_span!("long_lived");

@@ -141,7 +141,7 @@ impl Recorder {
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         // Scopes of this recording start with empty trees (before the first flush, which would
         // otherwise write the previous recording's).
-        crate::scope::start(generation, settings.deterministic);
+        crate::scope::start(generation, settings.deterministic, settings.scope_clock);
         crate::builtin::set_sample_span_ids(settings.sample_span_ids);
         let shared = Arc::new(Shared {
             generation,

@@ -132,6 +132,9 @@ pub struct Settings {
     /// flushes only when asked (`flush`, `dump`, `stop`), so the same events give byte-identical
     /// files.
     pub deterministic: bool,
+    /// How scopes charge their own entry and return to the scopes around them
+    /// ([`RecorderBuilder::scope_clock`]).
+    pub scope_clock: crate::scope::ScopeClock,
     /// `jdk.ExecutionSample` carries `spanId`, the `tracing` span its thread was in: `None` (the
     /// default) when a `RecorderLayer` exists as the recording writes its first samples,
     /// `Some(on)` always / never.
@@ -167,6 +170,7 @@ impl Default for Settings {
             allocation: None,
             compress_finished_chunks: false,
             deterministic: false,
+            scope_clock: crate::scope::ScopeClock::Calibrated,
             sample_span_ids: None,
             log_lock_holds: false,
             #[cfg(feature = "push")]
@@ -314,6 +318,17 @@ impl RecorderBuilder {
     /// Threads that can be sampled at once (default 128).
     pub fn max_sampled_threads(mut self, n: usize) -> Self {
         self.settings.sampling.get_or_insert_with(SamplerConfig::default).max_threads = n;
+        self
+    }
+    /// How the scope profiler ([`scope!`](crate::scope!), `#[recorder::profile]`, spans of
+    /// `RecorderLayer`) keeps its own entry and return out of the self time of the scopes around
+    /// them: [`ScopeClock::Calibrated`](crate::scope::ScopeClock::Calibrated) (the default: two
+    /// clock reads per scope, a constant measured once per process) or
+    /// [`ScopeClock::Exact`](crate::scope::ScopeClock::Exact) (four reads per scope, measured in
+    /// place: self times stay right on a machine whose neighbours change the cost of code from
+    /// one millisecond to the next, such as a shared VM).
+    pub fn scope_clock(mut self, clock: crate::scope::ScopeClock) -> Self {
+        self.settings.scope_clock = clock;
         self
     }
     /// Deterministic mode: event timestamps become a logical counter (1, 2, 3, …) and durations 0,

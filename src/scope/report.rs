@@ -14,6 +14,7 @@ use std::sync::Arc;
 struct Registry {
     generation: u64,
     deterministic: bool,
+    clock: super::ScopeClock,
     merged: Merged,
 }
 
@@ -37,18 +38,19 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
 }
 
 /// A new recording: the trees of the previous one are dropped.
-pub(crate) fn reset(generation: u64, deterministic: bool) {
-    *REGISTRY.lock() = Some(Registry { generation, deterministic, merged: Merged { deterministic, ..Merged::new() } });
+pub(crate) fn reset(generation: u64, deterministic: bool, clock: super::ScopeClock) {
+    *REGISTRY.lock() =
+        Some(Registry { generation, deterministic, clock, merged: Merged { deterministic, ..Merged::new() } });
 }
 
-/// A new tree for the calling thread in recording `generation` (and whether it is deterministic),
-/// or `None` if that recording is not the current one.
-pub(crate) fn register(generation: u64) -> Option<(Arc<Tree>, bool)> {
+/// A new tree for the calling thread in recording `generation` (and whether it is deterministic,
+/// and its clock), or `None` if that recording is not the current one.
+pub(crate) fn register(generation: u64) -> Option<(Arc<Tree>, bool, super::ScopeClock)> {
     let mut guard = REGISTRY.lock();
     let reg = guard.as_mut().filter(|r| r.generation == generation)?;
     let tree = Arc::new(Tree::new());
     reg.merged.views.push(View { tree: Arc::clone(&tree), map: Vec::new(), seen: Vec::new() });
-    Some((tree, reg.deterministic))
+    Some((tree, reg.deterministic, reg.clock))
 }
 
 /// Absorbs what every thread recorded since the last call, then runs `f` on the merged tree (with

@@ -354,7 +354,9 @@ where
             return; // created in a recording that has ended
         }
         let now = crate::clock::ticks();
-        let active = crate::clock::ticks_to_nanos(active).max(0) as u64;
+        // An entered span was busy for 1 ns at least, however short its entries were (a few ticks
+        // are less than a ns): 0 says it was never entered.
+        let active = if active > 0 { crate::clock::ticks_to_nanos(active).max(1) as u64 } else { 0 };
         // `SpanEvent`'s fields, the callsite's three made once.
         commit::commit_event_with_stack(
             SpanEvent::event_type(),
