@@ -15,7 +15,6 @@
 //! before `tracing` can hand the span's id to a new span (the registry frees the id after
 //! `on_close` returns), and serials are never reused, so a stale entry can never pass for a live
 //! span, even one that reuses the id and the slot.
-
 //!
 //! Its atomics, cells and locks come from `crate::sync`, so that the loom models
 //! (`loom-tests/tests/span_table.rs`) run this code; under them the table is small (2 groups of
@@ -46,8 +45,9 @@ pub struct Slot {
     /// Ticks it was entered so far, summed over its entries.
     active: AtomicI64,
     /// Written by the creating thread before the slot is published, changed by `on_record`
-    /// under the table's `record` lock, taken at close: `tracing` closes a span once every handle of it is gone,
-    /// so after every `on_record` (the registry's reference count orders them).
+    /// under the table's `record` lock, taken at close: `tracing` closes a span once every
+    /// handle of it is gone, so after every `on_record` (the registry's reference count orders
+    /// them).
     data: UnsafeCell<SpanData>,
 }
 
@@ -121,7 +121,7 @@ const GROUPS: usize = 2;
 const WAYS: usize = 2;
 const _: () = assert!(GROUPS.is_power_of_two() && CACHE_SIZE.is_power_of_two());
 
-/// Eight buckets on one cache line.
+/// A group's buckets, on one cache line (eight; two under loom).
 #[repr(align(64))]
 struct Group([AtomicPtr<Slot>; WAYS]);
 
