@@ -533,6 +533,7 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
 
 /// The running recording's generation (0: none runs).
 #[inline]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn generation() -> u64 {
     // Acquire: pairs with the Release store in `Recorder::start`.
     GENERATION.load(Ordering::Acquire)
@@ -634,6 +635,7 @@ enum StackSource {
     /// Walked now from this frame record (the walk keeps frames from its caller outwards).
     Walk(usize),
     /// Captured earlier ([`capture_stack`]).
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
     Captured(CapturedStack),
 }
 
@@ -642,6 +644,7 @@ enum StackSource {
 /// `from`: an address in the frame of a function further out (a value it passed by reference):
 /// the stack starts at that function's call instead (0: the caller's frame).
 #[inline(never)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStack {
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
@@ -671,6 +674,7 @@ pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStac
 /// now). The fast path of [`commit_event`] when the thread's cursor allows it (the stack's key is
 /// known: no walk).
 #[inline(never)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn commit_event_with_stack(
     ty: &'static EventType,
     write_fields: impl Fn(&mut Encoder<'_>),

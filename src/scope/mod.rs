@@ -272,6 +272,7 @@ pub(crate) fn ticks_to_nanos(ticks: u64) -> u64 {
 
 /// Enters a span's scope: `func` its name's function index, `span` its process-unique id.
 /// `false`: nothing was entered (no recording).
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn enter_span(func: u32, span: u64) -> bool {
     // Relaxed: as in `enter`.
     let generation = GENERATION.load(Ordering::Relaxed);
@@ -285,6 +286,7 @@ pub(crate) fn enter_span(func: u32, span: u64) -> bool {
 /// still open end with it). Nothing happens if it has none open (entered before the recording
 /// started, or never entered on this thread). Returns how long that entry lasted, in ticks (0:
 /// it ended nothing, a re-entry did, or deterministic mode; at least 1 otherwise).
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn exit_span(span: u64) -> i64 {
     let now = crate::clock::ticks();
     LOCAL
@@ -304,6 +306,7 @@ pub(crate) fn function_names() -> Vec<Arc<str>> {
 }
 
 /// Interns a function name (a span's name, say): its index for [`enter_span`].
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
 pub(crate) fn function_index(name: &str) -> u32 {
     names::intern(name)
 }
@@ -624,6 +627,7 @@ impl Local {
     }
 
     /// Ends span `span`'s frame and those above it; how long the span's frame lasted.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
     fn exit_span(&mut self, span: u64, now: i64) -> i64 {
         if self.generation == 0 {
             return 0;
