@@ -11,12 +11,18 @@ use std::sync::Arc;
 pub struct EventBuffers {
     shared: Arc<Shared>,
     buffers: Vec<Arc<EventBuffer>>,
+    /// Every thread a `ThreadRef` field has named in this recording, referenced again at every
+    /// flush. A thread notes the tid before it commits the record, so a flush may take the note
+    /// but not the record. The record then lands in a later flush, possibly in the next chunk,
+    /// which would not define the thread. One entry per thread ever named: what an application
+    /// names in `ThreadRef` fields is its own choice of a few threads, not every thread it runs.
+    referenced: std::collections::BTreeSet<u32>,
 }
 
 impl EventBuffers {
     /// The buffers of the recording `shared` belongs to.
     pub fn new(shared: Arc<Shared>) -> EventBuffers {
-        EventBuffers { shared, buffers: Vec::new() }
+        EventBuffers { shared, buffers: Vec::new(), referenced: Default::default() }
     }
 
     /// Copies `[flushed, committed)` of every buffer into the chunk (E3); the chunk writer notes
@@ -37,8 +43,12 @@ impl EventBuffers {
             self.shared.recycle(done);
         }
         self.shared.trim_spare_buffers();
-        // Threads referenced from fields, noted before their records were committed.
+        // Threads referenced from fields, noted before their records were committed: this
+        // flush's records, and records still to come (see `referenced`).
         while let Some(tid) = self.shared.thread_refs.pop() {
+            self.referenced.insert(tid);
+        }
+        for &tid in &self.referenced {
             seg.chunk.reference_thread(tid);
         }
     }
