@@ -39,7 +39,7 @@ pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
 /// A `RecorderLayer` exists: a recording that has written no sample yet gives its samples
 /// `spanId`.
 #[cfg_attr(loom, allow(dead_code))] // the recorder and the layer are not built under loom
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn note_span_context() {
     // Relaxed: a flag the next L holder reads.
     SPAN_CONTEXT.store(true, Ordering::Relaxed);

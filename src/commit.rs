@@ -533,7 +533,7 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
 
 /// The running recording's generation (0: none runs).
 #[inline]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn generation() -> u64 {
     // Acquire: pairs with the Release store in `Recorder::start`.
     GENERATION.load(Ordering::Acquire)
@@ -621,6 +621,7 @@ fn commit_general(ty: &'static EventType, write_fields: &impl Fn(&mut Encoder<'_
 }
 
 /// A stack captured for an event committed later (a span's stack where it was created).
+#[cfg(feature = "tracing")] // the tracing layer's
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CapturedStack {
     /// The recording whose stack table `key` names (0: no stack).
@@ -635,7 +636,7 @@ enum StackSource {
     /// Walked now from this frame record (the walk keeps frames from its caller outwards).
     Walk(usize),
     /// Captured earlier ([`capture_stack`]).
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+    #[cfg(feature = "tracing")] // the tracing layer's
     Captured(CapturedStack),
 }
 
@@ -644,7 +645,7 @@ enum StackSource {
 /// `from`: an address in the frame of a function further out (a value it passed by reference):
 /// the stack starts at that function's call instead (0: the caller's frame).
 #[inline(never)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStack {
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
@@ -674,7 +675,7 @@ pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStac
 /// now). The fast path of [`commit_event`] when the thread's cursor allows it (the stack's key is
 /// known: no walk).
 #[inline(never)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn commit_event_with_stack(
     ty: &'static EventType,
     write_fields: impl Fn(&mut Encoder<'_>),
@@ -907,7 +908,9 @@ impl Local {
         let stack_key = match stack {
             StackSource::None => 0,
             StackSource::Walk(anchor) => self.stack_key(anchor),
+            #[cfg(feature = "tracing")]
             StackSource::Captured(captured) if captured.generation == generation => captured.key,
+            #[cfg(feature = "tracing")]
             StackSource::Captured(_) => 0,
         };
         let Some(shared) = self.shared.as_ref() else {

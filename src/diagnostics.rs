@@ -29,10 +29,10 @@ pub const MISSING_FRAME_POINTERS: &str = "missing-frame-pointers";
 
 /// `recorder.Diagnostic#code` of a `RecorderLayer` created after the recording decided that its
 /// samples carry no `spanId`.
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub const LATE_SPAN_LAYER: &str = "late-span-layer";
 
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 const LATE_SPAN_LAYER_FIX: &str = "create the RecorderLayer before starting the Recorder, or start it with \
      RecorderBuilder::sample_span_ids(true)";
 
@@ -159,7 +159,7 @@ pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
 /// A `RecorderLayer` was created after the running recording wrote its first sample without
 /// `spanId`: the spans of this recording have no CPU samples (one layout per recording). Said
 /// once per recording in the recording, and once per process on stderr.
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn report_late_span_layer() {
     // Relaxed (both): flags; a second layer racing the first at worst reports twice.
     if LATE_SPAN_LAYER_REPORTED.swap(true, Ordering::Relaxed) {

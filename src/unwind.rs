@@ -148,7 +148,7 @@ pub fn frame_pointer() -> usize {
 /// the walk from it starts at the return into that function. `None` if `addr` is not on this
 /// thread's stack above the current frame, or the chain breaks before reaching it.
 #[inline(never)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub fn record_below(addr: usize) -> Option<usize> {
     let (lo, hi) = current_stack_bounds();
     let mut fp = frame_pointer();

@@ -272,7 +272,7 @@ pub(crate) fn ticks_to_nanos(ticks: u64) -> u64 {
 
 /// Enters a span's scope: `func` its name's function index, `span` its process-unique id.
 /// `false`: nothing was entered (no recording).
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn enter_span(func: u32, span: u64) -> bool {
     // Relaxed: as in `enter`.
     let generation = GENERATION.load(Ordering::Relaxed);
@@ -286,7 +286,7 @@ pub(crate) fn enter_span(func: u32, span: u64) -> bool {
 /// still open end with it). Nothing happens if it has none open (entered before the recording
 /// started, or never entered on this thread). Returns how long that entry lasted, in ticks (0:
 /// it ended nothing, a re-entry did, or deterministic mode; at least 1 otherwise).
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn exit_span(span: u64) -> i64 {
     let now = crate::clock::ticks();
     LOCAL
@@ -306,7 +306,7 @@ pub(crate) fn function_names() -> Vec<Arc<str>> {
 }
 
 /// Interns a function name (a span's name, say): its index for [`enter_span`].
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+#[cfg(feature = "tracing")] // the tracing layer's
 pub(crate) fn function_index(name: &str) -> u32 {
     names::intern(name)
 }
@@ -503,15 +503,8 @@ impl Local {
         if span != 0 {
             self.set_span(span);
         }
-        self.frames.push(Frame {
-            node,
-            start: 0,
-            excluded: self.excluded,
-            children: 0,
-            span,
-            span_before,
-            reentries: 0,
-        });
+        // `start` and `excluded` are set below, once the entry's bookkeeping is over.
+        self.frames.push(Frame { node, start: 0, excluded: 0, children: 0, span, span_before, reentries: 0 });
         let depth = self.frames.len() as u32;
         // The last thing an entry does: everything before this was the profiler's.
         let start = self.now();
@@ -627,7 +620,7 @@ impl Local {
     }
 
     /// Ends span `span`'s frame and those above it; how long the span's frame lasted.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // used by the tracing layer
+    #[cfg(feature = "tracing")] // the tracing layer's
     fn exit_span(&mut self, span: u64, now: i64) -> i64 {
         if self.generation == 0 {
             return 0;
