@@ -12,7 +12,9 @@
 //!    default settings: stack at creation), `tracing-chrome`, `tracing-flame`, and the registry
 //!    alone, and the floor of any layer that times a span: the registry plus the four clock reads
 //!    (creation, entry, exit, close). Goal: ours ≤ 1/3 of the best peer; the table gives the
-//!    ratio of the whole stack and of the layer alone (over the registry).
+//!    ratio of the whole stack and of the layer alone (over the registry). Then the same on the
+//!    process's CPU clock, each layer from set-up to teardown: the calling thread's clock leaves
+//!    out work a layer hands to another thread (tracing-chrome's JSON writer, our flusher).
 //! 3. **Excluded-time clock**: a function with a known busy loop, called under 1000 nested
 //!    scopes: the case (the loop and nothing else) and a harder one (the same loop that
 //!    also opens 1000 empty child scopes, whose bookkeeping the clock must take out of its self
@@ -45,6 +47,30 @@ fn thread_cpu_time() -> Duration {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time of the whole process: every thread, including a layer's writer thread and the
+/// recorder's own threads.
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "CLOCK_PROCESS_CPUTIME_ID");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// ns of process CPU per operation of `session(n)`, which sets a layer up, does `n` operations
+/// and tears the layer down, waiting for everything it owes (a writer thread's backlog, a
+/// recording's last flush): the fastest of `reps` runs.
+fn measure_process(reps: u64, n: u64, mut session: impl FnMut(u64)) -> f64 {
+    session(n / 10 + 1); // warm-up
+    (0..reps)
+        .map(|_| {
+            let t = process_cpu_time();
+            session(n);
+            (process_cpu_time() - t).as_nanos() as f64 / n as f64
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// ns per operation of `run(n)` (which does `n` operations) on this thread's CPU clock: the
@@ -415,6 +441,57 @@ fn spans_table(n: u64, reps: u64, dir: &std::path::Path) {
         ours / best,
         ours_no_stack / best,
         span_floor / best
+    );
+    // The same on the process's CPU clock, each session from set-up to teardown: what a layer
+    // costs the host in all, its other threads included (tracing-chrome formats its JSON on a
+    // writer thread, the recorder encodes its chunks on its flusher).
+    let process_n = n;
+    let p_registry = measure_process(reps.min(5), process_n, |n| {
+        tracing::subscriber::with_default(tracing_subscriber::registry(), || spans(n))
+    });
+    let p_ours = |span_stacks: bool| {
+        measure_process(reps.min(5), process_n, |n| {
+            let rec = Recorder::builder()
+                .repository(dir)
+                .no_sampling()
+                .flush_interval(Duration::from_millis(50))
+                .event("recorder.Span", recorder::EventSettings { stack_trace: span_stacks, ..Default::default() })
+                .start()
+                .unwrap();
+            let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
+            tracing::subscriber::with_default(subscriber, || spans(n));
+            let lost = rec.stats().events_lost;
+            rec.stop().unwrap();
+            if lost > 0 {
+                println!("(RecorderLayer: {lost} span events lost to the memory budget)");
+            }
+        })
+    };
+    let p_ours_stacks = p_ours(true);
+    let p_ours_no_stack = p_ours(false);
+    let p_chrome = measure_process(reps.min(5), process_n, |n| {
+        let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new().writer(std::io::sink()).build();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || spans(n));
+        drop(guard); // joins the writer thread once it has written every span
+    });
+    let p_flame = measure_process(reps.min(5), process_n / 10, |n| {
+        let (layer, guard) = tracing_flame::FlameLayer::with_file(flame_dir.path().join("spans.folded")).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || spans(n));
+        drop(guard);
+    });
+    let p_best = p_chrome.min(p_flame);
+    println!("\n## The same on the process's CPU clock (ns per span, all threads, set-up to teardown)\n");
+    println!(
+        "| registry alone | RecorderLayer | RecorderLayer, no span stacks | tracing-chrome | tracing-flame | ours / best peer (no stacks) | ours / tracing-chrome |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| {p_registry:.0} | {p_ours_stacks:.0} | {p_ours_no_stack:.0} | {p_chrome:.0} | {p_flame:.0} | {:.2} ({:.2}) (goal ≤ 0.33) | {:.2} |",
+        p_ours_stacks / p_best,
+        p_ours_no_stack / p_best,
+        p_ours_stacks / p_chrome,
     );
     let best_layer = best - registry_only;
     println!(

@@ -650,8 +650,8 @@ pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStac
     // Acquire: pairs with the Release store in `Recorder::start`, making `CURRENT` visible.
     let generation = GENERATION.load(Ordering::Acquire);
     ty.id();
-    // Relaxed: a setting.
-    if generation == 0 || !ty.stack_trace.load(Ordering::Relaxed) {
+    // Relaxed: settings.
+    if generation == 0 || !ty.enabled.load(Ordering::Relaxed) || !ty.stack_trace.load(Ordering::Relaxed) {
         return CapturedStack::default();
     }
     let own = crate::unwind::frame_pointer();
@@ -663,7 +663,7 @@ pub(crate) fn capture_stack(ty: &'static EventType, from: usize) -> CapturedStac
             // the commit it is part of to clear it), and `stop` waits for every set mark.
             local.enter();
             let attached = local.generation == generation || local.attach(generation, true);
-            let key = if attached { local.stack_key(anchor) } else { 0 };
+            let key = if attached { local.stack_key(anchor, true) } else { 0 };
             local.leave();
             CapturedStack { generation: if attached { generation } else { 0 }, key }
         })
@@ -872,9 +872,14 @@ impl Local {
     }
 
     /// The key of the stack from frame record `anchor` outwards, in this recording's table.
-    fn stack_key(&mut self, anchor: usize) -> u64 {
+    /// `instrumented`: the stack is taken at an instrumentation call
+    /// ([`crate::stack::INSTRUMENTED_MARK`]).
+    fn stack_key(&mut self, anchor: usize, instrumented: bool) -> u64 {
         let Some(shared) = self.shared.as_ref() else { return 0 };
         let truncated = crate::unwind::capture_current(anchor, shared.depth, &mut self.ring, &mut self.frames);
+        if instrumented {
+            self.frames.insert(0, crate::stack::INSTRUMENTED_MARK);
+        }
         if self.last_key != 0 && truncated == self.last_truncated && self.frames == self.last_frames {
             // The table is insert-only: the key interned last time still names this stack.
             self.last_key
@@ -907,7 +912,7 @@ impl Local {
         self.check_name();
         let stack_key = match stack {
             StackSource::None => 0,
-            StackSource::Walk(anchor) => self.stack_key(anchor),
+            StackSource::Walk(anchor) => self.stack_key(anchor, false),
             #[cfg(feature = "tracing")]
             StackSource::Captured(captured) if captured.generation == generation => captured.key,
             #[cfg(feature = "tracing")]

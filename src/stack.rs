@@ -233,6 +233,14 @@ mod tests {
 /// address has these bits set on x86_64 or aarch64.
 const ELIDED_TAG: u64 = 0xFFFF_FF00_0000_0000;
 
+/// The first address of a stack taken at an instrumentation call (a tracing span's creation, a
+/// tracing event): its innermost frames that belong to the instrumentation library are dropped
+/// when it is serialized. In a release build the library's entry points (`Span::new`,
+/// `Span::child_of`, `Event::dispatch` ...) are inlined into the application's function, so the
+/// return address the walk starts at also names them; only the symbolizer can tell. Not a
+/// user-space address, and no elided marker (its bits under [`ELIDED_TAG`] differ).
+pub const INSTRUMENTED_MARK: u64 = 0xFFFF_FE00_0000_0000;
+
 /// The synthetic frame standing for `k` dropped frames.
 pub fn elided_marker(k: u64) -> u64 {
     ELIDED_TAG | (k & 0xFF_FFFF_FFFF)

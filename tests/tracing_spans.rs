@@ -367,6 +367,11 @@ fn handle_child(parent: &tracing::Span) -> tracing::Span {
 }
 
 #[inline(never)]
+fn log_shipped(n: u32) {
+    tracing::info!(n, "shipped");
+}
+
+#[inline(never)]
 #[tracing::instrument]
 fn instrumented(n: u32) -> u32 {
     std::hint::black_box(n) + 1
@@ -374,7 +379,9 @@ fn instrumented(n: u32) -> u32 {
 
 /// A span's stack starts at the application's `span!` / `#[instrument]` call: tracing's own frames
 /// (`Layered::new_span`, `Span::new`, ...) and the layer's are left out, as the JDK reads the
-/// stack. Spans with a contextual parent, no parent, an explicit parent, and `#[instrument]`.
+/// stack, in debug and release builds alike (a release build inlines `Span::child_of` and
+/// friends into the application's function). Spans with a contextual parent, no parent, an
+/// explicit parent, and `#[instrument]`; and a tracing event's stack starts at its `event!`.
 #[test]
 fn span_stacks_start_at_the_application() {
     let _serial = serial();
@@ -387,6 +394,7 @@ fn span_stacks_start_at_the_application() {
             drop(order);
             drop(handle_root());
             std::hint::black_box(instrumented(1));
+            log_shipped(3);
         }
     });
     let file = dir.path().join("stacks.jfr");
@@ -408,6 +416,16 @@ fn span_stacks_start_at_the_application() {
             assert!(names[0].ends_with(function), "span {span}: the stack starts at {}: {names:#?}", names[0]);
             assert!(names[1].contains("span_stacks_start_at_the_application"), "{names:#?}");
         }
+    }
+    let logs = jfr_json(&file, "recorder.Log");
+    assert_eq!(logs.len(), 2, "{logs:#?}");
+    for e in &logs {
+        let frames = e["values"]["stackTrace"]["frames"].as_array().unwrap();
+        let names: Vec<&str> = frames.iter().map(|f| f["method"]["name"].as_str().unwrap()).collect();
+        // `event!` calls `Event::dispatch` from a closure of its own in the application's function.
+        let own = names.iter().take_while(|n| n.starts_with("tracing_spans::log_shipped")).count();
+        assert!(own > 0, "the log's stack starts at {}: {names:#?}", names[0]);
+        assert!(names[own].contains("span_stacks_start_at_the_application"), "{names:#?}");
     }
 }
 

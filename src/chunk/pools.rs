@@ -8,7 +8,7 @@
 //! the recorder's own frames dropped, the depth limits counted in shown frames) live here, in one
 //! place.
 
-use crate::stack::{as_elided, DepthPolicy, Shown, StackKey, StackTable};
+use crate::stack::{as_elided, DepthPolicy, Shown, StackKey, StackTable, INSTRUMENTED_MARK};
 use jfr_format::metadata::{FRAME_TYPE_INLINED, FRAME_TYPE_NATIVE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -104,6 +104,19 @@ const OWN_FUNCTION_PREFIXES: [&str; 8] = [
     "recorder::buffer",
 ];
 
+/// Functions of the instrumentation libraries whose calls the recorder takes stacks at (a span's
+/// creation, a tracing event), dropped from the inner end of those stacks only
+/// ([`INSTRUMENTED_MARK`]): a CPU sample in them is the application's cost and keeps them.
+const INSTRUMENTATION_PREFIXES: [&str; 7] = [
+    "tracing::",
+    "<tracing::",
+    "tracing_core::",
+    "<tracing_core::",
+    "tracing_subscriber::",
+    "<tracing_subscriber::",
+    "<recorder::tracing::",
+];
+
 /// The pools (see the module docs).
 #[derive(Debug)]
 pub(super) struct Pools {
@@ -118,6 +131,8 @@ pub(super) struct Pools {
     frames: HashMap<Address, Vec<FrameRef>>,
     /// Methods of the recorder's own commit path (see `OWN_FUNCTION_PREFIXES`).
     own_frames: HashSet<u64>,
+    /// Methods named by [`INSTRUMENTATION_PREFIXES`].
+    instrumentation_frames: HashSet<u64>,
     /// Thread names, captured while the threads run (and their renames).
     pub thread_names: crate::thread::ThreadNames,
     scratch: Vec<u64>,
@@ -135,6 +150,7 @@ impl Pools {
             method_defs: HashMap::new(),
             frames: HashMap::new(),
             own_frames: HashSet::new(),
+            instrumentation_frames: HashSet::new(),
             thread_names: Default::default(),
             scratch: Vec::new(),
         }
@@ -183,6 +199,9 @@ impl Pools {
         };
         if OWN_FUNCTION_PREFIXES.iter().any(|p| name.starts_with(p)) {
             self.own_frames.insert(key);
+        }
+        if INSTRUMENTATION_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            self.instrumentation_frames.insert(key);
         }
         key
     }
@@ -253,13 +272,16 @@ impl Pools {
         let mut ips = std::mem::take(&mut self.scratch);
         ips.clear();
         let found = stacks.expand(key, &mut ips);
+        let instrumented = ips.first() == Some(&INSTRUMENTED_MARK);
         let mut shown = Vec::with_capacity(ips.len());
         if found {
-            for (i, &ip) in ips.iter().enumerate() {
+            // The mark is no frame: the address after it is the stack's first.
+            let first = usize::from(instrumented);
+            for (i, &ip) in ips.iter().enumerate().skip(first) {
                 match as_elided(ip) {
                     Some(k) => shown.push(Shown::Elided(k)),
                     // Every frame but the leaf holds a return address (design.md §6).
-                    None => shown.extend(self.frames_of((ip, i > 0), fallback).into_iter().map(Shown::Frame)),
+                    None => shown.extend(self.frames_of((ip, i > first), fallback).into_iter().map(Shown::Frame)),
                 }
             }
         }
@@ -273,6 +295,15 @@ impl Pools {
             shown.iter().take_while(|f| matches!(f, Shown::Frame(f) if self.own_frames.contains(&f.method))).count();
         if own < shown.len() {
             shown.drain(..own);
+        }
+        if instrumented {
+            let library = shown
+                .iter()
+                .take_while(|f| matches!(f, Shown::Frame(f) if self.instrumentation_frames.contains(&f.method)))
+                .count();
+            if library < shown.len() {
+                shown.drain(..library);
+            }
         }
         let cut = depth.limit_shown(&mut shown);
         let frames = shown
@@ -290,12 +321,70 @@ impl Pools {
         let mut ips = std::mem::take(&mut self.scratch);
         ips.clear();
         if stacks.expand(key, &mut ips) {
-            for (i, &ip) in ips.iter().enumerate() {
-                if !self.knows((ip, i > 0)) {
-                    out.push((ip, i > 0));
+            // As `expand_stack` reads them.
+            let first = usize::from(ips.first() == Some(&INSTRUMENTED_MARK));
+            for (i, &ip) in ips.iter().enumerate().skip(first) {
+                if !self.knows((ip, i > first)) {
+                    out.push((ip, i > first));
                 }
             }
         }
         self.scratch = ips;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names addresses 0x100 (tracing's `Span::child_of` inlined into `app::handle`), 0x200
+    /// (`app::main`) and 0x300 (`tracing_core::dispatcher::get_default`, a frame of its own).
+    struct Names;
+
+    impl Resolve for Names {
+        fn frames(&mut self, ip: u64, _is_return_address: bool) -> Vec<FrameName> {
+            let frame = |function: &str, inlined| FrameName {
+                module: "app".into(),
+                function: function.into(),
+                line: None,
+                inlined,
+            };
+            match ip {
+                0x100 => vec![frame("tracing::span::Span::child_of", true), frame("app::handle", false)],
+                0x200 => vec![frame("app::main", false)],
+                0x300 => vec![frame("tracing_core::dispatcher::get_default", false)],
+                _ => vec![frame("?", false)],
+            }
+        }
+        fn thread_name(&mut self, _tid: u32) -> String {
+            String::new()
+        }
+    }
+
+    fn shown(pools: &mut Pools, stacks: &StackTable, ips: &[u64]) -> Vec<String> {
+        let key = stacks.intern(ips, false);
+        let (frames, _) = pools.expand_stack(stacks, key, &DepthPolicy::default(), &mut Names).unwrap();
+        frames.iter().map(|f| pools.symbol_text[&pools.method_defs[&f.method].name].clone()).collect()
+    }
+
+    #[test]
+    fn an_instrumented_stack_starts_at_the_application_and_others_keep_the_library() {
+        let stacks = StackTable::new(16);
+        let mut pools = Pools::new();
+        // Inlined into the application's function, and a frame of its own before it.
+        assert_eq!(shown(&mut pools, &stacks, &[INSTRUMENTED_MARK, 0x100, 0x200]), ["app::handle", "app::main"]);
+        assert_eq!(shown(&mut pools, &stacks, &[INSTRUMENTED_MARK, 0x300, 0x100, 0x200]), ["app::handle", "app::main"]);
+        // A CPU sample in the library is the application's cost: it keeps the library's frames.
+        assert_eq!(
+            shown(&mut pools, &stacks, &[0x300, 0x100, 0x200]),
+            ["tracing_core::dispatcher::get_default", "tracing::span::Span::child_of", "app::handle", "app::main"]
+        );
+        // A stack of the library's frames only is kept whole rather than emptied.
+        assert_eq!(shown(&mut pools, &stacks, &[INSTRUMENTED_MARK, 0x300]), ["tracing_core::dispatcher::get_default"]);
+        // The mark is never asked for.
+        let mut unknown = Vec::new();
+        let mut fresh = Pools::new();
+        fresh.unknown_addresses(&stacks, stacks.intern(&[INSTRUMENTED_MARK, 0x100, 0x200], false), &mut unknown);
+        assert_eq!(unknown, [(0x100, false), (0x200, true)]);
     }
 }

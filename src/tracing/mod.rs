@@ -382,13 +382,22 @@ where
         let mut fields = Fields::default();
         event.record(&mut fields);
         let meta = event.metadata();
-        LogEvent {
+        let log = LogEvent {
             level: meta.level().as_str(),
             target: meta.target(),
             message: fields.message.unwrap_or_default(),
             fields: fields.text,
             spanId: span,
-        }
-        .commit();
+        };
+        // The stack starts at the application's `event!` call: `event` lives in the frame of
+        // `Event::dispatch` (the application's, once inlined), and tracing's frames are left out.
+        let stack = commit::capture_stack(LogEvent::event_type(), event as *const _ as usize);
+        commit::commit_event_with_stack(
+            LogEvent::event_type(),
+            |out| log.write_fields(out),
+            crate::clock::ticks(),
+            0,
+            stack,
+        );
     }
 }
