@@ -1,4 +1,4 @@
-//! The sampling allocator over another allocator (`SamplingAllocator::with`): a bump allocator
+//! The sampling allocator over another allocator (`SamplingAllocator::with`): an arena allocator
 //! that is async-signal-safe, so a signal handler may allocate while the thread it interrupts is
 //! itself inside the allocator hook (nested hooks), and the live set is followed without
 //! headers (frees search the table). Every call is forwarded; every sample taken is counted.
@@ -13,18 +13,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bump allocation from 1 GiB of address space reserved at first use; frees are counted, not
-/// reused. Lock-free and allocation-free: usable in a signal handler.
-struct Bump {
+/// An arena allocator over 1 GiB of address space reserved at first use: power-of-two size
+/// classes (16 B and up), each with a lock-free free list, carved from the arena by a bump
+/// pointer. Lock-free and allocation-free: usable in a signal handler that interrupts it. Freed
+/// blocks are reused (a bump allocator that never reuses runs out of the arena in well under a
+/// second of the tests' allocation loops on a fast machine).
+struct Arena {
     base: AtomicUsize,
+    /// Offset of the arena's unused rest (from 16: offset 0 marks an empty free list).
     next: AtomicUsize,
+    /// Per size class, the head of its free list: `tag << 32 | offset / 16` (0: empty). Each
+    /// free block's first word holds the next block's `offset / 16`. The tag, bumped by every
+    /// push and pop, makes a compare-and-swap fail after the head was popped and pushed back in
+    /// between (ABA), including by a signal handler interrupting this thread.
+    free: [AtomicU64; CLASSES],
     allocs: AtomicU64,
     frees: AtomicU64,
 }
 
 const ARENA: usize = 1 << 30;
+/// Size classes 16 B << k: up to the arena's size.
+const CLASSES: usize = 27;
+/// The alignment every block has; larger alignments are carved apart and never reused.
+const BLOCK_ALIGN: usize = 16;
 
-impl Bump {
+fn class_of(size: usize) -> usize {
+    size.max(BLOCK_ALIGN).next_power_of_two().trailing_zeros() as usize - BLOCK_ALIGN.trailing_zeros() as usize
+}
+
+impl Arena {
     fn base(&self) -> usize {
         let b = self.base.load(Ordering::Acquire);
         if b != 0 {
@@ -51,52 +68,117 @@ impl Bump {
             }
         }
     }
-}
 
-unsafe impl GlobalAlloc for Bump {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let base = self.base();
+    /// `size` bytes aligned to `align` from the arena's unused rest; null once it is used up.
+    fn carve(&self, base: usize, size: usize, align: usize) -> *mut u8 {
         let mut cur = self.next.load(Ordering::Relaxed);
         loop {
-            let start = (base + cur).next_multiple_of(layout.align()) - base;
-            let end = start + layout.size();
+            let start = (base + cur).next_multiple_of(align) - base;
+            let end = start + size;
             if end > ARENA {
-                // Out of arena: fall back to the system allocator is not possible (frees would
-                // not know); fail like an allocator out of memory.
+                // Out of arena: fail like an allocator out of memory.
                 return std::ptr::null_mut();
             }
             match self.next.compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    self.allocs.fetch_add(1, Ordering::Relaxed);
-                    return (base + start) as *mut u8;
-                }
+                Ok(_) => return (base + start) as *mut u8,
                 Err(c) => cur = c,
             }
         }
     }
-    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {
-        self.frees.fetch_add(1, Ordering::Relaxed);
+
+    /// The first word of the block at `offset`, as the free list links through it.
+    fn link(base: usize, offset: u64) -> &'static AtomicU64 {
+        // SAFETY: `offset` names a block of the arena (16-byte aligned, at least 16 bytes), which
+        // stays mapped for the process's life.
+        unsafe { &*((base + offset as usize * BLOCK_ALIGN) as *const AtomicU64) }
+    }
+
+    fn pop(&self, base: usize, class: usize) -> *mut u8 {
+        // Acquire: pairs with the Release push, making the pushed block's link visible.
+        let mut head = self.free[class].load(Ordering::Acquire);
+        loop {
+            let offset = head & 0xFFFF_FFFF;
+            if offset == 0 {
+                return std::ptr::null_mut();
+            }
+            // If another thread pops this block first, this reads whatever it wrote there; the
+            // tag then fails the exchange below and the value is never used.
+            let next = Self::link(base, offset).load(Ordering::Relaxed);
+            let tagged = ((head >> 32).wrapping_add(1) << 32) | (next & 0xFFFF_FFFF);
+            // Acquire on success: as the load above; on failure, the new head's link likewise.
+            match self.free[class].compare_exchange_weak(head, tagged, Ordering::Acquire, Ordering::Acquire) {
+                Ok(_) => return (base + offset as usize * BLOCK_ALIGN) as *mut u8,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn push(&self, base: usize, class: usize, ptr: *mut u8) {
+        let offset = ((ptr as usize - base) / BLOCK_ALIGN) as u64;
+        let mut head = self.free[class].load(Ordering::Relaxed);
+        loop {
+            Self::link(base, offset).store(head & 0xFFFF_FFFF, Ordering::Relaxed);
+            let tagged = ((head >> 32).wrapping_add(1) << 32) | offset;
+            // Release: pairs with the Acquire pop, publishing the link stored above.
+            match self.free[class].compare_exchange_weak(head, tagged, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
     }
 }
 
-static BUMP: Bump =
-    Bump { base: AtomicUsize::new(0), next: AtomicUsize::new(0), allocs: AtomicU64::new(0), frees: AtomicU64::new(0) };
+unsafe impl GlobalAlloc for Arena {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let base = self.base();
+        let p = if layout.align() > BLOCK_ALIGN {
+            self.carve(base, layout.size(), layout.align())
+        } else {
+            let class = class_of(layout.size());
+            if class >= CLASSES {
+                return std::ptr::null_mut(); // more than the arena
+            }
+            match self.pop(base, class) {
+                p if p.is_null() => self.carve(base, BLOCK_ALIGN << class, BLOCK_ALIGN),
+                p => p,
+            }
+        };
+        if !p.is_null() {
+            self.allocs.fetch_add(1, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        if layout.align() <= BLOCK_ALIGN {
+            self.push(self.base(), class_of(layout.size()), ptr);
+        }
+    }
+}
 
-struct ViaBump;
+static ARENA_ALLOCATOR: Arena = Arena {
+    base: AtomicUsize::new(0),
+    next: AtomicUsize::new(BLOCK_ALIGN),
+    free: [const { AtomicU64::new(0) }; CLASSES],
+    allocs: AtomicU64::new(0),
+    frees: AtomicU64::new(0),
+};
 
-unsafe impl GlobalAlloc for ViaBump {
+struct ViaArena;
+
+unsafe impl GlobalAlloc for ViaArena {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded.
-        unsafe { BUMP.alloc(layout) }
+        unsafe { ARENA_ALLOCATOR.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded.
-        unsafe { BUMP.dealloc(ptr, layout) }
+        unsafe { ARENA_ALLOCATOR.dealloc(ptr, layout) }
     }
 }
 
 #[global_allocator]
-static GLOBAL: SamplingAllocator<ViaBump> = SamplingAllocator::with(ViaBump);
+static GLOBAL: SamplingAllocator<ViaArena> = SamplingAllocator::with(ViaArena);
 
 // The system allocator is still reachable for the test harness's own large buffers if needed.
 #[allow(dead_code)]
@@ -226,5 +308,8 @@ fn live_set_without_headers_follows_frees() {
     let truth = 1_000.0 * 2048.0;
     assert!((bytes as f64 / truth - 1.0).abs() < 0.3, "estimated live bytes {bytes} vs {truth}");
     drop(kept);
-    assert!(BUMP.allocs.load(Ordering::Relaxed) > 0 && BUMP.frees.load(Ordering::Relaxed) > 0, "calls are forwarded");
+    assert!(
+        ARENA_ALLOCATOR.allocs.load(Ordering::Relaxed) > 0 && ARENA_ALLOCATOR.frees.load(Ordering::Relaxed) > 0,
+        "calls are forwarded"
+    );
 }
