@@ -90,8 +90,10 @@ pub(crate) unsafe fn unlock_after_fork(child: bool) {
     unsafe { PENDING.release_after_fork(child) };
 }
 
-/// A recording starts: counters from zero, and the probe's verdict on frame pointers.
-pub(crate) fn recording_started() {
+/// A recording starts: counters from zero, and the probe's verdict on frame pointers. `unwinder`:
+/// the CPU sampler's (`None`: no CPU sampling), which decides what the missing frame pointers
+/// cost CPU samples.
+pub(crate) fn recording_started(unwinder: Option<crate::Unwinder>) {
     for counter in [&SAMPLES, &LEAF_ONLY, &TRUNCATED, &WALKS, &STOPPED_WALKS] {
         // Relaxed: see the statics.
         counter.store(0, Ordering::Relaxed);
@@ -101,10 +103,21 @@ pub(crate) fn recording_started() {
     LATE_SPAN_LAYER_REPORTED.store(false, Ordering::Relaxed);
     PENDING.lock().clear();
     if let Some(found) = frame_pointer_probe() {
+        let samples = match unwinder {
+            None => "",
+            // The handler walks the program's `.eh_frame` tables where frame pointers are missing.
+            Some(crate::Unwinder::Auto | crate::Unwinder::Dwarf) => {
+                "; CPU samples keep their callers by the program's DWARF unwind tables (.eh_frame), which cost \
+                 several times a frame-pointer walk per frame"
+            }
+            Some(crate::Unwinder::FramePointer) => {
+                "; CPU samples keep their innermost frame but lose the program's own callers (the frame-pointer \
+                 unwinder is chosen)"
+            }
+        };
         report_frame_pointers(format!(
             "this program is built without frame pointers (a frame-pointer walk through {PROBE_DEPTH} nested \
-             calls of the recorder's own code found {found} of them): event stacks stay empty, and CPU samples keep \
-             their innermost frame but lose the program's own callers"
+             calls of the recorder's own code found {found} of them): event stacks stay empty{samples}"
         ));
     }
 }

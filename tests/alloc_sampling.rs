@@ -31,7 +31,9 @@ fn allocate_kib_blocks(n: usize) -> usize {
     total
 }
 
-/// Allocates and frees `n` blocks of `size` bytes with exactly that layout.
+/// Allocates and frees `n` blocks of `size` bytes with exactly that layout. (The call sites
+/// below pass its result through `black_box`: a tail call would become a jump in an optimized
+/// build, and the site's frame would be gone from every stack.)
 #[inline(never)]
 fn site_bytes(n: usize, size: usize) {
     let layout = Layout::from_size_align(size, 1).unwrap();
@@ -48,17 +50,17 @@ fn site_bytes(n: usize, size: usize) {
 
 #[inline(never)]
 fn site_one_byte(n: usize) {
-    site_bytes(n, 1)
+    std::hint::black_box(site_bytes(n, 1))
 }
 
 #[inline(never)]
 fn site_one_kib(n: usize) {
-    site_bytes(n, 1024)
+    std::hint::black_box(site_bytes(n, 1024))
 }
 
 #[inline(never)]
 fn site_one_mib(n: usize) {
-    site_bytes(n, 1 << 20)
+    std::hint::black_box(site_bytes(n, 1 << 20))
 }
 
 fn start(dir: &Path, interval: u64) -> Recorder {
@@ -277,7 +279,7 @@ fn allocations_in_a_signal_handler_are_sampled() {
 
 #[inline(never)]
 fn allocate_on_a_raw_thread() {
-    allocate_kib_blocks(4_000);
+    std::hint::black_box(allocate_kib_blocks(4_000));
 }
 
 extern "C" fn raw_thread(_: *mut libc::c_void) -> *mut libc::c_void {
@@ -330,7 +332,7 @@ fn unseen_threads_and_tls_destructors_are_sampled() {
 
 #[inline(never)]
 fn child_site() {
-    allocate_kib_blocks(20_000);
+    std::hint::black_box(allocate_kib_blocks(20_000));
 }
 
 /// Forks while threads allocate with sampling on (hooks in flight): every child allocates without

@@ -1,8 +1,9 @@
 //! Missing frame pointers are never silent: a program built without them (release mode,
 //! `-C force-frame-pointers=no`, its own cargo build of tests/fixtures/frame_pointers) says so
-//! once on stderr, with the fix, and once in its recording (`recorder.Diagnostic`); the same code
-//! built with frame pointers (this test binary) says nothing and records whole stacks. Both
-//! recordings carry the stack shapes in `recorder.SamplerStatistics`.
+//! once on stderr, with the fix, and once in its recording (`recorder.Diagnostic`), naming what
+//! the chosen unwinder makes of it; the same code built with frame pointers (this test binary)
+//! says nothing and records whole stacks. Both recordings carry the stack shapes in
+//! `recorder.SamplerStatistics`.
 
 #[path = "fixtures/frame_pointers/main.rs"]
 mod fixture;
@@ -28,8 +29,8 @@ struct Outcome {
     sample_depths: Vec<usize>,
     step_depths: Vec<usize>,
     /// Of the samples taken in the workload's leaf function `spin` (whole walks, not marked
-    /// truncated): how many `nested` frames (its callers, seven of them) each one's stack holds. Frame records are the only place a
-    /// walk can find them: without frame pointers there are none.
+    /// truncated): how many `nested` frames (its callers, seven of them) each one's stack holds.
+    /// Without frame pointers only the unwind tables can find them.
     spin_callers: Vec<usize>,
 }
 
@@ -124,41 +125,60 @@ fn write_if_changed(path: &Path, bytes: &[u8]) {
     }
 }
 
+/// Built without frame pointers, the program says so once, and its CPU samples keep their callers
+/// with the default unwinder (`Unwinder::Auto` walks the program's `.eh_frame` tables where frame
+/// pointers are missing) but lose them with `Unwinder::FramePointer`; the message says which.
+/// Event stacks (a frame-pointer walk on the committing thread) are empty either way.
 #[test]
 fn missing_frame_pointers_are_said_once_on_stderr_and_in_the_recording() {
     let program = build_without_frame_pointers();
-    let repository = tempfile::tempdir().unwrap();
-    let output = Command::new(&program).arg(repository.path()).env("RECORDER_CONTROL", "off").output().unwrap();
-    let run = read(output, repository.path());
+    for unwinder in ["auto", "fp"] {
+        let repository = tempfile::tempdir().unwrap();
+        let output = Command::new(&program)
+            .arg(repository.path())
+            .arg(unwinder)
+            .env("RECORDER_CONTROL", "off")
+            .output()
+            .unwrap();
+        let run = read(output, repository.path());
 
-    assert_eq!(run.stderr.matches(WARNING).count(), 1, "one warning on stderr:\n{}", run.stderr);
-    assert!(run.stderr.contains("frame pointers"), "{}", run.stderr);
-    assert!(run.stderr.contains("force-frame-pointers=yes"), "the fix is named:\n{}", run.stderr);
-    assert!(run.stderr.contains(".cargo/config.toml"), "the permanent fix is named:\n{}", run.stderr);
+        assert_eq!(run.stderr.matches(WARNING).count(), 1, "{unwinder}: one warning on stderr:\n{}", run.stderr);
+        assert!(run.stderr.contains("frame pointers"), "{}", run.stderr);
+        assert!(run.stderr.contains("force-frame-pointers=yes"), "the fix is named:\n{}", run.stderr);
+        assert!(run.stderr.contains(".cargo/config.toml"), "the permanent fix is named:\n{}", run.stderr);
 
-    assert_eq!(run.diagnostics.len(), 1, "one diagnostic event: {:?}", run.diagnostics);
-    let (code, message, fix) = &run.diagnostics[0];
-    assert_eq!(code, "missing-frame-pointers");
-    assert!(message.contains("without frame pointers"), "{message}");
-    assert!(fix.contains("force-frame-pointers=yes") && fix.contains(".cargo/config.toml"), "{fix}");
+        assert_eq!(run.diagnostics.len(), 1, "{unwinder}: one diagnostic event: {:?}", run.diagnostics);
+        let (code, message, fix) = &run.diagnostics[0];
+        assert_eq!(code, "missing-frame-pointers");
+        assert!(message.contains("without frame pointers") && message.contains("event stacks stay empty"), "{message}");
+        assert!(fix.contains("force-frame-pointers=yes") && fix.contains(".cargo/config.toml"), "{fix}");
 
-    // What the user would otherwise not have noticed: the samples in the leaf function lack its
-    // callers (and event stacks are empty, or hold a few outer frames).
-    assert_eq!(run.step_depths.len(), 10);
-    assert!(!run.spin_callers.is_empty(), "the workload was sampled: {run:?}");
-    assert!(run.spin_callers.iter().all(|&n| n < 7), "callers were found without frame pointers: {run:?}");
-    assert!(run.written > 0 && run.written <= run.sample_depths.len() as i64, "{run:?}");
-    let one_frame = run.sample_depths.iter().filter(|&&d| d <= 1).count();
-    eprintln!(
-        "without frame pointers: {} samples, {one_frame} of one frame; statistics: {} written, {} leaf-only, {} \
-         truncated; most nested callers in a sample of spin: {:?}; event stack depths {:?}",
-        run.sample_depths.len(),
-        run.written,
-        run.leaf_only,
-        run.truncated,
-        run.spin_callers.iter().max(),
-        run.step_depths
-    );
+        assert_eq!(run.step_depths.len(), 10);
+        assert!(!run.spin_callers.is_empty(), "{unwinder}: the workload was sampled: {run:?}");
+        assert!(run.written > 0 && run.written == run.sample_depths.len() as i64, "{run:?}");
+        if unwinder == "auto" {
+            // The unwind tables find every caller of the leaf.
+            assert!(message.contains("DWARF unwind tables"), "{message}");
+            assert!(run.spin_callers.iter().all(|&n| n == 7), "auto: whole stacks by the tables: {run:?}");
+        } else {
+            // What the user would otherwise not have noticed: the samples in the leaf function lack
+            // its callers.
+            assert!(message.contains("lose the program's own callers"), "{message}");
+            assert!(run.spin_callers.iter().all(|&n| n < 7), "fp: callers were found without frame pointers: {run:?}");
+        }
+        let one_frame = run.sample_depths.iter().filter(|&&d| d <= 1).count();
+        eprintln!(
+            "without frame pointers, unwinder {unwinder}: {} samples, {one_frame} of one frame; statistics: {} \
+             written, {} leaf-only, {} truncated; most nested callers in a sample of spin: {:?}; event stack depths \
+             {:?}",
+            run.sample_depths.len(),
+            run.written,
+            run.leaf_only,
+            run.truncated,
+            run.spin_callers.iter().max(),
+            run.step_depths
+        );
+    }
 }
 
 #[test]
@@ -182,7 +202,8 @@ fn a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks() {
     // Every sample in the leaf function has its seven `nested` callers.
     assert!(!run.spin_callers.is_empty(), "the workload was sampled: {run:?}");
     assert!(run.spin_callers.iter().all(|&n| n == 7), "whole stacks: {:?}", run.spin_callers);
-    assert!(run.written > 0, "{run:?}");
+    // Every sample is counted in the statistics, those the recording's stop wrote included.
+    assert!(run.written > 0 && run.written == run.sample_depths.len() as i64, "{run:?}");
     assert!(run.leaf_only * 10 <= run.written, "few one-frame stacks: {run:?}");
     // No stack reaches the depth limit; a walk that ends early is marked truncated too (review
     // finding 12), as the leaf-only stack of a thread sampled before its bounds were known is.
@@ -193,6 +214,6 @@ fn a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks() {
 #[test]
 fn child_runs_the_fixture() {
     if let Some(dir) = std::env::var_os(CHILD_ENV) {
-        fixture::run(Path::new(&dir));
+        fixture::run(Path::new(&dir), recorder::Unwinder::Auto);
     }
 }

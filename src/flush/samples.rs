@@ -56,7 +56,7 @@ mod cpu {
     use crate::builtin;
     use crate::chunk::ChunkWriter;
     use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Stopped};
-    use crate::sampler::{SampleRecord, Sampler, SamplerLocked, SamplingMode};
+    use crate::sampler::{SampleRecord, Sampler, SamplerLocked, SamplerStats, SamplingMode};
     use crate::sampler::{WallBatch, WallState};
     use crate::stack::StackKey;
     use jfr_format::metadata::{THREAD_STATE_RUNNABLE, THREAD_STATE_SLEEPING, THREAD_STATE_WAITING};
@@ -132,6 +132,17 @@ mod cpu {
         samples_since_rate: u64,
         rate_since: Option<Instant>,
         reported_unattributed: u64,
+        /// Once `stop` took the sampler: what the last `recorder.SamplerStatistics` says of it, in
+        /// the flush after `stop` (the samples `stop` wrote are counted in no other).
+        stopped: Option<StoppedSampler>,
+    }
+
+    /// The sampler's last statistics, its period and mode, as `stop` left them.
+    #[derive(Debug)]
+    struct StoppedSampler {
+        stats: SamplerStats,
+        period: Duration,
+        mode: &'static str,
     }
 
     /// Wall periods lost (the wall sampler thread was late, a request was never served, too many
@@ -168,6 +179,7 @@ mod cpu {
                 samples_since_rate: 0,
                 rate_since: None,
                 reported_unattributed: 0,
+                stopped: None,
             }
         }
 
@@ -276,7 +288,12 @@ mod cpu {
 
         /// `recorder.SamplerStatistics`: the sampler's mode and its effective rate since the last one.
         fn write_statistics(&mut self, chunk: &mut ChunkWriter, now: i64) {
-            let Some(sampler) = self.sampler.as_ref() else { return };
+            let (stats, period, mode) = match (self.sampler.as_ref(), self.stopped.take()) {
+                (Some(sampler), _) => (sampler.stats(), sampler.period(), self.mode_name(false)),
+                // The flush after `stop`: the last statistics, once.
+                (None, Some(s)) => (s.stats, s.period, s.mode),
+                (None, None) => return,
+            };
             let at = Instant::now();
             let Some(since) = self.rate_since.replace(at) else { return };
             let elapsed = at.duration_since(since).as_secs_f64();
@@ -284,9 +301,7 @@ mod cpu {
                 return;
             }
             let samples = std::mem::take(&mut self.samples_since_rate);
-            let stats = sampler.stats();
-            let period_ns = sampler.period().as_nanos() as i64;
-            let mode = self.mode_name(false);
+            let period_ns = period.as_nanos() as i64;
             let (written, leaf_only, truncated) = crate::diagnostics::take_stack_shapes();
             chunk.event(builtin::SAMPLER_STATISTICS, |e| {
                 e.long(now);
@@ -303,6 +318,7 @@ mod cpu {
         }
 
         fn stop(&mut self, seg: &mut Segment<'_>) -> Stopped {
+            let mode = self.mode_name(false);
             let Some(mut sampler) = self.sampler.take() else { return Stopped::default() };
             // The recorder thread and `Recorder` dropped their handles before the final flush;
             // a `register_current_thread` in progress lets go within moments.
@@ -317,8 +333,15 @@ mod cpu {
             };
             let refused = owned.take_refused();
             name_exited(seg, &owned);
+            let period = owned.period();
             let last = &mut self.last;
-            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| write_record(seg, rec, last));
+            let mut written = 0;
+            let report = owned.stop(&mut self.locked, &mut |rec: &SampleRecord<'_>| {
+                write_record(seg, rec, last);
+                written += 1;
+            });
+            self.samples_since_rate += written;
+            self.stopped = Some(StoppedSampler { stats: report.stats.clone(), period, mode });
             write_batches(seg, report.wall_batches, &self.last);
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));

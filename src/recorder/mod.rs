@@ -137,7 +137,7 @@ impl Recorder {
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
-        crate::diagnostics::recording_started();
+        crate::diagnostics::recording_started(settings.sampling.as_ref().map(|s| s.unwinder));
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         // Scopes of this recording start with empty trees (before the first flush, which would
         // otherwise write the previous recording's).
