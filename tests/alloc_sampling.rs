@@ -35,7 +35,7 @@ fn allocate_kib_blocks(n: usize) -> usize {
 /// below pass its result through `black_box`: a tail call would become a jump in an optimized
 /// build, and the site's frame would be gone from every stack.)
 #[inline(never)]
-fn site_bytes(n: usize, size: usize) {
+fn site_bytes(n: usize, size: usize) -> usize {
     let layout = Layout::from_size_align(size, 1).unwrap();
     for _ in 0..n {
         // SAFETY: a non-zero layout; freed with the same layout.
@@ -46,21 +46,22 @@ fn site_bytes(n: usize, size: usize) {
             std::alloc::dealloc(p, layout);
         }
     }
+    n
 }
 
 #[inline(never)]
 fn site_one_byte(n: usize) {
-    std::hint::black_box(site_bytes(n, 1))
+    std::hint::black_box(site_bytes(n, 1));
 }
 
 #[inline(never)]
 fn site_one_kib(n: usize) {
-    std::hint::black_box(site_bytes(n, 1024))
+    std::hint::black_box(site_bytes(n, 1024));
 }
 
 #[inline(never)]
 fn site_one_mib(n: usize) {
-    std::hint::black_box(site_bytes(n, 1 << 20))
+    std::hint::black_box(site_bytes(n, 1 << 20));
 }
 
 fn start(dir: &Path, interval: u64) -> Recorder {

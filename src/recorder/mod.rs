@@ -640,6 +640,12 @@ impl Inner {
     fn sampler_loop(&self, sampler: &Sampler) {
         crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
+        // The threads running already are armed first: building the tables below takes a while
+        // (a debug build's preload spent seconds on it beside a busy neighbour, while a thread
+        // started before `main` burned its 600 ms unseen). Until they are built, samples in code
+        // without frame pointers keep their innermost frames only.
+        let names = sampler.discover_threads_unlocked().names;
+        self.l.lock(Holder::Maintain, 0).maintain_sources(names);
         // The tables `start` left to this thread (`unwind_tables_in_background`), at once; a
         // check of the mapped modules otherwise.
         sampler.build_unwind_tables();
