@@ -42,46 +42,43 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// CPU time of the calling thread (time the machine gave to other processes is not counted).
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CPU time of the whole process: every thread, including a layer's writer thread and the
 /// recorder's own threads.
 fn process_cpu_time() -> Duration {
+    cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_time(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_PROCESS_CPUTIME_ID");
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime({clock})");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// ns of process CPU per operation of `session(n)`, which sets a layer up, does `n` operations
 /// and tears the layer down, waiting for everything it owes (a writer thread's backlog, a
 /// recording's last flush): the fastest of `reps` runs.
-fn measure_process(reps: u64, n: u64, mut session: impl FnMut(u64)) -> f64 {
-    session(n / 10 + 1); // warm-up
-    (0..reps)
-        .map(|_| {
-            let t = process_cpu_time();
-            session(n);
-            (process_cpu_time() - t).as_nanos() as f64 / n as f64
-        })
-        .fold(f64::INFINITY, f64::min)
+fn measure_process(reps: u64, n: u64, session: impl FnMut(u64)) -> f64 {
+    fastest_on(process_cpu_time, reps, n, session)
 }
 
 /// ns per operation of `run(n)` (which does `n` operations) on this thread's CPU clock: the
 /// fastest of `reps` runs (on a shared machine, slower runs measure the neighbours).
-fn measure(reps: u64, n: u64, mut run: impl FnMut(u64)) -> f64 {
+fn measure(reps: u64, n: u64, run: impl FnMut(u64)) -> f64 {
+    fastest_on(thread_cpu_time, reps, n, run)
+}
+
+fn fastest_on(clock: fn() -> Duration, reps: u64, n: u64, mut run: impl FnMut(u64)) -> f64 {
     run(n / 10 + 1); // warm-up
     (0..reps)
         .map(|_| {
-            let t = thread_cpu_time();
+            let t = clock();
             run(n);
-            (thread_cpu_time() - t).as_nanos() as f64 / n as f64
+            (clock() - t).as_nanos() as f64 / n as f64
         })
         .fold(f64::INFINITY, f64::min)
 }
@@ -390,6 +387,26 @@ fn self_time_error(
     (fastest(&baseline_all), fastest(&reported_all), inside_errors[inside_errors.len() / 2])
 }
 
+/// Runs `f` with a recording running (default settings, span stacks on or off) and a
+/// `RecorderLayer` on the registry as the default subscriber; stops the recording.
+fn under_recorder_layer<T>(dir: &std::path::Path, span_stacks: bool, f: impl FnOnce() -> T) -> T {
+    let rec = Recorder::builder()
+        .repository(dir)
+        .no_sampling()
+        .flush_interval(Duration::from_millis(50))
+        .event("recorder.Span", recorder::EventSettings { stack_trace: span_stacks, ..Default::default() })
+        .start()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let lost = rec.stats().events_lost;
+    rec.stop().unwrap();
+    if lost > 0 {
+        println!("(RecorderLayer: {lost} span events lost to the memory budget)");
+    }
+    out
+}
+
 /// Table 2.
 fn spans_table(n: u64, reps: u64, dir: &std::path::Path) {
     let flame_dir = tempfile::tempdir().unwrap();
@@ -397,23 +414,7 @@ fn spans_table(n: u64, reps: u64, dir: &std::path::Path) {
     let span_n = n / 4;
     let registry_only =
         tracing::subscriber::with_default(tracing_subscriber::registry(), || measure(reps, span_n, spans));
-    let layer_cost = |span_stacks: bool| {
-        let rec = Recorder::builder()
-            .repository(dir)
-            .no_sampling()
-            .flush_interval(Duration::from_millis(50))
-            .event("recorder.Span", recorder::EventSettings { stack_trace: span_stacks, ..Default::default() })
-            .start()
-            .unwrap();
-        let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
-        let ns = tracing::subscriber::with_default(subscriber, || measure(reps, span_n, spans));
-        let lost = rec.stats().events_lost;
-        rec.stop().unwrap();
-        if lost > 0 {
-            println!("(RecorderLayer: {lost} span events lost to the memory budget)");
-        }
-        ns
-    };
+    let layer_cost = |span_stacks: bool| under_recorder_layer(dir, span_stacks, || measure(reps, span_n, spans));
     let ours = layer_cost(true);
     let ours_no_stack = layer_cost(false);
     let chrome = {
@@ -450,22 +451,7 @@ fn spans_table(n: u64, reps: u64, dir: &std::path::Path) {
         tracing::subscriber::with_default(tracing_subscriber::registry(), || spans(n))
     });
     let p_ours = |span_stacks: bool| {
-        measure_process(reps.min(5), process_n, |n| {
-            let rec = Recorder::builder()
-                .repository(dir)
-                .no_sampling()
-                .flush_interval(Duration::from_millis(50))
-                .event("recorder.Span", recorder::EventSettings { stack_trace: span_stacks, ..Default::default() })
-                .start()
-                .unwrap();
-            let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
-            tracing::subscriber::with_default(subscriber, || spans(n));
-            let lost = rec.stats().events_lost;
-            rec.stop().unwrap();
-            if lost > 0 {
-                println!("(RecorderLayer: {lost} span events lost to the memory budget)");
-            }
-        })
+        measure_process(reps.min(5), process_n, |n| under_recorder_layer(dir, span_stacks, || spans(n)))
     };
     let p_ours_stacks = p_ours(true);
     let p_ours_no_stack = p_ours(false);
