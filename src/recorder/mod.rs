@@ -536,8 +536,12 @@ impl Inner {
         if let Some(handle) = self.sampler_thread.lock().take() {
             let _ = handle.join();
         }
-        // The sampler can only stop once its last other handle is gone.
-        drop(self.sampler.lock().take());
+        // The sampler can only stop once its last other handle is gone. Discovery ended with the
+        // sampler thread: this thread, which symbolizes in the flushes below, learns its own
+        // stack's bounds if it has not yet.
+        if let Some(sampler) = self.sampler.lock().take() {
+            sampler.learn_current_thread_bounds();
+        }
         self.flush();
         self.l.lock(Holder::Lifecycle, 0).stop_sources();
         self.flush();
