@@ -229,15 +229,7 @@ fn main() {
         // Only the RecorderLayer (to profile it): without span stacks, or with them if
         // `SCOPES_BENCH_SPAN_STACKS=1`.
         let stacks = env_u64("SCOPES_BENCH_SPAN_STACKS", 0) == 1;
-        let rec = Recorder::builder()
-            .repository(dir.path())
-            .no_sampling()
-            .event("recorder.Span", recorder::EventSettings { stack_trace: stacks, ..Default::default() })
-            .start()
-            .unwrap();
-        let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
-        let ns = tracing::subscriber::with_default(subscriber, || measure(reps, n, spans));
-        rec.stop().unwrap();
+        let ns = under_recorder_layer(dir.path(), stacks, || measure(reps, n, spans));
         println!("RecorderLayer, span stacks {stacks}: {ns:.0} ns per span");
     } else if only != "scopes" {
         spans_table(n, reps, dir.path());

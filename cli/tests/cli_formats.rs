@@ -12,40 +12,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// The two hot functions spin on plain arithmetic (no calls, not even inlined ones such as
+/// A hot function that spins on plain arithmetic (no calls, not even inlined ones such as
 /// `wrapping_add` or a range's `next`, which an optimized build's debug info shows as frames of
-/// their own), so each is the innermost frame of its samples in any build.
-#[inline(never)]
-fn fmt_hot_alpha(stop: &AtomicBool) -> u64 {
-    let mut x = 1u64;
-    while !stop.load(Ordering::Relaxed) {
-        let mut i = 0u64;
-        while i < 10_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x ^= i;
-            i += 1;
+/// their own), so it is the innermost frame of its samples in any build: an xorshift with the
+/// given shifts.
+macro_rules! hot_function {
+    ($name:ident, $seed:literal, $a:literal, $b:literal, $c:literal) => {
+        #[inline(never)]
+        fn $name(stop: &AtomicBool) -> u64 {
+            let mut x = $seed;
+            while !stop.load(Ordering::Relaxed) {
+                let mut i = 0u64;
+                while i < 10_000 {
+                    x ^= x << $a;
+                    x ^= x >> $b;
+                    x ^= x << $c;
+                    x ^= i;
+                    i += 1;
+                }
+            }
+            x
         }
-    }
-    x
+    };
 }
 
-#[inline(never)]
-fn fmt_hot_beta(stop: &AtomicBool) -> u64 {
-    let mut x = 7u64;
-    while !stop.load(Ordering::Relaxed) {
-        let mut i = 0u64;
-        while i < 10_000 {
-            x ^= x << 5;
-            x ^= x >> 11;
-            x ^= x << 23;
-            x ^= i;
-            i += 1;
-        }
-    }
-    x
-}
+hot_function!(fmt_hot_alpha, 1u64, 13, 7, 17);
+hot_function!(fmt_hot_beta, 7u64, 5, 11, 23);
 
 struct Recording {
     /// Keeps the files.

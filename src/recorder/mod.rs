@@ -644,15 +644,23 @@ impl Inner {
     fn sampler_loop(&self, sampler: &Sampler) {
         crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
+        let maintain = || {
+            // Modules loaded since the last pass get their `pthread_create` interposed.
+            crate::thread_hooks::rescan();
+            // Discovery reads /proc for every thread: without L (review finding 9). Only the
+            // names it read go to the chunk, under L.
+            let names = sampler.discover_threads_unlocked().names;
+            self.l.lock(Holder::Maintain, 0).maintain_sources(names);
+        };
         // The threads running already are armed first: building the tables below takes a while
         // (a debug build's preload spent seconds on it beside a busy neighbour, while a thread
         // started before `main` burned its 600 ms unseen). Until they are built, samples in code
         // without frame pointers keep their innermost frames only.
-        let names = sampler.discover_threads_unlocked().names;
-        self.l.lock(Holder::Maintain, 0).maintain_sources(names);
+        maintain();
         // The tables `start` left to this thread (`unwind_tables_in_background`), at once; a
         // check of the mapped modules otherwise.
         sampler.build_unwind_tables();
+        // Another pass at once: threads started while the tables were built.
         let mut last_maintenance = Instant::now() - Duration::from_secs(1);
         // Relaxed: `stop` joins this thread after setting the flag; at worst one more round.
         while !self.stopping.load(Ordering::Relaxed) {
@@ -665,12 +673,7 @@ impl Inner {
             }
             if last_maintenance.elapsed() >= Duration::from_millis(100) {
                 last_maintenance = Instant::now();
-                // Modules loaded since the last pass get their `pthread_create` interposed.
-                crate::thread_hooks::rescan();
-                // Discovery reads /proc for every thread: without L (review finding 9). Only the
-                // names it read go to the chunk, under L.
-                let names = sampler.discover_threads_unlocked().names;
-                self.l.lock(Holder::Maintain, 0).maintain_sources(names);
+                maintain();
             }
         }
     }
