@@ -536,11 +536,11 @@ impl Inner {
         if let Some(handle) = self.sampler_thread.lock().take() {
             let _ = handle.join();
         }
-        // The sampler can only stop once its last other handle is gone. Discovery ended with the
-        // sampler thread: this thread, which symbolizes in the flushes below, learns its own
-        // stack's bounds if it has not yet.
+        // The sampler can only stop once its last other handle is gone. The flushes below are
+        // the recorder's own work (symbolizing, for hundreds of ms in a debug build) on the
+        // caller's thread: it is not sampled for them, as the recorder's threads never are.
         if let Some(sampler) = self.sampler.lock().take() {
-            sampler.learn_current_thread_bounds();
+            sampler.exclude_current_thread();
         }
         self.flush();
         self.l.lock(Holder::Lifecycle, 0).stop_sources();

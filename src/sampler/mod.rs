@@ -1301,26 +1301,6 @@ mod imp {
             }
         }
 
-        /// Gives the calling thread's slot the bounds of its stack if it has a slot whose bounds
-        /// discovery has not found yet (it looks them up from a sample's stack pointer, on the
-        /// recorder's thread, every 100 ms). For a thread that works for the recorder once that
-        /// thread is gone: `stop`'s final flushes symbolize on the caller's thread, for hundreds
-        /// of ms in a debug build, and its samples kept only their leaf.
-        pub fn learn_current_thread_bounds(&self) {
-            let shared = self.shared();
-            let bounds = current_stack_bounds();
-            if bounds.hi == 0 {
-                return;
-            }
-            let tid = gettid();
-            let reg = shared.registry.lock();
-            if let Some(slot) = reg.find(tid, start_time(tid)).and_then(|index| shared.core.slot(index)) {
-                if slot.stack_bounds().hi == 0 {
-                    slot.set_stack_bounds(bounds.lo, bounds.verified_lo, bounds.hi);
-                }
-            }
-        }
-
         /// Lets threads that start from now on register themselves first thing
         /// ([`register_thread_start`], called from `thread_hooks`' start routine wrapper).
         pub fn register_new_threads(&self, on: bool) {
