@@ -115,9 +115,10 @@ fn enabled() -> bool {
     !matches!(std::env::var(ENV_ENABLE).map(|v| v.to_ascii_lowercase()).as_deref(), Ok("0" | "off" | "false" | "no"))
 }
 
-/// Starts the listener of recording `generation` (called by `Recorder::start`). Never fails: a
-/// problem is logged once and the recording runs without a control socket.
-pub(crate) fn start(generation: u64, repository: &Path, dump: DumpFn) {
+/// Starts the listener of recording `generation` (called by `Recorder::start`); its thread runs
+/// `on_start` first (the recorder's own threads are not sampled). Never fails: a problem is
+/// logged once and the recording runs without a control socket.
+pub(crate) fn start(generation: u64, repository: &Path, dump: DumpFn, on_start: Box<dyn FnOnce() + Send>) {
     if !enabled() {
         return;
     }
@@ -125,7 +126,7 @@ pub(crate) fn start(generation: u64, repository: &Path, dump: DumpFn) {
     if let Some(old) = slot.take() {
         shut_down(old);
     }
-    match listen(generation, repository.to_owned(), dump) {
+    match listen(generation, repository.to_owned(), dump, on_start) {
         Ok(l) => *slot = Some(l),
         Err(e) => log_once(&e),
     }
@@ -232,7 +233,12 @@ fn pid_exists(pid: libc::pid_t) -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener, String> {
+fn listen(
+    generation: u64,
+    repository: PathBuf,
+    dump: DumpFn,
+    on_start: Box<dyn FnOnce() + Send>,
+) -> Result<Listener, String> {
     let dir = socket_dir();
     prepare_dir(&dir)?;
     remove_dead_sockets_in(&dir);
@@ -266,6 +272,7 @@ fn listen(generation: u64, repository: PathBuf, dump: DumpFn) -> Result<Listener
     let thread = std::thread::Builder::new()
         .name("recorder-control".into())
         .spawn(move || {
+            on_start();
             serve(&listener, &thread_stop, &repository, &dump);
             // Remove the socket only if it is still the one we bound.
             let same = std::fs::symlink_metadata(&thread_path).map(|m| (m.dev(), m.ino())).ok();

@@ -366,6 +366,18 @@ fn a_thread_blocked_in_recv_stands_for_its_wait_and_a_spinning_thread_runs_on_to
         (sleeping as f64 - expected).abs() <= expected * 0.10,
         "recv waited {waited:?}: {sleeping} sleeping periods, expected {expected:.0} ± 10 %: {recv:?}"
     );
+    // Its stack is walked where it waits (it was never sampled): whole, from recv to its start.
+    let walked: u64 = recv
+        .iter()
+        .filter(|e| state_of(e) == STATE_SLEEPING)
+        .filter(|e| {
+            e.stack
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|f| f.contains("recv")) && s.iter().any(|f| f.contains("start_thread")))
+        })
+        .map(samples_of)
+        .sum();
+    assert!(walked * 10 >= sleeping * 9, "{walked} of {sleeping} sleeping periods with recv's whole stack: {recv:?}");
     let spin = of("wall-spin");
     let total: u64 = spin.iter().map(samples_of).sum();
     let running: u64 = spin.iter().filter(|e| state_of(e) == STATE_RUNNABLE).map(samples_of).sum();
@@ -469,4 +481,79 @@ fn a_starved_wall_sampler_counts_and_reports_the_periods_it_missed() {
     let w = stop_exact(rec, &repo);
     assert!(w.missed_ticks > 0, "the starved sampler missed ticks: {w:?}");
     assert!(w.lost > 0, "the periods of the threads that ran meanwhile are lost: {w:?}");
+}
+
+/// Work between waits: where the thread's CPU samples (and so its last stack) are.
+#[inline(never)]
+fn compute_between_waits(d: Duration) -> u64 {
+    std::hint::black_box(spin_for(d))
+}
+
+/// The wait: where the thread is when its idle periods are accounted.
+#[inline(never)]
+fn wait_between_computations(d: Duration) -> u64 {
+    std::thread::sleep(d);
+    std::hint::black_box(1)
+}
+
+#[test]
+fn idle_wall_samples_carry_the_stack_where_the_thread_waits_not_its_last_sampled_one() {
+    // A thread that computes 5 ms, then sleeps 60 ms, in a loop. Its CPU samples (and its wall
+    // samples while it runs) are in compute_between_waits; its sleeping periods are in
+    // wait_between_computations, which no sample taken while it ran can show: the wall thread
+    // walks the waiting thread's stack from outside. Before, the sleeping periods carried the last
+    // sampled stack, inside compute_between_waits.
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let period = Duration::from_millis(10);
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .sampling_period(Duration::from_millis(1))
+        .wall_clock_sampling(period)
+        .start()
+        .unwrap();
+    let repo = rec.repository_dir().to_owned();
+    let worker = std::thread::Builder::new()
+        .name("wall-alternate".into())
+        .spawn(|| {
+            let mut x = 0u64;
+            for _ in 0..25 {
+                x = x.wrapping_add(compute_between_waits(Duration::from_millis(5)));
+                x = x.wrapping_add(wait_between_computations(Duration::from_millis(60)));
+            }
+            x
+        })
+        .unwrap();
+    worker.join().unwrap();
+    stop_exact(rec, &repo);
+    let events = all_events(&repo, "profiler.WallClockSample");
+    let mine: Vec<&ReadEvent> = events.iter().filter(|e| e.thread.as_deref() == Some("wall-alternate")).collect();
+    let sleeping: Vec<&&ReadEvent> = mine.iter().filter(|e| state_of(e) == STATE_SLEEPING).collect();
+    let periods: u64 = sleeping.iter().map(|e| samples_of(e)).sum();
+    let has = |e: &ReadEvent, f: &str| e.stack.as_ref().is_some_and(|s| s.iter().any(|n| n.contains(f)));
+    let waiting: u64 = sleeping.iter().filter(|e| has(e, "wait_between_computations")).map(|e| samples_of(e)).sum();
+    // 25 sleeps of 60 ms at 10 ms: about 150 periods (a thread seen asleep at a tick right after it
+    // ran is accounted running: the tick cannot tell).
+    eprintln!(
+        "{waiting} of {periods} sleeping periods in the wait; one: {:?}",
+        sleeping.first().and_then(|e| e.stack.as_ref())
+    );
+    assert!(periods >= 75, "{periods} sleeping periods: {mine:?}");
+    // A walk is given up if the thread wakes while it runs (its copy may be torn); then the last
+    // stack stands in. On a loaded machine that can happen, rarely.
+    assert!(waiting * 4 >= periods * 3, "{waiting} of {periods} sleeping periods in the wait: {sleeping:?}");
+    for e in sleeping.iter().filter(|e| has(e, "wait_between_computations")) {
+        let stack = e.stack.as_ref().unwrap();
+        // Whole, from the system call to the thread's start, and never through the computation.
+        assert!(!has(e, "compute_between_waits"), "{stack:?}");
+        assert!(has(e, "thread::sleep") || has(e, "nanosleep"), "{stack:?}");
+        assert!(has(e, "start_thread") || has(e, "clone"), "walked to the thread's start: {stack:?}");
+    }
+    // The JDK reads the stacks we walked.
+    let files = chunk_files(&repo);
+    let text: String = files
+        .iter()
+        .map(|f| jdk("jfr", &["print", "--events", "profiler.WallClockSample", f.to_str().unwrap()]))
+        .collect();
+    assert!(text.contains("wait_between_computations"), "jfr print shows the waiting stacks");
 }

@@ -1,6 +1,7 @@
 //! `recorder record --wall` (issues 13 §2 and 14): a C program that mostly sleeps, recorded with
 //! wall-clock sampling through the preloaded library: its sleeps are never broken (the program
-//! checks every nanosleep), and its wall samples stand for the time it slept, in state sleeping.
+//! checks every nanosleep), and its wall samples stand for the time it slept, in state sleeping,
+//! on the stack it slept in.
 
 mod common;
 
@@ -38,4 +39,14 @@ fn record_wall_samples_a_sleeping_c_program_without_breaking_its_sleeps() {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
     assert!((75..=400).contains(&asleep), "{asleep} periods in nap/nanosleep, ~150 expected:\n{collapsed}");
+    // Those stacks are walked where the thread waits, through nap to main (before, they were
+    // the last stack sampled while it ran, in spin, or the system call's address alone).
+    let whole: u64 = collapsed
+        .lines()
+        .filter(|l| l.contains("main;nap;nanosleep"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(whole * 10 >= asleep * 9, "{whole} of {asleep} sleeping periods through main;nap;nanosleep:\n{collapsed}");
+    // The recorder's own threads (here its control listener, waiting in poll) are not sampled.
+    assert!(!collapsed.contains("recorder::control"), "the control thread was sampled:\n{collapsed}");
 }

@@ -329,6 +329,24 @@ pub fn step(
         // SAFETY: 8-byte aligned and inside [lo, hi), the mapped stack of the sampled thread.
         Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
     };
+    step_reading(tables, mode, regs, first, lo, hi, &read)
+}
+
+/// [`step`] over a stack that `read` returns the words of (a copy of another thread's stack:
+/// `read` answers for `[lo, hi)` only).
+///
+/// # Signal safety
+/// As [`step`] if `read` is.
+#[inline]
+pub fn step_reading(
+    tables: Option<&Tables>,
+    mode: Unwinder,
+    regs: Regs,
+    first: bool,
+    lo: usize,
+    hi: usize,
+    read: &impl Fn(usize) -> Option<usize>,
+) -> Result<Regs, End> {
     // A return address may be one past its function (a call to a function that does not return):
     // look up the call instruction.
     let pc = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
@@ -344,7 +362,7 @@ pub fn step(
         Some((kind::CFA_FP, r)) => regs.fp.wrapping_add_signed(r.cfa_offset as isize),
         Some((kind::PLT, r)) => regs.sp + 8 + if (regs.pc & 15) as i32 >= r.cfa_offset { 8 } else { 0 },
         Some((kind::OUTERMOST, _)) => return Err(End::Root),
-        _ => return frame_pointer_step(regs, lo, hi, &read),
+        _ => return frame_pointer_step(regs, lo, hi, read),
     };
     if cfa <= regs.sp || cfa > hi {
         return Err(End::Lost);

@@ -101,14 +101,16 @@ mod cpu {
         }
     }
 
-    /// Writes the wall sampler's batches, each with its thread's last stack (or, for a thread
-    /// never sampled, the PC of the system call it is blocked in, as a one-frame truncated stack).
+    /// Writes the wall sampler's batches, each with the stack its thread waits in (walked while
+    /// it waited), else its last stack (or, for a thread never sampled, the PC of the system call
+    /// it is blocked in, as a one-frame truncated stack).
     fn write_batches(seg: &mut Segment<'_>, batches: Vec<WallBatch>, last: &LastStacks) {
         for b in batches {
-            let key = match last.by_tid.get(&b.tid) {
-                Some(&(_, key)) => key,
-                None if b.pc != 0 => seg.stacks.intern(&[b.pc], true),
-                None => StackKey::NONE,
+            let key = match (&b.stack, last.by_tid.get(&b.tid)) {
+                (Some((frames, complete)), _) => seg.stacks.intern(frames, !complete),
+                (None, Some(&(_, key))) => key,
+                (None, None) if b.pc != 0 => seg.stacks.intern(&[b.pc], true),
+                (None, None) => StackKey::NONE,
             };
             let state = match b.state {
                 WallState::Running => THREAD_STATE_RUNNABLE,

@@ -233,7 +233,7 @@ impl Recorder {
             return Err(e);
         }
         reservation.publish(shared);
-        crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner))); // control hook
+        crate::control::start(generation, &inner.dir, control_dump(Arc::downgrade(&inner)), inner.own_thread_start()); // control hook
         Ok(Recorder { inner })
     }
 
@@ -558,19 +558,24 @@ impl Inner {
         finished.map_err(|source| Error::Write { path: self.dir.clone(), source })
     }
 
-    /// Starts the Pyroscope uploader thread (the recording directory is its queue; `link` is
-    /// what retention shares with it).
-    #[cfg(feature = "push")]
-    fn start_push(&self, target: crate::push::PushTarget, link: Arc<crate::push::Shared>) -> Result<(), Error> {
-        // The uploader is the recorder's own thread: like the flusher, it is not sampled.
+    /// What a thread of the recorder's own (the uploader, the control listener) runs first: like
+    /// the flusher, it is not sampled, and its allocations are not the application's.
+    fn own_thread_start(&self) -> Box<dyn FnOnce() + Send> {
         let sampler = self.sampler.lock().clone();
-        let on_start = Box::new(move || {
+        Box::new(move || {
             crate::alloc::exclude_current_thread();
             if let Some(s) = sampler {
                 s.exclude_current_thread();
             }
-        });
-        let handle = crate::push::start(target, self.dir.clone(), link, on_start).map_err(Error::Thread)?;
+        })
+    }
+
+    /// Starts the Pyroscope uploader thread (the recording directory is its queue; `link` is
+    /// what retention shares with it).
+    #[cfg(feature = "push")]
+    fn start_push(&self, target: crate::push::PushTarget, link: Arc<crate::push::Shared>) -> Result<(), Error> {
+        let handle =
+            crate::push::start(target, self.dir.clone(), link, self.own_thread_start()).map_err(Error::Thread)?;
         *self.push.lock() = Some(handle);
         Ok(())
     }

@@ -67,6 +67,9 @@
 //! handler is admitted to it (I13), and the next `drain_full` processes its buffers and reaps it.
 //! fork (§6): a `pthread_atfork` child hook leaves the child not recording, with no lock held.
 
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod blocked;
 pub mod buffer;
 #[cfg(not(loom))]
 mod signal;

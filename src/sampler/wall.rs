@@ -15,11 +15,13 @@
 //!
 //! # Idle threads cost nothing
 //! Each tick reads each thread's CPU clock. A thread that did not run since the last tick is not
-//! touched: its period joins an open batch (thread, state), which becomes one
-//! `profiler.WallClockSample` with `samples` = the periods it stands for and the thread's last
-//! stack, written at the next flush. Its state is read from /proc/self/task/TID/stat once when
-//! it stops running (it cannot change without the thread running, which its CPU clock would
-//! show), with /proc/self/task/TID/syscall's user PC as the stack of a thread never sampled.
+//! touched: its period joins an open batch (thread, state, stack), which becomes one
+//! `profiler.WallClockSample` with `samples` = the periods it stands for, written at the next
+//! flush. Its state is read from /proc/self/task/TID/stat once when it stops running (it cannot
+//! change without the thread running, which its CPU clock would show), and its stack is walked
+//! from outside then (`blocked.rs`; at most [`WALKS_PER_TICK`] a tick). Where the walk fails, the
+//! thread's last sampled stack stands in, or /proc/self/task/TID/syscall's user PC for a thread
+//! never sampled.
 //!
 //! # Accounting (loss is never silent)
 //! Every tick accounts `n` periods to every thread (`n` > 1 when the sampler thread was late:
@@ -30,11 +32,13 @@
 //! `periods = requests + batched + lost`, and `requests` = served (written or lost in the
 //! sampler's buffers, as CPU samples are) + unserved lost.
 
+use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
 use super::imp::{gettid, start_time, task_stat, unregister, Shared};
 use super::timer;
 use crate::sync::Ordering;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Requests per tick at most; the other threads that ran are batched this tick and get theirs
@@ -42,6 +46,9 @@ use std::time::{Duration, Instant};
 pub const REQUESTS_PER_TICK: usize = 16;
 /// Default wall-clock period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(50);
+/// Stacks of blocked threads walked per tick at most (each takes 5-40 µs: copying the stack is
+/// most of it); the threads beyond get theirs at a later tick if they still wait.
+const WALKS_PER_TICK: usize = 32;
 /// Closed batches kept between two flushes at most; beyond, their periods are counted lost.
 const MAX_CLOSED: usize = 1 << 16;
 
@@ -69,8 +76,12 @@ impl WallState {
     }
 }
 
+/// The stack of a blocked thread, walked from outside (`blocked.rs`), innermost first, and
+/// whether it reached the thread's start (false: truncated).
+pub type BlockedStack = (Arc<[u64]>, bool);
+
 /// Periods a thread spent without a stack request, to be written as one wall sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WallBatch {
     /// The thread.
     pub tid: u32,
@@ -81,8 +92,11 @@ pub struct WallBatch {
     /// When its first period ended (`crate::clock` ticks).
     pub ticks: i64,
     /// The user PC of the system call it was blocked in (/proc/self/task/TID/syscall; 0:
-    /// unknown): its stack if it was never sampled.
+    /// unknown): its stack if it was never sampled and `stack` could not be walked.
     pub pc: u64,
+    /// Its stack where it waits, walked while it waited (None: it ran, or the walk failed; then
+    /// its last sampled stack stands for these periods).
+    pub stack: Option<BlockedStack>,
 }
 
 /// Counters of the wall sampler, all since start.
@@ -238,8 +252,19 @@ struct Tracked {
     /// A request is armed and not yet served; `served` is the slot's count when it was issued.
     outstanding: bool,
     served: u64,
-    /// State and syscall PC read when it stopped running (None: it ran at the last tick).
-    idle: Option<(WallState, u64)>,
+    /// What was read when it stopped running (None: it ran at the last tick).
+    idle: Option<Idle>,
+}
+
+/// A thread that stopped running: its state, and where it waits.
+#[derive(Debug, Clone)]
+struct Idle {
+    state: WallState,
+    /// The user PC of its system call (0: unknown).
+    pc: u64,
+    stack: Option<BlockedStack>,
+    /// Whether its stack was walked (or could not be: no tables); false: over a tick's budget.
+    walked: bool,
 }
 
 fn cpu_time(tid: u32) -> Option<u64> {
@@ -251,19 +276,46 @@ fn cpu_time(tid: u32) -> Option<u64> {
     Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
-/// State (stat field 3) and the user PC of its system call, if blocked in one.
-fn idle_state(tid: u32, buf: &mut String) -> (WallState, u64) {
+/// What the wall thread needs to walk blocked threads' stacks.
+struct Walker {
+    copy: StackCopy,
+    frames: Vec<u64>,
+}
+
+/// State (stat field 3) of a thread that did not run since the last tick (its CPU clock read
+/// `cpu`), the user PC of its system call, and (if `walk`) its stack there if it can be walked
+/// while the thread stays put (`blocked.rs`).
+fn idle_state(
+    shared: &Shared,
+    index: usize,
+    tid: u32,
+    cpu: u64,
+    buf: &mut String,
+    walker: &mut Walker,
+    walk: bool,
+) -> Idle {
     let state = task_stat(tid, buf).map_or(WallState::Other, |s| WallState::from_proc(s.state));
     buf.clear();
-    let pc = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-        .ok()
-        .and_then(|line| {
-            // "nr a1 .. a6 sp pc", "-1 sp pc" (blocked outside a syscall) or "running".
-            let last = line.split_whitespace().last()?;
-            u64::from_str_radix(last.trim_start_matches("0x"), 16).ok()
-        })
-        .unwrap_or(0);
-    (state, pc)
+    let registers = syscall_registers(tid);
+    let pc = registers.map_or(0, |(_, pc)| pc as u64);
+    let tables = match shared.unwinder {
+        crate::cfi::Unwinder::FramePointer => None,
+        mode => shared.cfi.load().map(|t| (t, mode)),
+    };
+    let limit = shared.depth.inner.max(1) + shared.depth.outer;
+    let walked = walk || tables.is_none();
+    let stack = registers.zip(tables).filter(|_| walk).and_then(|((sp, pc), (tables, mode))| {
+        // Its slot's stack bounds, if known and its (the slot may have been reused: then `sp`
+        // is outside them and the copy goes page by page).
+        let top = shared.core.slot(index).map(|s| s.stack_bounds()).filter(|b| b.lo <= sp && sp < b.hi).map(|b| b.hi);
+        let waiting = Waiting { sp, pc, top };
+        let complete = walk_blocked(tables, mode, waiting, &mut walker.copy, limit, &mut walker.frames)?;
+        // The thread did not run while its stack was copied and walked (else the copy may be
+        // torn): its CPU clock and its system call's registers are the same as before.
+        let still = cpu_time(tid) == Some(cpu) && syscall_registers(tid) == Some((sp, pc));
+        (still && walker.frames.len() > 1).then(|| (Arc::from(&walker.frames[..]), complete))
+    });
+    Idle { state, pc, stack, walked }
 }
 
 fn run(shared: &Shared) {
@@ -274,6 +326,7 @@ fn run(shared: &Shared) {
     let mut tracked: HashMap<usize, Tracked> = HashMap::new();
     let mut cursor = 0usize;
     let mut buf = String::new();
+    let mut walker = Walker { copy: StackCopy::new(), frames: Vec::new() };
     let mut last = Instant::now();
     loop {
         {
@@ -299,7 +352,7 @@ fn run(shared: &Shared) {
             continue;
         }
         last += period * n as u32;
-        tick(shared, w, n, &mut tracked, &mut cursor, &mut buf);
+        tick(shared, w, n, &mut tracked, &mut cursor, &mut buf, &mut walker);
     }
     *w.outstanding_at_stop.lock() =
         tracked.iter().filter(|(_, t)| t.outstanding).map(|(&i, t)| (i, t.served)).collect();
@@ -320,6 +373,7 @@ fn tick(
     tracked: &mut HashMap<usize, Tracked>,
     cursor: &mut usize,
     buf: &mut String,
+    walker: &mut Walker,
 ) {
     let now = crate::clock::ticks();
     let entries: Vec<(usize, u32, libc::c_int)> = {
@@ -349,9 +403,10 @@ fn tick(
         }
         keep
     });
-    let mut batched: Vec<(u32, WallState, u64, u64)> = Vec::new();
+    let mut batched: Vec<(u32, u64, Option<Idle>)> = Vec::new();
     let mut want: Vec<(usize, u32, libc::c_int)> = Vec::new();
     let mut accounted = 0u64;
+    let mut walks = 0usize;
     let count = entries.len();
     if count > 0 {
         *cursor %= count;
@@ -373,17 +428,18 @@ fn tick(
         accounted += n;
         if ran {
             t.idle = None;
-        } else if t.idle.is_none() {
-            t.idle = Some(idle_state(tid, buf));
+        } else if t.idle.as_ref().is_none_or(|i| !i.walked && walks < WALKS_PER_TICK) {
+            let walk = walks < WALKS_PER_TICK;
+            walks += usize::from(walk);
+            t.idle = Some(idle_state(shared, index, tid, cpu, buf, walker, walk));
         }
-        let (state, pc) = t.idle.unwrap_or((WallState::Running, 0));
         if !t.outstanding && ran && want.len() < REQUESTS_PER_TICK {
             t.served = now_served;
             want.push((index, tid, fd));
         } else {
-            // Idle (nothing changed), its request not served yet, or over this tick's budget:
-            // the periods go to its last stack.
-            batched.push((tid, state, n, pc));
+            // Idle (nothing changed: where it waits), its request not served yet, or over this
+            // tick's budget (its last stack).
+            batched.push((tid, n, t.idle.clone()));
         }
     }
     // The next tick starts after the last thread that got a request (round robin).
@@ -409,7 +465,7 @@ fn tick(
                 requested += 1;
                 lost += n - 1;
             } else {
-                batched.push((tid, WallState::Running, n, 0));
+                batched.push((tid, n, None));
             }
         }
     }
@@ -417,8 +473,12 @@ fn tick(
     let mut overflow = 0u64;
     {
         let mut p = w.pending.lock();
-        for (tid, state, periods, pc) in batched {
-            let close = p.open.get(&tid).is_some_and(|b| b.state != state);
+        for (tid, periods, idle) in batched {
+            let (state, pc, stack) = match idle {
+                Some(i) => (i.state, i.pc, i.stack),
+                None => (WallState::Running, 0, None),
+            };
+            let close = p.open.get(&tid).is_some_and(|b| b.state != state || b.stack != stack);
             if close {
                 if let Some(old) = p.open.remove(&tid) {
                     if p.closed.len() < MAX_CLOSED {
@@ -429,7 +489,7 @@ fn tick(
                     }
                 }
             }
-            let b = p.open.entry(tid).or_insert(WallBatch { tid, state, periods: 0, ticks: now, pc });
+            let b = p.open.entry(tid).or_insert(WallBatch { tid, state, periods: 0, ticks: now, pc, stack });
             b.periods += periods;
             batched_periods += periods;
         }
