@@ -7,6 +7,11 @@
 //! signals every thread each period would send; the busy threads' work per CPU-second (the
 //! handler's cost lands on them) against no profiling; the busy threads' work per wall-second
 //! (the machine is shared: a noisy figure); and the wall sampler thread's own CPU per second.
+//!
+//! Then the cost of walking blocked threads' stacks from outside (`src/sampler/blocked.rs`), at
+//! its worst: threads that run 1 ms and then wait 99 ms, so that each is walked every other
+//! period; the wall sampler thread's CPU per second with the default unwinder (which walks)
+//! against the frame-pointer unwinder (which cannot: no tables), in the same run.
 //! Timing numbers never go into tests.
 
 use recorder::Recorder;
@@ -146,6 +151,53 @@ fn run(idle: usize, wall: bool) -> Run {
     }
 }
 
+/// `threads` threads that each run 1 ms and wait 99 ms, under wall sampling with `unwinder`, for
+/// `MEASURE`: the wall sampler thread's CPU per second, and the stacks it walked (and used) per
+/// second.
+fn cycling(threads: usize, unwinder: recorder::Unwinder) -> (Duration, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(dir.path())
+        .cpu_sampling(false)
+        .unwinder(unwinder)
+        .wall_clock_sampling(recorder::sampler::DEFAULT_WALL_PERIOD)
+        .start()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = i as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let end = clock(libc::CLOCK_THREAD_CPUTIME_ID) + Duration::from_millis(1);
+                    while clock(libc::CLOCK_THREAD_CPUTIME_ID) < end {
+                        x = unit_of_work(x);
+                    }
+                    std::thread::sleep(Duration::from_millis(99));
+                }
+                black_box(x);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let sampler_tid = tid_named("recorder-wall").expect("the wall sampler thread");
+    let before = rec.sampler_stats().and_then(|s| s.wall).unwrap();
+    let cpu0 = clock(thread_clock(sampler_tid));
+    let t0 = Instant::now();
+    std::thread::sleep(MEASURE);
+    let cpu = clock(thread_clock(sampler_tid)) - cpu0;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let after = rec.sampler_stats().and_then(|s| s.wall).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    rec.stop().unwrap();
+    let per_s = |n: u64| n as f64 / elapsed;
+    (cpu.div_f64(elapsed), per_s(after.walks - before.walks), per_s(after.walks_used - before.walks_used))
+}
+
 fn main() {
     // 1000 threads with a wall request event each, and the sampler's own fds.
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -177,6 +229,16 @@ fn main() {
             base.units_per_s,
             w.units_per_s / base.units_per_s,
             w.sampler_cpu_per_s.unwrap_or_default()
+        );
+    }
+    println!("\nwalking waiting threads' stacks: threads that run 1 ms then wait 99 ms (two periods)");
+    for threads in [16, 64] {
+        let (walking, walks, used) = cycling(threads, recorder::Unwinder::Auto);
+        let (not_walking, _, _) = cycling(threads, recorder::Unwinder::FramePointer);
+        println!(
+            "{threads:>5} threads: {walks:.0} walks/s ({used:.0} used); sampler thread CPU {walking:?}/s walking (auto unwinder) vs {not_walking:?}/s not (fp unwinder): {:.1} µs a walk, {:.2} % of a core",
+            (walking.as_secs_f64() - not_walking.as_secs_f64()) * 1e6 / walks.max(1.0),
+            (walking.as_secs_f64() - not_walking.as_secs_f64()) * 100.0,
         );
     }
 }

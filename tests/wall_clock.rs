@@ -525,7 +525,8 @@ fn idle_wall_samples_carry_the_stack_where_the_thread_waits_not_its_last_sampled
         })
         .unwrap();
     worker.join().unwrap();
-    stop_exact(rec, &repo);
+    let w = stop_exact(rec, &repo);
+    assert!(w.walks_used > 0 && w.walks_used <= w.walks, "{w:?}");
     let events = all_events(&repo, "profiler.WallClockSample");
     let mine: Vec<&ReadEvent> = events.iter().filter(|e| e.thread.as_deref() == Some("wall-alternate")).collect();
     let sleeping: Vec<&&ReadEvent> = mine.iter().filter(|e| state_of(e) == STATE_SLEEPING).collect();

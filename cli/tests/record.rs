@@ -795,3 +795,30 @@ fn the_programs_main_does_not_wait_for_the_preload_librarys_unwind_table() {
     let leaf_only: u64 = s.iter().filter(|(f, _)| f.len() == 1).map(|x| x.1).sum();
     assert_eq!(leaf_only, 0, "leaf-only samples: {s:?}");
 }
+
+#[test]
+fn cpu_samples_in_a_signal_handler_are_walked_through_the_signal_frame_to_main() {
+    // The handler's stack continues, through the kernel's signal frame, into the code the signal
+    // interrupted: in_handler <- (handler) <- __restore_rt <- raise's libc frames <-
+    // interrupted_here <- main. With frame pointers omitted, nothing but the signal frame's
+    // saved registers leads there: before, every such sample stopped at the trampoline.
+    let dir = test_dir("cpu_samples_in_a_signal_handler_are_walked_through_the_signal_frame_to_main");
+    let prog = build_program("sighandler.c", "gcc", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "sig.jfr"], &[prog.to_str().unwrap(), "300"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let s = stacks(&dir.join("sig.jfr"));
+    let in_handler: Vec<&(Vec<String>, u64)> = s.iter().filter(|(f, _)| f.iter().any(|n| n == "in_handler")).collect();
+    let total: u64 = in_handler.iter().map(|x| x.1).sum();
+    assert!(total >= 100, "{total} samples in in_handler: {s:?}");
+    let through = |x: &&(Vec<String>, u64)| {
+        let at = |name: &str| x.0.iter().position(|n| n == name);
+        // Root first: main, then interrupted_here, then (above the signal frame) in_handler.
+        matches!((at("main"), at("interrupted_here"), at("in_handler")), (Some(m), Some(i), Some(h)) if m < i && i < h)
+    };
+    let whole: u64 = in_handler.iter().filter(|x| through(x)).map(|x| x.1).sum();
+    assert!(
+        whole * 100 >= total * 95,
+        "{whole} of {total} handler samples reach interrupted_here and main: {in_handler:?}"
+    );
+}

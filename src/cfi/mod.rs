@@ -78,7 +78,17 @@ pub(crate) mod kind {
     pub const UNSUPPORTED: u8 = 4;
     /// The return address is undefined: the outermost frame (`_start`, a thread's `clone`).
     pub const OUTERMOST: u8 = 5;
+    /// A signal handler's return trampoline (libc's `__restore_rt`, its CIE augmented `S`): the
+    /// interrupted context is the kernel's `ucontext_t` at the stack pointer.
+    pub const SIGNAL: u8 = 6;
 }
+
+/// Offsets of the interrupted frame pointer, stack pointer and PC in the kernel's x86_64
+/// `ucontext_t` (`uc_mcontext.gregs[REG_RBP]`, `[REG_RSP]`, `[REG_RIP]`; the same for glibc and
+/// musl: the kernel lays it out).
+const UC_RBP: usize = 120;
+const UC_RSP: usize = 160;
+const UC_RIP: usize = 168;
 
 /// Where the caller's frame pointer is.
 pub(crate) mod fp_rule {
@@ -362,6 +372,7 @@ pub fn step_reading(
         Some((kind::CFA_FP, r)) => regs.fp.wrapping_add_signed(r.cfa_offset as isize),
         Some((kind::PLT, r)) => regs.sp + 8 + if (regs.pc & 15) as i32 >= r.cfa_offset { 8 } else { 0 },
         Some((kind::OUTERMOST, _)) => return Err(End::Root),
+        Some((kind::SIGNAL, _)) => return signal_step(regs, read),
         _ => return frame_pointer_step(regs, lo, hi, read),
     };
     if cfa <= regs.sp || cfa > hi {
@@ -378,6 +389,21 @@ pub fn step_reading(
         _ => regs.fp,
     };
     Ok(Regs { pc: ra, sp: cfa, fp })
+}
+
+/// The step out of a signal handler's return trampoline, to the instruction the signal
+/// interrupted, with the registers it had.
+#[inline]
+fn signal_step(regs: Regs, read: &impl Fn(usize) -> Option<usize>) -> Result<Regs, End> {
+    let at = |offset: usize| regs.sp.checked_add(offset).and_then(read).ok_or(End::Lost);
+    let (fp, sp, pc) = (at(UC_RBP)?, at(UC_RSP)?, at(UC_RIP)?);
+    if pc == 0 {
+        return Err(End::Lost);
+    }
+    // The interrupted instruction, not a return address: one past it, as a return address is,
+    // so that the next step's lookup (pc - 1) and the symbolizer (which takes a caller's
+    // address minus one) land on it.
+    Ok(Regs { pc: pc.wrapping_add(1), sp, fp })
 }
 
 /// The frame-pointer step: the caller's frame pointer at `fp`, the return address at `fp + 8`.
