@@ -87,9 +87,9 @@ pub fn compile_eh_frame(data: &[u8], bases: &BaseAddresses) -> Result<ModuleTabl
         }
         let Ok(mut rows) = fde.rows(&eh, bases, &mut ctx) else { continue };
         let mut out = Vec::new();
-        if fde.is_signal_trampoline() {
+        if cfg!(target_arch = "x86_64") && fde.is_signal_trampoline() {
             // Its CFI is DWARF expressions over the kernel's ucontext, which the walk reads
-            // itself (`kind::SIGNAL`).
+            // itself (`kind::SIGNAL`, x86_64's layout).
             let row = Row { pc: 0, cfa_offset: 0, fp_offset: 0, kind: kind::SIGNAL, fp_rule: fp_rule::SAME };
             fdes.push((fde.initial_address(), fde.initial_address() + fde.len(), vec![(fde.initial_address(), row)]));
             continue;
