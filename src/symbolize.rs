@@ -203,6 +203,9 @@ struct ObjectState {
     /// separate debug file's) may give `__getpid` or `__GI_getpid`.
     exports: Vec<(u64, String)>,
     loader: LoadState,
+    /// The file's signal return trampolines (`.eh_frame` FDEs augmented `S`), by file address:
+    /// read the first time a nameless address of the file needs a name.
+    signal_trampolines: std::cell::OnceCell<Vec<(u64, u64)>>,
 }
 
 enum LoadState {
@@ -304,10 +307,10 @@ impl Symbolizer {
                 let i = symbols.partition_point(|&(addr, _)| addr <= svma);
                 return Box::new([match i.checked_sub(1) {
                     Some(i) => named(demangle(&symbols[i].1), module, None, None, false),
-                    None => unknown_in(module, here),
+                    None => object.nameless(svma, here),
                 }]);
             }
-            LoadState::NotTried | LoadState::Failed => return Box::new([unknown_in(module, here)]),
+            LoadState::NotTried | LoadState::Failed => return Box::new([object.nameless(svma, here)]),
         };
 
         // DWARF: innermost first. `find_frames` may fail on malformed DWARF: treat as absent.
@@ -342,7 +345,7 @@ impl Symbolizer {
         if dwarf.is_empty() {
             return Box::new([match symtab() {
                 Some(name) => named(name, module, None, None, false),
-                None => unknown_in(module, here),
+                None => object.nameless(svma, here),
             }]);
         }
         let last = dwarf.len() - 1;
@@ -455,12 +458,38 @@ impl Symbolizer {
             loads: None,
             exports: Vec::new(),
             loader: LoadState::NotTried,
+            signal_trampolines: std::cell::OnceCell::new(),
         });
         self.objects.len() - 1
     }
 }
 
 impl ObjectState {
+    /// The frame of an address `svma` (at `here`, its frame's own address) that no symbol names:
+    /// a signal return trampoline by the name libcs give it (glibc's and musl's `__restore_rt`,
+    /// local, so absent from a stripped library's `.dynsym`), else `library+0xOFFSET`.
+    fn nameless(&self, svma: u64, here: u64) -> SymbolizedFrame {
+        let trampolines = self.signal_trampolines.get_or_init(|| {
+            let Ok(table) = crate::cfi::compile::compile_file(&self.open_path.to_string_lossy()) else {
+                return Vec::new();
+            };
+            let rows = &table.rows;
+            rows.iter()
+                .enumerate()
+                .filter(|(_, r)| r.kind == crate::cfi::kind::SIGNAL)
+                .map(|(i, r)| {
+                    let end = rows.get(i + 1).map_or(r.pc + 16, |n| n.pc);
+                    (table.base + u64::from(r.pc), table.base + u64::from(end))
+                })
+                .collect()
+        });
+        if trampolines.iter().any(|&(start, end)| (start..end).contains(&svma)) {
+            named("__restore_rt".to_owned(), &self.name, None, None, false)
+        } else {
+            unknown_in(&self.name, here)
+        }
+    }
+
     fn ensure_loaded(&mut self) {
         if !matches!(self.loader, LoadState::NotTried) {
             return;
