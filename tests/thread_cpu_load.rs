@@ -81,3 +81,43 @@ fn thread_cpu_load_reports_user_and_system_time_per_thread() {
         files.iter().map(|f| jdk("jfr", &["print", "--events", "jdk.ThreadCPULoad", f.to_str().unwrap()])).collect();
     assert!(printed.contains("\"sysburn\"") && printed.contains("system = "), "{printed}");
 }
+
+#[test]
+fn threads_that_live_between_two_readings_are_reported_from_their_exit() {
+    // 12 threads, one after the other, each burning 40 ms of CPU and exiting, with a reading
+    // every 500 ms: most of them start and end between two readings, where /proc never lists
+    // them. Each is reported from its CPU times at exit (before, at most the one or two alive at a
+    // reading were).
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let interval = Duration::from_millis(500);
+    let rec = Recorder::builder().repository(dir.path()).periodic_interval(interval).start().unwrap();
+    for i in 0..12 {
+        std::thread::Builder::new()
+            .name(format!("short-{i}"))
+            .spawn(|| {
+                let mut x = 1u64;
+                while thread_cpu() < Duration::from_millis(40) {
+                    for _ in 0..20_000 {
+                        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                }
+                black_box(x);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+    // A reading after the last exit (three intervals: the recorder's thread may run late).
+    std::thread::sleep(3 * interval);
+    let path = rec.repository_dir().to_owned();
+    rec.stop().unwrap();
+    let events: Vec<ReadEvent> = chunk_files(&path).iter().flat_map(|f| read_events(f, "jdk.ThreadCPULoad")).collect();
+    let reported: std::collections::HashSet<String> = events
+        .iter()
+        .filter(|e| float(e, "user") > 0.0)
+        .filter_map(|e| e.thread.clone())
+        .filter(|name| name.starts_with("short-"))
+        .collect();
+    assert_eq!(reported.len(), 12, "threads reported: {reported:?}");
+}

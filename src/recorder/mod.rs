@@ -621,7 +621,10 @@ impl Inner {
             let now = Instant::now();
             let woken = self.shared.wakeup.take();
             if now >= next_periodic {
-                let reading = PeriodicReading::now();
+                let mut reading = PeriodicReading::now();
+                if let Some(sampler) = self.sampler.lock().as_ref() {
+                    reading.exited = sampler.take_exited_cpu();
+                }
                 self.l.lock(Holder::Periodic, 0).write_periodic(reading);
                 next_periodic = now + periodic_interval;
             }

@@ -82,6 +82,9 @@ pub(super) struct PeriodicReading {
     cpu: CpuTimes,
     rss: Option<(u64, u64)>,
     threads: Vec<ThreadCpu>,
+    /// Threads that exited since the last reading, with their CPU times as they exited (taken
+    /// after `threads`: one that exited in between is in both).
+    pub exited: Vec<crate::sampler::ExitedThreadCpu>,
 }
 
 /// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
@@ -103,6 +106,7 @@ impl PeriodicReading {
             cpu: read_cpu_times(),
             rss: read_rss(),
             threads: read_thread_cpu(),
+            exited: Vec::new(),
         }
     }
 }
@@ -537,7 +541,8 @@ impl State {
     /// `jdk.ThreadCPULoad` of every thread that used CPU since the last reading (at `then`):
     /// threads not read last time started since (their whole CPU time is in the interval); the
     /// first reading of a recording only sets the baseline. Idle threads get no event (a process
-    /// may have thousands).
+    /// may have thousands). Threads that exited since, sampled ones, get theirs from their CPU
+    /// times at exit: a thread that lived between two readings is not missing.
     fn write_thread_cpu_loads(&mut self, reading: &PeriodicReading, then: Option<Instant>) {
         let previous = std::mem::take(&mut self.thread_cpu);
         self.thread_cpu = reading.threads.iter().map(|t| (t.tid, (t.start, t.user, t.system))).collect();
@@ -549,6 +554,8 @@ impl State {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         // Clock ticks (USER_HZ, 100 on Linux) over the wall time of all CPUs.
         let share = |d: u64| ((d as f64 / 100.0) / (elapsed * cpus)).clamp(0.0, 1.0) as f32;
+        // (tid, name, user, system) in clock ticks since the last reading.
+        let mut used: Vec<(u32, &str, u64, u64)> = Vec::new();
         for t in &reading.threads {
             let (user, system) = match previous.get(&t.tid) {
                 Some(&(start, user, system)) if start == t.start => {
@@ -556,11 +563,29 @@ impl State {
                 }
                 _ => (t.user, t.system),
             };
+            used.push((t.tid, &t.comm, user, system));
+        }
+        for e in &reading.exited {
+            // Its times since this reading's /proc line (it exited after it), else since the
+            // last reading's, else since its start (it lived between the two).
+            let base = match self.thread_cpu.remove(&e.tid) {
+                Some((_, user, system)) => Some((user, system)),
+                None => previous.get(&e.tid).map(|&(_, user, system)| (user, system)),
+            };
+            let (base_user, base_system) = base.unwrap_or((0, 0));
+            let ticks = |d: std::time::Duration| (d.as_micros() / 10_000) as u64; // USER_HZ 100
+            let (user, system) = (ticks(e.user).saturating_sub(base_user), ticks(e.system).saturating_sub(base_system));
+            match used.iter_mut().find(|u| u.0 == e.tid) {
+                Some(u) => (u.2, u.3) = (u.2 + user, u.3 + system),
+                None => used.push((e.tid, &e.name, user, system)),
+            }
+        }
+        for (tid, name, user, system) in used {
             if user + system == 0 {
                 continue;
             }
-            self.chunk.observe_thread(t.tid, &t.comm, None);
-            own::write_thread_cpu_load(&mut self.chunk, reading.now, t.tid, share(user), share(system));
+            self.chunk.observe_thread(tid, name, None);
+            own::write_thread_cpu_load(&mut self.chunk, reading.now, tid, share(user), share(system));
         }
     }
 }

@@ -382,6 +382,22 @@ mod imp {
         /// Names of registered threads that exited with samples, for the drains to name their
         /// last samples (the thread and its /proc entry are gone by then).
         exited_names: crate::fork::ForkSafeMutex<Vec<(u32, String)>>,
+        /// CPU times of registered threads as they exited, for `jdk.ThreadCPULoad` (their
+        /// /proc entries are gone by the next periodic reading).
+        exited_cpu: crate::fork::ForkSafeMutex<Vec<ExitedThreadCpu>>,
+    }
+
+    /// A registered thread's CPU times as it exited (`getrusage(RUSAGE_THREAD)`).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ExitedThreadCpu {
+        /// The thread.
+        pub tid: u32,
+        /// Its `comm`.
+        pub name: String,
+        /// Its user CPU time, from its start.
+        pub user: Duration,
+        /// Its system CPU time, from its start.
+        pub system: Duration,
     }
 
     /// `fd_slots` bit: the event still runs its random first period; its handler sets the whole
@@ -801,6 +817,7 @@ mod imp {
                             if shared.core.slot_stats(slot).taken > 0 {
                                 shared.note_exit_name(tid);
                             }
+                            shared.note_exit_cpu(tid);
                             shared.retire_own(slot);
                         }
                     }
@@ -847,6 +864,28 @@ mod imp {
                 names.remove(0);
             }
             names.push((tid, name));
+        }
+
+        /// Called on an exiting thread (normal context): one system call.
+        fn note_exit_cpu(&self, tid: u32) {
+            // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid out pointer; RUSAGE_THREAD reads the calling thread's times.
+            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+                return;
+            }
+            let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+            let exited = ExitedThreadCpu {
+                tid,
+                name: own_comm().unwrap_or_default(),
+                user: time(usage.ru_utime),
+                system: time(usage.ru_stime),
+            };
+            let mut list = self.exited_cpu.lock();
+            if list.len() >= MAX_EXIT_NAMES {
+                list.remove(0);
+            }
+            list.push(exited);
         }
 
         fn note_refused(&self, tid: u32) {
@@ -1210,6 +1249,7 @@ mod imp {
                 refused: AtomicU64::new(0),
                 refused_threads: crate::fork::ForkSafeMutex::new(Vec::new()),
                 exited_names: crate::fork::ForkSafeMutex::new(Vec::new()),
+                exited_cpu: crate::fork::ForkSafeMutex::new(Vec::new()),
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
@@ -1320,6 +1360,12 @@ mod imp {
         /// the drains to name those threads' last samples.
         pub fn take_exited_names(&self) -> Vec<(u32, String)> {
             std::mem::take(&mut *self.shared().exited_names.lock())
+        }
+
+        /// CPU times of the registered threads that exited since the last call (at most 16,384,
+        /// the oldest dropped first), for `jdk.ThreadCPULoad`.
+        pub fn take_exited_cpu(&self) -> Vec<ExitedThreadCpu> {
+            std::mem::take(&mut *self.shared().exited_cpu.lock())
         }
 
         /// Stops sampling the calling thread; its buffers go to the full queue (nothing is lost).
