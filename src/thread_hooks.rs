@@ -27,8 +27,9 @@
 //! # Options measured (Linux 6.18 x86_64, glibc 2.36, 2 cores, 1 kHz; see issue 16's report)
 //! - **GOT/PLT interposition (taken).** A child burning 50 ms gets its samples from the first
 //!   period on; cost is paid only at thread creation and exit (`perf_event_open`, three
-//!   `fcntl`s and an enable; at exit `dup3`, `sigpending`, `close` and the recorder's wakeup to
-//!   reap the slot; no /proc read on either path), measured by `examples/thread_start.rs` (spawn+join of an
+//!   `fcntl`s and an enable; at exit `dup3`, `sigpending`, `close`, `getrusage` and `prctl`
+//!   (its CPU times and name for `jdk.ThreadCPULoad`) and the recorder's wakeup to reap the slot;
+//!   no /proc read on either path), measured by `examples/thread_start.rs` (spawn+join of an
 //!   empty thread with and without the recorder). Works with every kernel the sampler works on.
 //! - **`perf_event_open` with `inherit`** on the threads alive at start: children get a copy of
 //!   the event, but an inherited event has no file of its own, so its overflow signal goes to the
