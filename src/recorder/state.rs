@@ -565,6 +565,8 @@ impl State {
             };
             used.push((t.tid, &t.comm, user, system));
         }
+        // Where each listed thread is in `used`.
+        let listed: std::collections::HashMap<u32, usize> = used.iter().enumerate().map(|(i, u)| (u.0, i)).collect();
         for e in &reading.exited {
             // Its times since this reading's /proc line (it exited after it), else since the
             // last reading's, else since its start (it lived between the two).
@@ -575,7 +577,7 @@ impl State {
             let (base_user, base_system) = base.unwrap_or((0, 0));
             let ticks = |d: std::time::Duration| (d.as_micros() / 10_000) as u64; // USER_HZ 100
             let (user, system) = (ticks(e.user).saturating_sub(base_user), ticks(e.system).saturating_sub(base_system));
-            match used.iter_mut().find(|u| u.0 == e.tid) {
+            match listed.get(&e.tid).and_then(|&i| used.get_mut(i)) {
                 Some(u) => (u.2, u.3) = (u.2 + user, u.3 + system),
                 None => used.push((e.tid, &e.name, user, system)),
             }

@@ -118,7 +118,7 @@ pub(super) struct Waiting {
     pub top: Option<usize>,
 }
 
-/// Walks the stack of a thread blocked at `at` into `out` (innermost first, at most `limit`
+/// Walks the stack of a thread blocked as `waiting` says into `out` (innermost first, at most `limit`
 /// frames). Returns whether it reached the root (false: truncated), or `None` if the stack could
 /// not be read. Needs the DWARF tables (to tell return addresses from other words).
 pub(super) fn walk_blocked(

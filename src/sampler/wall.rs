@@ -271,6 +271,8 @@ struct Idle {
     stack: Option<BlockedStack>,
     /// Whether its stack was walked (or could not be: no tables); false: over a tick's budget.
     walked: bool,
+    /// Whether a walk ran (/proc gave its registers, and the tables exist).
+    tried: bool,
 }
 
 fn cpu_time(tid: u32) -> Option<u64> {
@@ -310,9 +312,10 @@ fn idle_state(
     };
     let limit = shared.depth.inner.max(1) + shared.depth.outer;
     let walked = walk || tables.is_none();
+    let tried = walk && registers.is_some() && tables.is_some();
     let stack = registers.zip(tables).filter(|_| walk).and_then(|((sp, pc), (tables, mode))| {
-        // Its slot's stack bounds, if known and its (the slot may have been reused: then `sp`
-        // is outside them and the copy goes page by page).
+        // Its slot's stack bounds, if known and still its own (the slot may have been reused:
+        // then `sp` is outside them and the copy goes page by page).
         let top = shared.core.slot(index).map(|s| s.stack_bounds()).filter(|b| b.lo <= sp && sp < b.hi).map(|b| b.hi);
         let waiting = Waiting { sp, pc, top };
         let complete = walk_blocked(tables, mode, waiting, &mut walker.copy, limit, &mut walker.frames)?;
@@ -321,7 +324,7 @@ fn idle_state(
         let still = cpu_time(tid) == Some(cpu) && syscall_registers(tid) == Some((sp, pc));
         (still && walker.frames.len() > 1).then(|| (Arc::from(&walker.frames[..]), complete))
     });
-    Idle { state, pc, stack, walked }
+    Idle { state, pc, stack, walked, tried }
 }
 
 fn run(shared: &Shared) {
@@ -412,7 +415,8 @@ fn tick(
     let mut batched: Vec<(u32, u64, Option<Idle>)> = Vec::new();
     let mut want: Vec<(usize, u32, libc::c_int)> = Vec::new();
     let mut accounted = 0u64;
-    let mut walks = 0usize;
+    let mut budget = 0usize;
+    let mut walks = 0u64;
     let mut walks_used = 0u64;
     let count = entries.len();
     if count > 0 {
@@ -435,10 +439,11 @@ fn tick(
         accounted += n;
         if ran {
             t.idle = None;
-        } else if t.idle.as_ref().is_none_or(|i| !i.walked && walks < WALKS_PER_TICK) {
-            let walk = walks < WALKS_PER_TICK;
-            walks += usize::from(walk);
+        } else if t.idle.as_ref().is_none_or(|i| !i.walked && budget < WALKS_PER_TICK) {
+            let walk = budget < WALKS_PER_TICK;
+            budget += usize::from(walk);
             let idle = idle_state(shared, index, tid, cpu, buf, walker, walk);
+            walks += u64::from(idle.tried);
             walks_used += u64::from(idle.stack.is_some());
             t.idle = Some(idle);
         }
@@ -512,6 +517,6 @@ fn tick(
     c.unserved += unserved;
     c.batched = c.batched + batched_periods - overflow;
     c.lost += lost + overflow + unserved;
-    c.walks += walks as u64;
+    c.walks += walks;
     c.walks_used += walks_used;
 }
