@@ -470,18 +470,7 @@ impl ObjectState {
     /// local, so absent from a stripped library's `.dynsym`), else `library+0xOFFSET`.
     fn nameless(&self, svma: u64, here: u64) -> SymbolizedFrame {
         let trampolines = self.signal_trampolines.get_or_init(|| {
-            let Ok(table) = crate::cfi::compile::compile_file(&self.open_path.to_string_lossy()) else {
-                return Vec::new();
-            };
-            let rows = &table.rows;
-            rows.iter()
-                .enumerate()
-                .filter(|(_, r)| r.kind == crate::cfi::kind::SIGNAL)
-                .map(|(i, r)| {
-                    let end = rows.get(i + 1).map_or(r.pc + 16, |n| n.pc);
-                    (table.base + u64::from(r.pc), table.base + u64::from(end))
-                })
-                .collect()
+            crate::cfi::compile::signal_trampolines(&self.open_path.to_string_lossy()).unwrap_or_default()
         });
         if trampolines.iter().any(|&(start, end)| (start..end).contains(&svma)) {
             named("__restore_rt".to_owned(), &self.name, None, None, false)

@@ -48,6 +48,35 @@ impl std::fmt::Display for CompileError {
 
 /// A file's table from its `.eh_frame`.
 pub fn compile_file(path: &str) -> Result<ModuleTable, CompileError> {
+    let mut table = with_eh_frame(path, compile_eh_frame)?;
+    table.path = path.to_owned();
+    Ok(table)
+}
+
+/// The signal return trampolines of a file (FDEs whose CIE is augmented `S`, as `[start, end)`
+/// file addresses), without compiling its rules: what the symbolizer names a nameless address
+/// in (the tables mark the same FDEs `kind::SIGNAL`).
+pub fn signal_trampolines(path: &str) -> Result<Vec<(u64, u64)>, CompileError> {
+    with_eh_frame(path, |data, bases| {
+        let eh = EhFrame::new(data, LittleEndian);
+        let mut out = Vec::new();
+        let mut entries = eh.entries(bases);
+        while let Some(entry) = entries.next().map_err(CompileError::Cfi)? {
+            let CieOrFde::Fde(partial) = entry else { continue };
+            let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else { continue };
+            if fde.is_signal_trampoline() {
+                out.push((fde.initial_address(), fde.initial_address() + fde.len()));
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Runs `f` on a file's `.eh_frame` bytes and the addresses they are relative to.
+fn with_eh_frame<R>(
+    path: &str,
+    f: impl FnOnce(&[u8], &BaseAddresses) -> Result<R, CompileError>,
+) -> Result<R, CompileError> {
     let file = std::fs::File::open(path).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
     let cache = object::ReadCache::new(file);
     let obj = object::File::parse(&cache).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
@@ -60,9 +89,7 @@ pub fn compile_file(path: &str) -> Result<ModuleTable, CompileError> {
     if let Some(got) = obj.section_by_name(".got") {
         bases = bases.set_got(got.address());
     }
-    let mut table = compile_eh_frame(data, &bases)?;
-    table.path = path.to_owned();
-    Ok(table)
+    f(data, &bases)
 }
 
 /// One FDE: its start and end (file addresses) and its rows (absolute file address, rule).

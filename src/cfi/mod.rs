@@ -542,6 +542,21 @@ mod tests {
     }
 
     #[test]
+    fn libcs_signal_trampoline_is_found_alone_and_marked_in_its_table() {
+        let path = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let found = compile::signal_trampolines(path).unwrap();
+        let libc = compile::compile_file(path).unwrap();
+        // glibc has one (__restore_rt), and the compiled table marks exactly it.
+        assert_eq!(found.len(), 1, "{found:x?}");
+        let (start, end) = found[0];
+        for addr in start..end {
+            assert_eq!(libc.row(addr).map(|r| r.kind), Some(kind::SIGNAL), "at {addr:#x}");
+        }
+        assert_ne!(libc.row(start - 1).map(|r| r.kind), Some(kind::SIGNAL));
+        assert_ne!(libc.row(end).map(|r| r.kind), Some(kind::SIGNAL));
+    }
+
+    #[test]
     fn paged_lookup_finds_the_row_a_full_search_finds() {
         let libc = compile::compile_file("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
         assert!(libc.rows.len() > 1000 && !libc.has_frame_pointers);

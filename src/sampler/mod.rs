@@ -814,10 +814,7 @@ mod imp {
                         if slot.state() == SLOT_LIVE {
                             // Before the retirement hands the buffers over: a drain that sees
                             // them has the name already.
-                            if shared.core.slot_stats(slot).taken > 0 {
-                                shared.note_exit_name(tid);
-                            }
-                            shared.note_exit_cpu(tid);
+                            shared.note_exit(tid, shared.core.slot_stats(slot).taken > 0);
                             shared.retire_own(slot);
                         }
                     }
@@ -856,36 +853,27 @@ mod imp {
     }
 
     impl Shared {
-        /// Called on an exiting thread (normal context).
-        fn note_exit_name(&self, tid: u32) {
-            let Some(name) = own_comm() else { return };
-            let mut names = self.exited_names.lock();
-            if names.len() >= MAX_EXIT_NAMES {
-                names.remove(0);
+        /// Called on an exiting thread (normal context): its name (for the drains, if it has
+        /// samples) and its CPU times (for `jdk.ThreadCPULoad`), two system calls.
+        fn note_exit(&self, tid: u32, with_samples: bool) {
+            fn push<T>(list: &mut Vec<T>, item: T) {
+                if list.len() >= MAX_EXIT_NAMES {
+                    list.remove(0);
+                }
+                list.push(item);
             }
-            names.push((tid, name));
-        }
-
-        /// Called on an exiting thread (normal context): one system call.
-        fn note_exit_cpu(&self, tid: u32) {
+            let name = own_comm().unwrap_or_default();
+            if with_samples && !name.is_empty() {
+                push(&mut self.exited_names.lock(), (tid, name.clone()));
+            }
             // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
             let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
             // SAFETY: a valid out pointer; RUSAGE_THREAD reads the calling thread's times.
-            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-                return;
+            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } == 0 {
+                let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+                let cpu = ExitedThreadCpu { tid, name, user: time(usage.ru_utime), system: time(usage.ru_stime) };
+                push(&mut self.exited_cpu.lock(), cpu);
             }
-            let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-            let exited = ExitedThreadCpu {
-                tid,
-                name: own_comm().unwrap_or_default(),
-                user: time(usage.ru_utime),
-                system: time(usage.ru_stime),
-            };
-            let mut list = self.exited_cpu.lock();
-            if list.len() >= MAX_EXIT_NAMES {
-                list.remove(0);
-            }
-            list.push(exited);
         }
 
         fn note_refused(&self, tid: u32) {
