@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 /// (JMC splits a type whose fields differ between chunks into two). Until then the metadata
 /// declares what the setting says now, and is written again if the decision differs (no sample
 /// was written under the earlier one). A file without spans keeps the JDK's exact layout of the
-/// event (some readers assume it: async-profiler's converter reads the JDK's four fields and does
-/// not skip to the event's end).
+/// event; with spans, the ids follow the JDK's fields in a context block that readers which know
+/// only those fields skip (`write_sample_context`).
 static SPAN_IDS_SETTING: AtomicU8 = AtomicU8::new(SPAN_IDS_AUTO);
 /// The setting: when a `RecorderLayer` exists.
 const SPAN_IDS_AUTO: u8 = 0;
@@ -87,6 +87,41 @@ pub(crate) fn sample_span_ids() -> bool {
             DECIDED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
             on
         }
+    }
+}
+
+/// The fields of a sample's context block, after the JDK's fields of the event (docs/jfr-format.md,
+/// "Context ids on samples"): its size, the number of ids, the ids. Readers that know the event by
+/// name read the ids by name (Pyroscope's parser takes `spanId` from `jdk.ExecutionSample`);
+/// readers that decode the JDK's fields by position and then read on from there as if a new event
+/// started (async-profiler's converter) take the size and the count for an event's size and type,
+/// and skip to the sample's end.
+fn sample_context_fields() -> [Field; 3] {
+    [
+        f("contextSize", ids::INT, "Context Size").with(Annotation::value(
+            ids::DESCRIPTION,
+            "Bytes from this field to the end of the event: readers that know only the JDK's fields skip the context ids by it",
+        )),
+        f("contextIds", ids::INT, "Context Ids").with(Annotation::value(ids::DESCRIPTION, "Context ids that follow")),
+        f("spanId", ids::LONG, "Span Id").with(Annotation::value(
+            ids::DESCRIPTION,
+            "The tracing span the thread was in (recorder.Span spanId; 0: none)",
+        )),
+    ]
+}
+
+/// Writes a sample's context block (the fields of `sample_context_fields`). The size must fit in
+/// one byte (it does: at most 2 + 9 bytes per id), so that it reads the same as a varint and as
+/// an event size; the count (ids, fewer than 100) is never the id of an event type (those start
+/// at `ids::FIRST_EVENT`), so a reader that takes it for an event type skips the block.
+pub(crate) fn write_sample_context(e: &mut crate::chunk::EventOut<'_>, span: u64) {
+    let context = [span];
+    let size = 2 + context.iter().map(|&id| jfr_format::varint::encoded_len(id)).sum::<usize>();
+    debug_assert!(size < 0x80 && (context.len() as u64) < ids::FIRST_EVENT);
+    e.int(size as i32);
+    e.int(context.len() as i32);
+    for id in context {
+        e.long(id as i64);
     }
 }
 
@@ -173,17 +208,14 @@ pub fn classes() -> Vec<Class> {
     let mut out = Vec::new();
 
     // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread),
-    // and ours: spanId, unless the recording turned it off.
+    // then, unless the recording turned it off, the context block (`write_sample_context`).
     let mut sample_fields = vec![
         f("sampledThread", ids::THREAD, "Thread").pooled(),
         f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
         f("state", ids::THREAD_STATE, "Thread State").pooled(),
     ];
     if declared_span_ids() {
-        sample_fields.push(f("spanId", ids::LONG, "Span Id").with(Annotation::value(
-            ids::DESCRIPTION,
-            "The tracing span the thread was in (recorder.Span spanId; 0: none)",
-        )));
+        sample_fields.extend(sample_context_fields());
     }
     let mut sample = event_class(EventTypeSpec {
         fields: sample_fields,

@@ -42,6 +42,8 @@ fn field_names(e: &ReadEvent) -> Vec<&str> {
 }
 
 const JDK_FIELDS: [&str; 4] = ["startTime", "sampledThread", "stackTrace", "state"];
+/// The context block after them (docs/jfr-format.md, "Context ids on samples").
+const CONTEXT_FIELDS: [&str; 3] = ["contextSize", "contextIds", "spanId"];
 
 fn spin_in_span(name: &'static str) -> (i64, i64) {
     let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
@@ -80,6 +82,7 @@ fn span_ids_appear_with_the_first_layer() {
     for s in &samples {
         assert_eq!(field_names(s), JDK_FIELDS);
     }
+    assert_eq!(positional_reader_counts(&plain).get("jdk.ExecutionSample"), Some(&(samples.len() as u64)));
     let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", plain.to_str().unwrap()]);
     assert!(printed.contains("jdk.ExecutionSample") && !printed.contains("spanId"));
     // Not silently: the recording says why its spans have no samples, and how to fix it.
@@ -107,7 +110,13 @@ fn span_ids_appear_with_the_first_layer() {
     let id = spans[0].field_i64("spanId");
     let mut in_span = 0;
     for s in &mine(&with_ids) {
-        assert_eq!(field_names(s), [&JDK_FIELDS[..], &["spanId"]].concat());
+        // The JDK's fields first, in its order; the context block after them, its size and count
+        // what a reader that decodes the JDK's fields by position takes for the next event's
+        // size and type (one that it skips: never an event type id).
+        assert_eq!(field_names(s), [&JDK_FIELDS[..], &CONTEXT_FIELDS[..]].concat());
+        let span = s.field_i64("spanId") as u64;
+        assert_eq!(s.field_i64("contextSize"), 2 + jfr_format::varint::encoded_len(span) as i64);
+        assert_eq!(s.field_i64("contextIds"), 1);
         if (inside.0..=inside.1).contains(&s.start_ticks) {
             assert_eq!(s.field_i64("spanId"), id);
             in_span += 1;
@@ -116,6 +125,10 @@ fn span_ids_appear_with_the_first_layer() {
     // (Samples are taken per CPU time of the whole process: the recorder's own work takes its
     // share.)
     assert!(in_span >= 10, "{in_span} samples in the span");
+    // A reader that decodes the JDK's fields by position (async-profiler's converter) counts
+    // every sample.
+    let all = read_events(&with_ids, "jdk.ExecutionSample").len() as u64;
+    assert_eq!(positional_reader_counts(&with_ids).get("jdk.ExecutionSample"), Some(&all));
     let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", with_ids.to_str().unwrap()]);
     assert!(printed.contains(&format!("spanId = {id}")), "{}", &printed[..printed.len().min(3000)]);
     jdk_accepts(&[with_ids]);

@@ -91,6 +91,11 @@ fn every_sample_inside_a_span_carries_its_id() {
     // The JDK prints the field.
     let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", file.to_str().unwrap()]);
     assert!(printed.contains(&format!("spanId = {}", id_of(1))), "{}", &printed[..printed.len().min(3000)]);
+    // The JDK and a reader that decodes the JDK's fields by position (async-profiler's
+    // converter) count every sample of the file.
+    let all = read_events(&file, "jdk.ExecutionSample").len() as u64;
+    assert_eq!(jfr_summary_counts(&file).get("jdk.ExecutionSample"), Some(&all));
+    assert_eq!(positional_reader_counts(&file).get("jdk.ExecutionSample"), Some(&all));
     jdk_accepts(&[file]);
 }
 
@@ -130,5 +135,8 @@ fn samples_without_span_ids_have_the_jdk_layout() {
     assert!(printed.contains("jdk.ExecutionSample") && !printed.contains("spanId"));
     jdk_accepts(&[plain]);
     let (_d2, with_ids) = record(true, "with_ids.jfr");
-    assert_eq!(fields(&with_ids), ["startTime", "sampledThread", "stackTrace", "state", "spanId"]);
+    assert_eq!(
+        fields(&with_ids),
+        ["startTime", "sampledThread", "stackTrace", "state", "contextSize", "contextIds", "spanId"]
+    );
 }

@@ -194,3 +194,46 @@ fn no_scopes_give_an_empty_profile_and_bad_flags_are_errors() {
         assert!(err.contains("--by-span") || err.contains("--weight"), "{args:?}: {err}");
     }
 }
+
+/// Every reader counts every CPU sample of a recording with spans, and those that read fields by
+/// name see each sample's span: our reader, the JDK (`jfr print --json`), the `jfrs` crate, and a
+/// reader that decodes the JDK's fields by position (as async-profiler's converter does), which
+/// the context block after those fields must not lead off the event grid (docs/jfr-format.md,
+/// "Context ids on samples").
+#[test]
+fn every_reader_counts_every_sample_with_its_span() {
+    let m = made();
+    let ours: Vec<i64> = read_events(&m.file, "jdk.ExecutionSample").iter().map(|s| s.field_i64("spanId")).collect();
+    let in_spans = ours.iter().filter(|&&id| id != 0).count();
+    assert!(in_spans > 0 && in_spans < ours.len(), "{in_spans} of {} samples in spans", ours.len());
+    let sorted = |mut v: Vec<i64>| {
+        v.sort_unstable();
+        v
+    };
+
+    let json: serde_json::Value =
+        serde_json::from_str(&jfr_ok(&["print", "--json", "--events", "jdk.ExecutionSample", s(&m.file)])).unwrap();
+    let jdk: Vec<i64> = json["recording"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["values"]["spanId"].as_i64().unwrap_or_else(|| panic!("no spanId: {e}")))
+        .collect();
+    assert_eq!(sorted(jdk), sorted(ours.clone()), "the JDK's samples and spans");
+
+    let mut jfrs = Vec::new();
+    let mut reader = jfrs::reader::JfrReader::new(std::fs::File::open(&m.file).unwrap());
+    for chunk in reader.chunks() {
+        let (mut cr, chunk) = chunk.expect("jfrs reads the chunk");
+        for event in cr.events(&chunk) {
+            let event = event.expect("jfrs reads the event");
+            if event.class.name() == "jdk.ExecutionSample" {
+                let span = event.value().get_field("spanId").map(|a| i64::try_from(a.value));
+                jfrs.push(span.expect("jfrs sees spanId").expect("a long"));
+            }
+        }
+    }
+    assert_eq!(sorted(jfrs), sorted(ours.clone()), "jfrs's samples and spans");
+
+    assert_eq!(positional_reader_counts(&m.file).get("jdk.ExecutionSample").copied(), Some(ours.len() as u64));
+}

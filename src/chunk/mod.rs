@@ -120,6 +120,10 @@ impl EventOut<'_> {
     pub fn long(&mut self, v: i64) {
         write::put_long(self.out, v);
     }
+    /// An `int`.
+    pub fn int(&mut self, v: i32) {
+        write::put_int(self.out, v);
+    }
     /// A `float`.
     pub fn float(&mut self, v: f32) {
         write::put_float(self.out, v);
@@ -540,7 +544,7 @@ mod tests {
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
                 if crate::builtin::sample_span_ids() {
-                    e.long(0);
+                    crate::builtin::write_sample_context(e, 0);
                 }
             });
             let unresolved = w.unresolved(&stacks);

@@ -20,7 +20,7 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
         e.stack(key);
         e.fixed(THREAD_STATE_RUNNABLE);
         if span_ids {
-            e.long(rec.span as i64);
+            builtin::write_sample_context(e, rec.span);
         }
     });
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;

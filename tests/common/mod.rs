@@ -182,3 +182,57 @@ pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
     let slack = children.len() as u64 + 1;
     assert!(total.abs_diff(parts) <= slack, "total {total} ns is not self {self_nanos} + children {children:?} ns");
 }
+
+/// The samples a reader that decodes sample events by position counts in the file at `path`, by
+/// type: async-profiler's converter (`one.jfr.JfrReader`, behind `jfr2flame` and
+/// `jfr2collapsed`) reads an event's size and type, decodes the JDK's fields of the sample types
+/// it knows one after the other, and reads on from there as if the next event started; it skips
+/// any other event by its size. A layout with bytes after those fields that do not read as a
+/// skippable event (size > 0, an event type it does not decode) sends it off the event grid
+/// (docs/jfr-format.md, "Context ids on samples"). Panics where the walk leaves the grid: a size
+/// of 0, or a chunk whose events do not end exactly where its records do.
+pub fn positional_reader_counts(path: &Path) -> std::collections::BTreeMap<String, u64> {
+    let data = bytes::Bytes::from(std::fs::read(path).unwrap());
+    let mut counts = std::collections::BTreeMap::new();
+    for chunk in jfr_format::chunks(data) {
+        let chunk = chunk.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let meta = chunk.metadata();
+        let id = |name: &str| meta.class_by_name(name).map(|c| c.id);
+        // The fields the converter decodes of each sample type it knows (the wall-clock sample's
+        // `timeSpan` only where it is declared).
+        let mut decoded: Vec<(u64, &str, usize)> = Vec::new();
+        for (name, fields) in [("jdk.ExecutionSample", 4), ("jdk.ObjectAllocationSample", 5)] {
+            if let Some(id) = id(name) {
+                decoded.push((id, name, fields));
+            }
+        }
+        if let Some(wall) = meta.class_by_name("profiler.WallClockSample") {
+            let fields = 5 + usize::from(wall.fields.iter().any(|f| f.name == "timeSpan"));
+            decoded.push((wall.id, "profiler.WallClockSample", fields));
+        }
+        let bytes = chunk.bytes();
+        let varint = |at: &mut usize| -> u64 {
+            let (v, n) = jfr_format::varint::read_u64(&bytes[*at..]).expect("a varint inside the chunk");
+            *at += n;
+            v
+        };
+        let mut at = jfr_format::header::HEADER_SIZE;
+        while at < bytes.len() {
+            let start = at;
+            let size = varint(&mut at) as usize;
+            let type_id = varint(&mut at);
+            assert!(size > 0, "{}: a size of 0 at byte {start} of a chunk: off the event grid", path.display());
+            match decoded.iter().find(|(id, _, _)| *id == type_id) {
+                Some(&(_, name, fields)) => {
+                    for _ in 0..fields {
+                        varint(&mut at);
+                    }
+                    *counts.entry(name.to_owned()).or_insert(0) += 1;
+                }
+                None => at = start + size,
+            }
+        }
+        assert_eq!(at, bytes.len(), "{}: the walk ends past the chunk's end", path.display());
+    }
+    counts
+}
