@@ -10,9 +10,10 @@
 //! - `ratio_no_stack`, `ratio_stack` (and `_2threads`): ours / JVM (issue 10 §5: at most 1/3 without a stack);
 //! - `events_lost`: events the recorder lost (must be 0);
 //! - the floor, same loop and clock: `floor_empty_call_ns` (an `#[inline(never)]` call that does
-//!   nothing), `floor_tick_ns` (`recorder::clock::ticks()`: one `rdtsc` where the TSC is the
-//!   clock), `floor_clock_gettime_ns` (CLOCK_MONOTONIC through the vDSO, the JVM's clock), and
-//!   `clock_source`, `clock_ticks_per_second`, `clock_calibration_error_ppm`.
+//!   nothing), `floor_tick_ns` (`recorder::clock::ticks()`: one `rdtsc` scaled to ns where the
+//!   TSC is the clock), `floor_clock_gettime_ns` (CLOCK_MONOTONIC through the vDSO, the JVM's
+//!   clock), and `clock_source`, `clock_ticks_per_second`, `clock_counter_per_second`,
+//!   `clock_calibration_error_ppm`.
 //!
 //! Environment: `COMMIT_BENCH_N` (events per no-stack repetition, default 5,000,000),
 //! `COMMIT_BENCH_STACK_N` (per stack repetition, default 1,000,000), `COMMIT_BENCH_REPS` (default
@@ -233,6 +234,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("floor_clock_gettime_ns: {:.1}", gettime.0);
     println!("clock_source: {:?}", clock.source);
     println!("clock_ticks_per_second: {}", clock.ticks_per_second);
+    println!("clock_counter_per_second: {}", clock.counter_per_second);
     println!("clock_calibration_error_ppm: {:.2}", clock.error * 1e6);
     println!("events_written: {}", stats.events_written);
     println!("events_lost: {}", stats.events_lost);

@@ -10,10 +10,15 @@
 //! starts and durations) shares one clock.
 //!
 //! The TSC's rate is calibrated against CLOCK_MONOTONIC (two bracketed readings [`CALIBRATION`]
-//! apart); it is every chunk header's ticks-per-second, so readers convert ticks to wall time with
-//! it (JFR allows any tick frequency; the JDK's own fast timestamps are TSC ticks too).
+//! apart), and a TSC reading is scaled to ns by it (one 64 x 64-bit multiplication and a shift):
+//! ticks are ns on either source, and every chunk header says 1,000,000,000 ticks per second, as
+//! the JVM's do on Linux. JMC needs that: it computes an event's end as its start in epoch ns plus
+//! its duration in ticks, exactly in integers only when a tick is a whole ns, and otherwise in a
+//! `double` of epoch ticks (a resolution of some 400 ns at 2.6 GHz these years), which made
+//! back-to-back events on one thread overlap and its lane builder drop and repeat events
+//! (docs/jfr-format.md, "Time fields").
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -38,9 +43,12 @@ pub enum Source {
 pub struct Calibration {
     /// Where ticks come from.
     pub source: Source,
-    /// Ticks per second: the chunk header's frequency.
+    /// Ticks per second: the chunk header's frequency, [`NANOS_PER_SECOND`] (ticks are ns).
     pub ticks_per_second: i64,
-    /// Bound of the relative error of `ticks_per_second` against CLOCK_MONOTONIC (0 for
+    /// The counter's own rate: the calibrated TSC counts per second, or [`NANOS_PER_SECOND`] for
+    /// CLOCK_MONOTONIC.
+    pub counter_per_second: i64,
+    /// Bound of the relative error of `counter_per_second` against CLOCK_MONOTONIC (0 for
     /// CLOCK_MONOTONIC itself): a time `d` after a chunk's start is off by at most `d * error`.
     pub error: f64,
     /// Why the TSC is not used (`None` when it is).
@@ -55,6 +63,12 @@ const TSC: u8 = 2;
 /// `UNSET` goes through `init`, whose `OnceLock` hands it the choice made.
 static SOURCE: AtomicU8 = AtomicU8::new(UNSET);
 static CHOSEN: OnceLock<Calibration> = OnceLock::new();
+/// TSC counts to ns: `count * TSC_MULT >> TSC_SHIFT` (a 128-bit product). Written once, by `init`,
+/// before `SOURCE` says `TSC`.
+static TSC_MULT: AtomicU64 = AtomicU64::new(0);
+/// 2^40: the multiplier keeps 12 significant digits at any TSC rate from 10 MHz to 100 GHz, and a
+/// count times it fits in 128 bits.
+const TSC_SHIFT: u32 = 40;
 
 /// Chooses and calibrates the clock if that has not happened yet (up to [`CALIBRATION`] on the
 /// first call in the process; concurrent first callers wait for it). Call before anything reads
@@ -62,8 +76,13 @@ static CHOSEN: OnceLock<Calibration> = OnceLock::new();
 pub fn init() -> &'static Calibration {
     CHOSEN.get_or_init(|| {
         let calibration = choose();
-        // Relaxed: the value is all a reader needs (the rate is read through `CHOSEN`).
-        SOURCE.store(if calibration.source == Source::Tsc { TSC } else { MONOTONIC }, Ordering::Release);
+        let tsc = calibration.source == Source::Tsc;
+        if tsc {
+            // Relaxed: published by the Release store of `SOURCE` below.
+            TSC_MULT.store(tsc_multiplier(calibration.counter_per_second), Ordering::Relaxed);
+        }
+        // Release: publishes `TSC_MULT` to the tick reads' Acquire loads of `SOURCE`.
+        SOURCE.store(if tsc { TSC } else { MONOTONIC }, Ordering::Release);
         calibration
     })
 }
@@ -73,21 +92,40 @@ pub fn calibration() -> &'static Calibration {
     init()
 }
 
-/// Ticks per second (choosing the clock if needed).
+/// Ticks per second (choosing the clock if needed): [`NANOS_PER_SECOND`], ticks are ns.
 pub fn ticks_per_second() -> i64 {
     init().ticks_per_second
+}
+
+/// `TSC_MULT` for a TSC of `counts_per_second`.
+fn tsc_multiplier(counts_per_second: i64) -> u64 {
+    ((i128::from(NANOS_PER_SECOND) << TSC_SHIFT) / i128::from(counts_per_second.max(1))) as u64
+}
+
+/// A TSC count in ns.
+#[inline(always)]
+fn tsc_nanos(count: i64) -> i64 {
+    // Relaxed: read after an Acquire load of `SOURCE` that saw `TSC` (see `init`).
+    scale_tsc(count, TSC_MULT.load(Ordering::Relaxed))
+}
+
+/// `count` TSC counts in ns with multiplier `mult` (rounded down).
+#[inline(always)]
+fn scale_tsc(count: i64, mult: u64) -> i64 {
+    ((u128::from(count as u64) * u128::from(mult)) >> TSC_SHIFT) as i64
 }
 
 /// The current tick.
 ///
 /// # Signal safety
-/// Async-signal-safe once [`init`] has run (one `rdtsc` or one vDSO `clock_gettime`; no
-/// allocation, no lock). The first call in a process initializes, which is not.
+/// Async-signal-safe once [`init`] has run (one `rdtsc` scaled to ns, or one vDSO
+/// `clock_gettime`; no allocation, no lock). The first call in a process initializes, which is
+/// not.
 #[inline(always)]
 pub fn ticks() -> i64 {
-    // Relaxed: `SOURCE` is written once, before any tick that matters is read (see `init`).
-    match SOURCE.load(Ordering::Relaxed) {
-        TSC => tsc(),
+    // Acquire: pairs with the Release store in `init` (`TSC_MULT`); a plain load on x86_64.
+    match SOURCE.load(Ordering::Acquire) {
+        TSC => tsc_nanos(tsc()),
         MONOTONIC => monotonic(),
         _ => ticks_after_init(),
     }
@@ -97,12 +135,13 @@ pub fn ticks() -> i64 {
 /// it arms any timer, so the fallback to CLOCK_MONOTONIC below is never taken in practice.
 ///
 /// # Signal safety
-/// Async-signal-safe: one `rdtsc` or one vDSO `clock_gettime`; no allocation, no lock.
+/// Async-signal-safe: one `rdtsc` scaled to ns, or one vDSO `clock_gettime`; no allocation, no
+/// lock.
 #[inline(always)]
 pub fn ticks_in_signal_handler() -> i64 {
-    // Relaxed: as in `ticks`.
-    match SOURCE.load(Ordering::Relaxed) {
-        TSC => tsc(),
+    // Acquire: as in `ticks`.
+    match SOURCE.load(Ordering::Acquire) {
+        TSC => tsc_nanos(tsc()),
         _ => monotonic(),
     }
 }
@@ -113,9 +152,9 @@ pub fn ticks_in_signal_handler() -> i64 {
 /// earlier loads complete; `lfence` waits for them.)
 #[inline]
 pub fn ticks_ordered() -> i64 {
-    // Relaxed: as in `ticks`.
-    match SOURCE.load(Ordering::Relaxed) {
-        TSC => tsc_ordered(),
+    // Acquire: as in `ticks`.
+    match SOURCE.load(Ordering::Acquire) {
+        TSC => tsc_nanos(tsc_ordered()),
         MONOTONIC => monotonic(),
         _ => ticks_after_init(),
     }
@@ -211,6 +250,7 @@ fn choose() -> Calibration {
     let monotonic = |reason| Calibration {
         source: Source::Monotonic,
         ticks_per_second: NANOS_PER_SECOND,
+        counter_per_second: NANOS_PER_SECOND,
         error: 0.0,
         fallback_reason: Some(reason),
     };
@@ -229,11 +269,17 @@ fn choose() -> Calibration {
     if let Err(reason) = tsc_trusted(clocksource.as_deref().ok(), &cpuinfo) {
         return monotonic(reason);
     }
-    let (ticks_per_second, error) = calibrate(CALIBRATION);
-    if ticks_per_second <= 0 {
+    let (counter_per_second, error) = calibrate(CALIBRATION);
+    if counter_per_second <= 0 {
         return monotonic("the TSC did not advance during calibration");
     }
-    Calibration { source: Source::Tsc, ticks_per_second, error, fallback_reason: None }
+    Calibration {
+        source: Source::Tsc,
+        ticks_per_second: NANOS_PER_SECOND,
+        counter_per_second,
+        error,
+        fallback_reason: None,
+    }
 }
 
 /// The kernel's verdict on the TSC, from its current clocksource and the CPU flags it reports.
@@ -356,6 +402,30 @@ mod tests {
             let limit = i64::MAX / num;
             for v in [0, 1, -1, 12_345, limit - 1, limit, limit + 1, -limit, -limit - 1, i64::MAX / 3] {
                 assert_eq!(scale(v, num, den), exact(v, num, den), "{v} * {num} / {den}");
+            }
+        }
+    }
+
+    #[test]
+    fn tsc_counts_scale_to_ns_within_a_ns_and_never_backwards() {
+        for rate in [1_000_000_000i64, 2_594_101_000, 3_700_000_123, 10_000_000] {
+            let mult = tsc_multiplier(rate);
+            // Up to a year of counts since the TSC's reset: within 1 ns and a part per billion
+            // (the rate itself is known to a few parts per million).
+            for seconds in [0i64, 1, 3_600, 86_400, 31_536_000] {
+                let count = rate * seconds + rate / 3;
+                let exact = i128::from(count) * i128::from(NANOS_PER_SECOND) / i128::from(rate);
+                let ns = scale_tsc(count, mult);
+                assert!(
+                    (i128::from(ns) - exact).abs() <= 1 + exact / 1_000_000_000,
+                    "{rate}: {count} -> {ns}, {exact}"
+                );
+            }
+            let mut last = scale_tsc(1 << 50, mult);
+            for count in (1i64 << 50) + 1..(1i64 << 50) + 10_000 {
+                let ns = scale_tsc(count, mult);
+                assert!(ns >= last && ns - last <= 1 + NANOS_PER_SECOND / rate, "{rate}: {count}");
+                last = ns;
             }
         }
     }
