@@ -66,6 +66,47 @@ impl RawComm {
         (rc == 0).then_some(RawComm(buf))
     }
 
+    /// The calling thread's, read in signal context (a raw `prctl` system call: no lock, no
+    /// allocation, async-signal-safe); [`RawComm::EMPTY`] if the kernel refuses.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub fn current_in_signal_handler() -> RawComm {
+        let mut buf = [0u8; COMM_LEN + 1];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+        if rc == 0 {
+            RawComm(buf)
+        } else {
+            RawComm::EMPTY
+        }
+    }
+
+    /// As two words (a sampler record's header).
+    pub fn words(self) -> [u64; 2] {
+        let (lo, hi) = self.0.split_at(8);
+        [u64::from_ne_bytes(lo.try_into().unwrap_or_default()), u64::from_ne_bytes(hi.try_into().unwrap_or_default())]
+    }
+
+    /// From [`RawComm::words`].
+    pub fn from_words([lo, hi]: [u64; 2]) -> RawComm {
+        let mut buf = [0u8; COMM_LEN + 1];
+        buf[..8].copy_from_slice(&lo.to_ne_bytes());
+        buf[8..].copy_from_slice(&hi.to_ne_bytes());
+        RawComm(buf)
+    }
+
+    /// The name, up to its terminator (the kernel's bytes, not necessarily UTF-8).
+    pub fn as_bytes(&self) -> &[u8] {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        &self.0[..len]
+    }
+
+    /// No name is known.
+    pub fn is_empty(&self) -> bool {
+        self.0[0] == 0
+    }
+
     /// As text (invalid UTF-8 replaced).
     pub fn to_string_lossy(self) -> String {
         let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
@@ -150,6 +191,18 @@ impl ThreadNames {
                 named.display = display.to_owned();
                 true
             }
+        }
+    }
+
+    /// The name to write for `tid` while its kernel name was `comm`: the name it is known by if
+    /// that is still its `comm` (a Rust name may be longer than the kernel keeps), else `comm`
+    /// itself. `None` if the thread was never seen.
+    pub fn name_for(&self, tid: u32, comm: &RawComm) -> Option<std::borrow::Cow<'_, str>> {
+        let named = self.names.get(&tid)?;
+        if named.comm.as_bytes() == comm.as_bytes() {
+            Some(std::borrow::Cow::Borrowed(named.display.as_str()))
+        } else {
+            Some(std::borrow::Cow::Owned(comm.to_string_lossy()))
         }
     }
 

@@ -250,9 +250,10 @@ fn storm(strict_loss: bool) {
     let mut unflagged = 0;
     let mut others: BTreeMap<String, usize> = BTreeMap::new();
     // A storm thread sampled in its first microseconds (the tail of its registration, std's code
-    // before it names itself), and flushed before it named itself, keeps the name it inherited
-    // from its creator (`comm`: the test thread's name, 15 bytes) in the recording: seen once in
-    // 9500 threads beside 3 x `yes`. Such samples are never in the thread's body.
+    // before it names itself) had the name it inherited from its creator (`comm`: the test
+    // thread's name, 15 bytes) when the sample was taken, and the sample carries it. Such samples
+    // are never in the thread's body; how many there are depends on the machine's load (1 % of
+    // storm samples at load 25), so only where they lie is checked.
     let creator: String = std::thread::current().name().unwrap_or_default().chars().take(15).collect();
     let mut named_after_creator = 0;
     for (tid, name, stack, cut) in &read.samples {
@@ -328,8 +329,5 @@ fn storm(strict_loss: bool) {
     eprintln!("{storm_samples} storm samples ({truncated} not reaching start_thread, {unflagged} of them not flagged truncated, {in_exit} in thread start or exit), others {others:?}");
     assert!(truncated * 4 <= storm_samples, "most storm samples have their whole stack");
     assert!(storm_samples > 100, "the storm threads were sampled ({storm_samples} samples)");
-    assert!(
-        named_after_creator * 100 <= storm_samples,
-        "{named_after_creator} of {storm_samples} storm samples named after their creator"
-    );
+    eprintln!("{named_after_creator} of {storm_samples} storm samples taken before the thread named itself");
 }

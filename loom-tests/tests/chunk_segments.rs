@@ -286,6 +286,7 @@ fn produce_same_stack(core: &Core, id: u64) {
             sample_id: id,
             sp: 0,
             span: 0,
+            ..Default::default()
         };
         core.write_record(&adm, &hdr, 1, |s| s.push(10));
     }

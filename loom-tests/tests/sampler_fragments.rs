@@ -33,8 +33,17 @@ fn collect(out: &mut Vec<(u64, Vec<u64>)>) -> impl FnMut(&SampleRecord<'_>) + '_
 fn sample(core: &Core, id: u64, n: usize) -> bool {
     let slot = core.slot(0).unwrap();
     let adm = core.admit(slot, TID).expect("admitted");
-    let hdr =
-        RecordHeader { ticks: 0, tid: TID, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0, span: 0 };
+    let hdr = RecordHeader {
+        ticks: 0,
+        tid: TID,
+        flags: 0,
+        frag_index: 0,
+        frag_count: 1,
+        sample_id: id,
+        sp: 0,
+        span: 0,
+        ..Default::default()
+    };
     core.write_sample(&adm, &hdr, n, |i| id * 100 + i as u64).committed
 }
 

@@ -22,12 +22,13 @@ pub use pools::{Address, FrameName, Resolve};
 
 use crate::clock::ClockPair;
 use crate::stack::{DepthPolicy, StackKey, StackTable};
+use crate::thread::RawComm;
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
 use jfr_format::varint;
 use jfr_format::write::{self, Checkpoint};
 use pools::Pools;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The chunk writer (see the module docs).
 #[derive(Debug)]
@@ -49,12 +50,17 @@ struct Live {
     refs: Refs,
     /// Registry version of the metadata this chunk holds (0: none yet).
     metadata_version: u64,
+    /// The name each thread's own key (its tid) has in this chunk: defined, or fixed by a
+    /// sample that referenced it before the checkpoint (a rename seen in between must not change
+    /// what those samples meant).
+    thread_names: HashMap<u32, String>,
 }
 
 /// Constants the live chunk has defined.
 #[derive(Debug, Default)]
 struct Defined {
-    threads: HashSet<u32>,
+    /// Thread keys: tids, and variants for other names (`Pools::thread_variant`).
+    threads: HashSet<u64>,
     stacks: HashSet<u64>,
     methods: HashSet<u64>,
     classes: HashSet<u64>,
@@ -65,11 +71,18 @@ struct Defined {
 /// Constants referenced by the open segment (ordered, so checkpoints are deterministic).
 #[derive(Debug, Default)]
 struct Refs {
-    threads: BTreeSet<u32>,
+    /// Thread keys (see `Defined::threads`).
+    threads: BTreeSet<u64>,
+    /// The thread and name of each variant key referenced and not defined yet.
+    thread_variants: BTreeMap<u64, (u32, String)>,
     stacks: BTreeSet<u64>,
     /// Classes referenced by event fields (not through a stack's methods).
     classes: BTreeSet<u64>,
 }
+
+/// A thread key from [`ChunkWriter::sampled_thread`], for [`EventOut::thread_key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadKey(pub u64);
 
 /// Bytes to write at a chunk offset, then the header to publish (by the guard protocol,
 /// `jfr_format::header::publish_writes`).
@@ -144,8 +157,12 @@ impl EventOut<'_> {
     pub fn thread(&mut self, tid: u32) {
         write::put_varint(self.out, u64::from(tid));
         if tid != 0 {
-            self.refs.threads.insert(tid);
+            self.refs.threads.insert(u64::from(tid));
         }
+    }
+    /// A reference to a thread by the key [`ChunkWriter::sampled_thread`] gave (already noted).
+    pub fn thread_key(&mut self, key: ThreadKey) {
+        write::put_varint(self.out, key.0);
     }
     /// A reference to stack trace `key` (0: none); the segment's checkpoint defines it.
     pub fn stack(&mut self, key: StackKey) {
@@ -189,6 +206,7 @@ impl ChunkWriter {
             defined: Defined::default(),
             refs: Refs::default(),
             metadata_version: 0,
+            thread_names: HashMap::new(),
         });
     }
 
@@ -236,8 +254,46 @@ impl ChunkWriter {
     /// (`ThreadRef` fields, which the commit path reports on the side).
     pub fn reference_thread(&mut self, tid: u32) {
         if tid != 0 {
-            self.live().refs.threads.insert(tid);
+            self.live().refs.threads.insert(u64::from(tid));
         }
+    }
+
+    /// The key of thread `tid` for a sample taken while the kernel called it `comm` (the
+    /// reference is noted): its own key (the tid) when the chunk calls it by that name, else a
+    /// key for the thread under the name it had then ([`pools::Pools::thread_variant`]). So a
+    /// thread that renamed itself (std names a spawned thread after its first microseconds, an
+    /// application names its workers by their task) has every sample under the name it had
+    /// when the sample was taken, whichever name the chunk defined the thread with first.
+    pub fn sampled_thread(&mut self, tid: u32, comm: &RawComm) -> ThreadKey {
+        let ChunkWriter { pools, live, .. } = self;
+        let live = live.as_mut().expect("the chunk writer has a live chunk (open it first)");
+        let own = u64::from(tid);
+        if tid == 0 || comm.is_empty() {
+            if tid != 0 {
+                live.refs.threads.insert(own);
+            }
+            return ThreadKey(own);
+        }
+        if pools.thread_names.get(tid).is_none() {
+            // Never seen: the sample says what it is called.
+            pools.thread_names.observe(tid, &comm.to_string_lossy(), None);
+        }
+        let name = pools.thread_names.name_for(tid, comm).unwrap_or_default();
+        let names = &pools.thread_names;
+        let chunk_name = live.thread_names.entry(tid).or_insert_with(|| names.get(tid).unwrap_or_default().to_owned());
+        // The JDK's reader keeps the first value it read for a key in every later chunk of a file
+        // (jfr-format notes): the thread's own key serves only where both values agree.
+        let first = pools.own_thread_key_names.get(&tid);
+        if *chunk_name == *name && first.is_none_or(|f| *f == *name) {
+            live.refs.threads.insert(own);
+            return ThreadKey(own);
+        }
+        let name = name.into_owned();
+        let key = pools.thread_variant(tid, &name);
+        if live.refs.threads.insert(key) && !live.defined.threads.contains(&key) {
+            live.refs.thread_variants.insert(key, (tid, name));
+        }
+        ThreadKey(key)
     }
 
     /// Writes the metadata if the chunk lacks registry version `version` (written after the
@@ -265,6 +321,7 @@ impl ChunkWriter {
     /// Forgets the name of `tid`: a new thread reported itself with that id.
     pub fn forget_thread(&mut self, tid: u32) {
         self.pools.thread_names.forget(tid);
+        self.pools.forget_thread_variants(tid);
     }
 
     /// What the next checkpoint needs that only slow work gives: addresses of the segment's new
@@ -286,7 +343,9 @@ impl ChunkWriter {
             .threads
             .iter()
             .copied()
-            .filter(|&t| !live.defined.threads.contains(&t) && self.pools.thread_names.get(t).is_none())
+            .filter(|&key| key >> 32 == 0 && !live.defined.threads.contains(&key))
+            .map(|key| key as u32)
+            .filter(|&t| !live.thread_names.contains_key(&t) && self.pools.thread_names.get(t).is_none())
             .collect();
         out
     }
@@ -382,16 +441,26 @@ impl ChunkWriter {
             // Tag 3 always, "" included: async-profiler's reader accepts no other in this pool.
             cp.add(ids::SYMBOL, s, |o| write::put_utf8(o, text));
         }
-        for &tid in &refs.threads {
-            if !defined.threads.insert(tid) {
+        for &key in &refs.threads {
+            if !defined.threads.insert(key) {
                 continue;
             }
-            if pools.thread_names.get(tid).is_none() {
-                let name = fallback.thread_name(tid);
-                pools.thread_names.observe(tid, &name, None);
-            }
-            let name = pools.thread_names.get(tid).unwrap_or_default();
-            cp.add(ids::THREAD, u64::from(tid), |o| {
+            let tid = key as u32;
+            let name = match refs.thread_variants.get(&key) {
+                Some((_, name)) => name.as_str(),
+                None => {
+                    if !live.thread_names.contains_key(&tid) && pools.thread_names.get(tid).is_none() {
+                        let name = fallback.thread_name(tid);
+                        pools.thread_names.observe(tid, &name, None);
+                    }
+                    let names = &pools.thread_names;
+                    let name =
+                        live.thread_names.entry(tid).or_insert_with(|| names.get(tid).unwrap_or_default().to_owned());
+                    pools.own_thread_key_names.entry(tid).or_insert_with(|| name.clone());
+                    name.as_str()
+                }
+            };
+            cp.add(ids::THREAD, key, |o| {
                 write::put_string(o, Some(name));
                 write::put_long(o, i64::from(tid));
                 write::put_string(o, Some(name));
@@ -466,7 +535,7 @@ fn scan_records(bytes: &[u8], refs: &mut Refs) -> u64 {
         let (size, thread, stack) = (fields[0], fields[4] as u32, fields[5]);
         if thread != last_thread {
             if thread != 0 {
-                refs.threads.insert(thread);
+                refs.threads.insert(u64::from(thread));
             }
             last_thread = thread;
         }

@@ -135,6 +135,14 @@ pub(super) struct Pools {
     instrumentation_frames: HashSet<u64>,
     /// Thread names, captured while the threads run (and their renames).
     pub thread_names: crate::thread::ThreadNames,
+    /// The keys of threads under a name other than the one their own key (the tid) has in a
+    /// chunk, per tid: (name, key). See [`Pools::thread_variant`].
+    thread_variants: HashMap<u32, Vec<(String, u64)>>,
+    /// The next variant number (the high half of a variant key).
+    next_thread_variant: u64,
+    /// The name each thread's own key (its tid) had where the recording first defined it: what
+    /// the JDK's reader shows for that key in every chunk of a file.
+    pub own_thread_key_names: HashMap<u32, String>,
     scratch: Vec<u64>,
 }
 
@@ -152,6 +160,9 @@ impl Pools {
             own_frames: HashSet::new(),
             instrumentation_frames: HashSet::new(),
             thread_names: Default::default(),
+            thread_variants: HashMap::new(),
+            next_thread_variant: 1,
+            own_thread_key_names: HashMap::new(),
             scratch: Vec::new(),
         }
     }
@@ -204,6 +215,27 @@ impl Pools {
             self.instrumentation_frames.insert(key);
         }
         key
+    }
+
+    /// The key of thread `tid` under `name`, where a chunk calls the thread's own key (the tid)
+    /// otherwise: a sample taken before or after a rename. Readers keep the first value they see
+    /// for a key, in every chunk (jfr-format notes: keys are immutable for the whole recording),
+    /// so each (thread, name) gets its own key, `n << 32 | tid` (n from 1: never a tid), kept
+    /// until the thread is forgotten.
+    pub fn thread_variant(&mut self, tid: u32, name: &str) -> u64 {
+        let variants = self.thread_variants.entry(tid).or_default();
+        if let Some(&(_, key)) = variants.iter().find(|(n, _)| n == name) {
+            return key;
+        }
+        let key = (self.next_thread_variant << 32) | u64::from(tid);
+        self.next_thread_variant += 1;
+        variants.push((name.to_owned(), key));
+        key
+    }
+
+    /// Forgets the name variants of `tid` (a new thread has its id): its names get new keys.
+    pub fn forget_thread_variants(&mut self, tid: u32) {
+        self.thread_variants.remove(&tid);
     }
 
     /// The `<elided:K>` marker frame.

@@ -14,9 +14,10 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     let span_ids = builtin::sample_span_ids();
     #[cfg(not(loom))]
     crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
+    let thread = seg.chunk.sampled_thread(rec.tid, &rec.comm);
     seg.chunk.event(builtin::EXECUTION_SAMPLE, |e| {
         e.long(rec.ticks);
-        e.thread(rec.tid);
+        e.thread_key(thread);
         e.stack(key);
         e.fixed(THREAD_STATE_RUNNABLE);
         if span_ids {
@@ -36,9 +37,30 @@ pub fn write_wall_sample(
     state: u64,
     samples: u64,
 ) {
+    write_wall_sample_of(seg, ticks, tid, None, key, state, samples);
+}
+
+/// [`write_wall_sample`] of a period the sampler's handler took, under the name (`comm`) the
+/// thread had then.
+fn write_wall_sample_of(
+    seg: &mut Segment<'_>,
+    ticks: i64,
+    tid: u32,
+    comm: Option<&crate::thread::RawComm>,
+    key: crate::stack::StackKey,
+    state: u64,
+    samples: u64,
+) {
+    let thread = match comm {
+        Some(comm) => seg.chunk.sampled_thread(tid, comm),
+        None => {
+            seg.chunk.reference_thread(tid);
+            crate::chunk::ThreadKey(u64::from(tid))
+        }
+    };
     seg.chunk.event(builtin::WALL_CLOCK_SAMPLE, |e| {
         e.long(ticks);
-        e.thread(tid);
+        e.thread_key(thread);
         e.stack(key);
         e.fixed(state);
         e.long(samples.min(u32::MAX as u64) as i64);
@@ -95,7 +117,7 @@ mod cpu {
         let key = seg.stacks.intern(rec.ips, rec.truncated || rec.leaf_only);
         last.note(rec, key);
         if rec.wall {
-            write_wall_sample(seg, rec.ticks, rec.tid, key, THREAD_STATE_RUNNABLE, 1);
+            super::write_wall_sample_of(seg, rec.ticks, rec.tid, Some(&rec.comm), key, THREAD_STATE_RUNNABLE, 1);
         } else {
             write_sample(seg, rec);
         }

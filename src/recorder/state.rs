@@ -187,6 +187,9 @@ impl State {
 
     /// Flush source 2: every sampler-style source, in order; never skipped.
     pub fn drain_sample_sources(&mut self) {
+        // The names threads reported first: a sample is named by the name its thread had when
+        // it was taken, which a thread's own report may give in full (the kernel keeps 15 bytes).
+        self.take_thread_notes();
         let State { chunk, shared, tally, samplers, .. } = self;
         for source in samplers {
             source.drain(&mut Segment { chunk, stacks: &shared.stacks, tally });
@@ -196,6 +199,8 @@ impl State {
     /// The recorder thread's pass between flushes (full sampler buffers).
     pub fn drain_ready(&mut self) {
         self.open_chunk_if_needed();
+        // As in `drain_sample_sources`.
+        self.take_thread_notes();
         let State { chunk, shared, tally, samplers, .. } = self;
         for source in samplers {
             source.drain_ready(&mut Segment { chunk, stacks: &shared.stacks, tally });
@@ -494,6 +499,8 @@ impl State {
     /// Stops every sampler-style source; their last records go into the open segment.
     pub fn stop_sources(&mut self) {
         self.open_chunk_if_needed();
+        // As in `drain_sample_sources`.
+        self.take_thread_notes();
         let State { chunk, shared, tally, samplers, losses, final_sampler_stats, final_allocation_stats, .. } = self;
         for source in samplers.iter_mut() {
             let stopped = source.stop(&mut Segment { chunk, stacks: &shared.stacks, tally });

@@ -72,6 +72,7 @@ use crate::sync::{
     compiler_fence, spin_wait, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
     UnsafeCell,
 };
+use crate::thread::RawComm;
 use std::ptr;
 
 /// The ordering a protocol step needs, or `Relaxed` when the named mutation is on (see the module
@@ -107,7 +108,7 @@ macro_rules! owner_assert {
 }
 
 /// Words in a record header (see [`RecordHeader`]).
-pub const HEADER_WORDS: usize = 6;
+pub const HEADER_WORDS: usize = 8;
 
 /// Record flag: the stack is not complete: frames were dropped (depth policy, walk limit) or the
 /// walk ended before the outermost frame (broken frame-pointer chain, bounds, leaf only).
@@ -137,7 +138,7 @@ const RETIRED: u32 = 2;
 /// Layout, one u64 word each: w0 = nframes (bits 0..16) | flags (16..24) | kind (24..32) |
 /// fragment index k (32..48) | fragment count n (48..64); w1 = ticks; w2 = tid (low 32) | slot
 /// index (high 32); w3 = sample id; w4 = stack pointer at the sample; w5 = the thread's span id
-/// (0: none). Then `nframes` IPs.
+/// (0: none); w6, w7 = the thread's name (`comm`) when the sample was taken. Then `nframes` IPs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     /// CLOCK_MONOTONIC ns.
@@ -156,6 +157,9 @@ pub struct RecordHeader {
     pub sp: u64,
     /// The span the thread was in (its span word; 0: none).
     pub span: u64,
+    /// The thread's name (`comm`) at the sample: a thread renamed between two samples has each
+    /// written under the name it had (all zeros: not known).
+    pub comm: RawComm,
 }
 
 /// One decoded record, handed to the drain callback.
@@ -180,6 +184,8 @@ pub struct SampleRecord<'a> {
     pub sp: u64,
     /// The span the thread was in (0: none).
     pub span: u64,
+    /// The thread's name (`comm`) when the sample was taken (all zeros: not known).
+    pub comm: RawComm,
     /// Always 0: callbacks receive reassembled samples only.
     pub frag_index: u16,
     /// Always 1 (see `frag_index`).
@@ -478,6 +484,7 @@ struct Pending {
     flags: u8,
     sp: u64,
     span: u64,
+    comm: RawComm,
     frames: Vec<u64>,
     /// The last sample discarded as incomplete (already counted lost): its stray fragments are
     /// dropped without counting it again.
@@ -935,6 +942,9 @@ impl Core {
         buf.write_word(p + 3, hdr.sample_id);
         buf.write_word(p + 4, hdr.sp);
         buf.write_word(p + 5, hdr.span);
+        let [comm_lo, comm_hi] = hdr.comm.words();
+        buf.write_word(p + 6, comm_lo);
+        buf.write_word(p + 7, comm_hi);
         let mut sink = FrameSink { buf, at: p + HEADER_WORDS, end: p + len };
         fill(&mut sink);
         // Missing frames are zeros. Bounded by `end`, never by the writes' success, so that a
@@ -1276,6 +1286,7 @@ impl Core {
             let sample_id = b.read_word(s + 3);
             let sp = b.read_word(s + 4);
             let span = b.read_word(s + 5);
+            let comm = RawComm::from_words([b.read_word(s + 6), b.read_word(s + 7)]);
             let slot = self.slots.get(slot_index);
             let LockedState { scratch, pending, .. } = &mut *locked;
             let Some(p) = pending.get_mut(slot_index) else {
@@ -1297,6 +1308,7 @@ impl Core {
                     sample_id,
                     sp,
                     span,
+                    comm,
                     frag_index: 0,
                     frag_count: 1,
                 };
@@ -1316,6 +1328,7 @@ impl Core {
                         sample_id: p.sample_id,
                         sp: p.sp,
                         span: p.span,
+                        comm: p.comm,
                         frag_index: 0,
                         frag_count: 1,
                     };
@@ -1336,6 +1349,7 @@ impl Core {
                     p.flags = flags;
                     p.sp = sp;
                     p.span = span;
+                    p.comm = comm;
                     p.frames.clear();
                     p.frames.extend((0..nframes).map(|i| b.read_word(s + HEADER_WORDS + i)));
                 } else {
@@ -1597,6 +1611,7 @@ mod fragment_tests {
             sample_id: id,
             sp: 0,
             span: 0,
+            comm: RawComm::EMPTY,
         };
         assert!(core.write_record(&adm, &hdr, frames.len(), |s| frames.iter().for_each(|&f| s.push(f))).committed);
     }
@@ -1697,7 +1712,8 @@ mod fragment_tests {
 
     #[test]
     fn write_sample_uses_the_active_remainder_and_keeps_order_across_drains() {
-        let (c, mut l) = core(1, 16, 16, 6);
+        // Buffers of 10 frames each after the header.
+        let (c, mut l) = core(1, 16, HEADER_WORDS + 10, 6);
         let slot = c.slot(0).unwrap();
         let mut want = Vec::new();
         for id in 1..=6u64 {

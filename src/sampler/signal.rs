@@ -224,7 +224,8 @@ pub(super) fn publish(shared: *mut Shared) {
 /// The SIGPROF handler.
 ///
 /// # Signal safety
-/// The whole point: atomics, `clock_gettime`, `gettid`, and a `write` to an eventfd.
+/// The whole point: atomics, `clock_gettime`, `gettid`, `prctl(PR_GET_NAME)`, and a `write` to
+/// an eventfd.
 extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     // SAFETY: `__errno_location` returns this thread's errno; reading/writing it is signal-safe.
     let errno = unsafe { *libc::__errno_location() };
@@ -402,6 +403,10 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
         sample_id: core.next_sample_id(),
         sp: regs.sp as u64,
         span: slot.span(),
+        // Read at every sample, not when the chunk is written: a thread that renamed itself
+        // (std names a spawned thread in its first microseconds) shows each sample under the name
+        // it had when it was taken.
+        comm: crate::thread::RawComm::current_in_signal_handler(),
     };
     // Relaxed (loads below): the scratch was written by this same handler above; it is the
     // owner's alone.

@@ -51,8 +51,17 @@ pub fn produce_as(core: &Core, i: usize, tid: u32, id: u64) -> bool {
     let Some(adm) = core.admit(slot, tid) else {
         return false;
     };
-    let hdr =
-        RecordHeader { ticks: id as i64, tid, flags: 0, frag_index: 0, frag_count: 1, sample_id: id, sp: 0, span: 0 };
+    let hdr = RecordHeader {
+        ticks: id as i64,
+        tid,
+        flags: 0,
+        frag_index: 0,
+        frag_count: 1,
+        sample_id: id,
+        sp: 0,
+        span: 0,
+        ..Default::default()
+    };
     core.write_record(&adm, &hdr, 1, |s| s.push(id * 10)).committed
 }
 
