@@ -18,8 +18,8 @@
 //! # Base and reserve
 //! A producer looks for a FREE record in the **base** first (from its thread's hint), then in the
 //! **reserve** behind it, a larger range of the same array that the kernel backs with memory
-//! only where a record is written (an anonymous `MAP_NORESERVE` mapping made by `Pool::new`, in
-//! normal context: the hook itself never allocates or maps). A drainer cannot see the reserve's
+//! only where a record is written (an anonymous mapping made by `Pool::new`, in normal context:
+//! the hook itself never allocates or maps). A drainer cannot see the reserve's
 //! use in the states it scans unless it scans that far, so a producer that claims a reserve
 //! record raises `high` (one past the highest record ever claimed) before its commit, and every
 //! drain scans `[0, high)`:
@@ -277,10 +277,11 @@ impl Pool {
     }
 }
 
-/// The memory of a pool's records: one anonymous mapping (`MAP_NORESERVE`, zero-filled: every
-/// state FREE) that the kernel backs page by page when a record is first written, so a reserve
-/// costs address space, not memory, until a burst needs it; the heap (every record touched at
-/// once) for the base alone when the mapping fails, and under loom.
+/// The memory of a pool's records: one anonymous mapping (zero-filled: every state FREE) that the
+/// kernel backs page by page when a record is first written, so a reserve costs address space
+/// (and commit charge, where the kernel counts it: a mapping it refuses leaves the base alone),
+/// not memory, until a burst needs it; the heap (every record touched at once) for the base alone
+/// when the mapping fails, and under loom.
 enum Storage {
     #[cfg(not(loom))]
     Mapped {
@@ -331,7 +332,7 @@ impl Storage {
                 ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )

@@ -2,7 +2,9 @@
 //! `jdk.Metadata` and `jdk.CheckPoint` rows included, as `jfr summary` shows them); then the
 //! threads with their CPU samples and other events, and what share of the CPU samples' stacks is
 //! truncated (cut at the depth limit) or leaf-only (one frame: the frame-pointer walk stopped at
-//! once, the mark of code built without frame pointers).
+//! once, the mark of code built without frame pointers); then what the recording lost, by kind
+//! (CPU samples, wall-clock periods, allocation samples, events, bytes: its `recorder.DataLoss`
+//! events), with a warning for every kind that lost more than 1 %.
 //!
 //! Only each event's thread and stack keys are read, straight from the record's leading varints
 //! when the fields before them are integers or constant references (every JFR writer puts
@@ -259,7 +261,10 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             )?;
         }
         if !source.chunks.is_empty() {
-            write_losses(&mut out, &weighed)?;
+            let events =
+                rows.iter().filter(|(n, _)| n != "jdk.Metadata" && n != "jdk.CheckPoint").map(|r| r.1.count).sum();
+            let bytes = rows.iter().map(|r| r.1.bytes).sum();
+            write_losses(&mut out, &weighed, events, bytes)?;
         }
     }
     out.flush()?;
@@ -415,8 +420,9 @@ fn loss_percent(lost: u64, kept: u64) -> f64 {
 }
 
 /// The loss section: every kind, what it means, and a warning for each above
-/// [`LOSS_WARNING_PERCENT`].
-fn write_losses(out: &mut impl Write, w: &WeighedTotals) -> std::io::Result<()> {
+/// [`LOSS_WARNING_PERCENT`] (events against every event the recording holds, bytes against the
+/// bytes of its records).
+fn write_losses(out: &mut impl Write, w: &WeighedTotals, events: u64, bytes: u64) -> std::io::Result<()> {
     let l = &w.lost;
     writeln!(out)?;
     writeln!(out, " Loss (what this recording is missing, from its recorder.DataLoss events):")?;
@@ -451,8 +457,20 @@ fn write_losses(out: &mut impl Write, w: &WeighedTotals) -> std::io::Result<()> 
             warnings.push(format!("{pct:.1} % of the {noun} were lost"));
         }
     }
-    writeln!(out, "  Events: {} lost: application events dropped (event buffers full, write failures)", l.events)?;
-    writeln!(out, "  Bytes: {} lost: recording data that never reached the disk", l.bytes)?;
+    let pct = loss_percent(l.events, events);
+    writeln!(
+        out,
+        "  Events: {} lost ({pct:.2} % of {events} recorded): application events dropped (event buffers full, write failures)",
+        l.events
+    )?;
+    if pct > LOSS_WARNING_PERCENT {
+        warnings.push(format!("{pct:.1} % of the events were lost"));
+    }
+    let pct = loss_percent(l.bytes, bytes);
+    writeln!(out, "  Bytes: {} lost ({pct:.2} %): recording data that never reached the disk", l.bytes)?;
+    if pct > LOSS_WARNING_PERCENT {
+        warnings.push(format!("{pct:.1} % of the recording's bytes were lost"));
+    }
     for warning in warnings {
         writeln!(out, " Warning: {warning} (more than {LOSS_WARNING_PERCENT} %); the profile under-counts them")?;
     }
@@ -674,4 +692,53 @@ fn lead_keys(bytes: &[u8], lead: &[Encoding], thread: Option<usize>, stack: Opti
         }
     }
     Some((thread_key, stack_key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn losses(w: &WeighedTotals, events: u64, bytes: u64) -> String {
+        let mut out = Vec::new();
+        write_losses(&mut out, w, events, bytes).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_kind_of_loss_is_shown_and_more_than_one_percent_warns() {
+        let mut w =
+            WeighedTotals { allocation_samples: 99, cpu_samples: 1000, wall_periods: 500, ..Default::default() };
+        let quiet = losses(&w, 10_000, 1 << 20);
+        for kind in ["CPU samples: 1000 written, 0 lost", "Wall-clock periods: 500 written, 0 lost"] {
+            assert!(quiet.contains(kind), "{quiet}");
+        }
+        assert!(quiet.contains("Allocation samples: 99 written, 0 lost (0.00 %)"), "{quiet}");
+        assert!(quiet.contains("Events: 0 lost") && quiet.contains("Bytes: 0 lost"), "{quiet}");
+        assert!(!quiet.contains("Warning"), "{quiet}");
+
+        // 1 of 100 allocation samples (1 %): no warning; 2 of 101: a warning that names them.
+        w.lost.allocation_samples = 1;
+        assert!(!losses(&w, 10_000, 1 << 20).contains("Warning"));
+        w.allocation_samples = 99;
+        w.lost.allocation_samples = 2;
+        let loud = losses(&w, 10_000, 1 << 20);
+        assert!(loud.contains("Allocation samples: 99 written, 2 lost (1.98 %)"), "{loud}");
+        assert!(loud.contains("Warning: 2.0 % of the allocation samples were lost"), "{loud}");
+
+        let w = WeighedTotals {
+            lost: LossTotals { cpu_samples: 20, wall_periods: 30, events: 200, bytes: 1 << 19, ..Default::default() },
+            cpu_samples: 980,
+            wall_periods: 970,
+            ..Default::default()
+        };
+        let all = losses(&w, 9_800, 1 << 20);
+        for warning in [
+            "2.0 % of the CPU samples",
+            "3.0 % of the wall-clock periods",
+            "2.0 % of the events",
+            "33.3 % of the recording's bytes",
+        ] {
+            assert!(all.contains(&format!("Warning: {warning} were lost")), "{warning}: {all}");
+        }
+    }
 }
