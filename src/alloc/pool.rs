@@ -313,13 +313,15 @@ impl Storage {
     /// Storage for `records` records (or only `base` if the mapping fails); returns how many.
     fn new(base: usize, records: usize, record_words: usize) -> (Storage, usize) {
         #[cfg(not(loom))]
-        if let Some(s) = Storage::mapped(records, record_words) {
-            return (s, records);
-        }
-        let _ = records;
-        let states = (0..base).map(|_| AtomicU32::new(FREE)).collect();
-        let words = (0..base * record_words).map(|_| UnsafeCell::new(0)).collect();
-        (Storage::Heap { states, words }, base)
+        let records = match Storage::mapped(records, record_words) {
+            Some(s) => return (s, records),
+            None => base,
+        };
+        #[cfg(loom)]
+        let _ = base;
+        let states = (0..records).map(|_| AtomicU32::new(FREE)).collect();
+        let words = (0..records * record_words).map(|_| UnsafeCell::new(0)).collect();
+        (Storage::Heap { states, words }, records)
     }
 
     #[cfg(not(loom))]
