@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Protocol mutation runs of the loom models (loom-tests/README.md): for each mutation of
-# src/sampler/buffer.rs, src/flush or src/tracing/live.rs (`--cfg recorder_mutation="NAME"`: one
+# src/sampler/buffer.rs, src/flush, src/tracing/live.rs or src/alloc/pool.rs (`--cfg recorder_mutation="NAME"`: one
 # protocol step weakened on purpose), builds the models and checks that every model the README's table names for it FAILS, i.e. that
 # the models catch a broken *shipped* protocol. Not part of scripts/test.sh: each mutation is a
 # separate release build with its own `--cfg` (so of every dependency too), kept in
@@ -22,9 +22,11 @@ declare -A CATCH=(
     [push_relaxed]="sampler_buffers::no_lost_wakeup sampler_buffers::rotation_vs_active_pass_and_recorder sampler_buffers::recycle_vs_reuse sampler_buffers::two_producers_on_full_queue sampler_buffers::thread_exit_vs_flusher sampler_fragments::fragments_vs_flusher_and_recorder chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
     [span_publish_relaxed]="span_table::publication_vs_lookup_and_record"
     [span_cache_unchecked]="span_table::a_stale_cache_entry_never_passes_for_the_span_that_reuses_its_id_and_slot"
+    [pool_reserve_unused]="alloc_pool::a_full_base_overflows_into_the_reserve_and_every_record_is_drained"
+    [pool_drain_base_only]="alloc_pool::a_full_base_overflows_into_the_reserve_and_every_record_is_drained"
     [settings_thread_unreferenced]="chunk_segments::rotation_vs_commits_on_the_shipped_chunk_writer chunk_segments::recorder_vs_flush_on_the_shipped_chunk_writer chunk_segments::recorder_vs_rotation_on_the_shipped_chunk_writer"
 )
-FILES="sampler_buffers sampler_fragments sampler_lifecycle chunk_segments sampler_chunks event_buffer span_table"
+FILES="sampler_buffers sampler_fragments sampler_lifecycle chunk_segments sampler_chunks event_buffer span_table alloc_pool"
 # Per model; a model that neither fails nor finishes in this time is reported as such.
 PER_MODEL_TIMEOUT="${PER_MODEL_TIMEOUT:-600}"
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
@@ -39,7 +41,7 @@ for a in "$@"; do
 done
 if [ ${#mutations[@]} -eq 0 ]; then
     mutations=(pos_relaxed refill_cas_relaxed drain_without_gating retire_without_gate claim_relaxed push_relaxed
-        settings_thread_unreferenced span_publish_relaxed span_cache_unchecked)
+        settings_thread_unreferenced span_publish_relaxed span_cache_unchecked pool_reserve_unused pool_drain_base_only)
 fi
 
 # Runs one model; prints "FAILS: <first panic>", "passes" or "timeout".

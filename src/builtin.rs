@@ -165,6 +165,8 @@ pub const LIVE_OBJECT: u64 = 121;
 pub const WALL_CLOCK_SAMPLE: u64 = 123;
 /// `recorder.LiveSet`: one live-set snapshot (its `recorder.LiveObject`s share its id).
 pub const LIVE_SET: u64 = 122;
+/// `recorder.AllocationStatistics`: the allocation sampler's counts since the recording started.
+pub const ALLOCATION_STATISTICS: u64 = 126;
 /// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
 /// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
 /// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
@@ -471,6 +473,27 @@ pub fn classes() -> Vec<Class> {
             "Live Set",
             &["Java Application"],
             "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
+        )
+    }));
+
+    out.push(event_class(EventTypeSpec {
+        fields: vec![
+            bytes("interval", "Sampling Interval"),
+            f("taken", ids::LONG, "Samples Taken"),
+            f("written", ids::LONG, "Samples Written"),
+            f("lost", ids::LONG, "Samples Lost"),
+            f("failed", ids::LONG, "Failed Allocations"),
+            f("untracked", ids::LONG, "Untracked Samples"),
+        ],
+        ..spec(
+            ALLOCATION_STATISTICS,
+            "recorder.AllocationStatistics",
+            "Allocation Sampler Statistics",
+            &["Flight Recorder"],
+            "The allocation sampler's counts since the recording started: allocations chosen (taken), written as \
+             jdk.ObjectAllocationSample, lost (no free record: recorder.DataLoss), chosen but failed (nothing \
+             allocated), and written but not followed by the live set (its table full). The last one of a recording \
+             balances: taken = written + lost + failed",
         )
     }));
 

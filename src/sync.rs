@@ -32,6 +32,7 @@ pub(crate) fn compiler_fence(order: Ordering) {
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
 #[allow(dead_code)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]

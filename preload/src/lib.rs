@@ -488,6 +488,9 @@ fn finish(why: &str) {
             // samples).
             let (taken, written, lost) = r.sampler.as_ref().map_or((0, 0, 0), |s| (s.taken, s.written, s.lost));
             report(options, &format!("finished {pid} {why} {taken} {written} {lost}"));
+            if let Some(a) = r.allocation {
+                report(options, &format!("allocation {pid} {} {} {} {}", a.taken, a.written, a.lost, a.failed));
+            }
         }
         Err(e) => {
             eprintln!("recorder-preload: stopping the recording: {e}");

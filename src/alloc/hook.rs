@@ -80,7 +80,11 @@ impl Active {
         wake: Box<dyn Fn() + Send + Sync>,
     ) -> Active {
         Active {
-            pool: Pool::new(records, RECORD_HEADER_WORDS + inner + outer),
+            pool: Pool::new(
+                records,
+                RECORD_HEADER_WORDS + inner + outer,
+                super::allocator::reserve_for(records, RECORD_HEADER_WORDS + inner + outer),
+            ),
             interval: interval.max(1),
             live,
             headers: headers && live.is_some(),

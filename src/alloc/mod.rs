@@ -30,9 +30,12 @@
 //!   destruction at thread exit (the thread-local has no destructor, so it is never "destroyed"),
 //!   and in a forked child (a `pthread_atfork` child hook leaves the child not sampling, with the
 //!   parent's records left alone; the child may start a recording of its own).
-//! - **Bounded memory, loss counted.** A recording preallocates its records; a sample that finds
-//!   none free is counted lost (`recorder.DataLoss`, reason "allocation sample pool full") and
-//!   the flusher is asked for an early flush at each quarter of the pool taken.
+//! - **Bounded memory, loss counted.** A recording preallocates its records, and reserves address
+//!   space for many more (`pool.rs`'s reserve: memory only for the records a burst writes, from
+//!   a mapping made when the recording starts, so the hook never allocates); the flusher is asked
+//!   for an early flush at each quarter of the base taken and whenever a sample needs the
+//!   reserve. A sample that finds no record free is counted lost (`recorder.DataLoss`, reason
+//!   "allocation sample pool full"); every flush writes the counts (`recorder.AllocationStatistics`).
 //! - **The recorder's own allocations are not sampled**: its threads (the flusher, the recorder
 //!   thread and the Pyroscope uploader) opt out, and the entry points an application calls (start,
 //!   flush, dump, stop, thread registration) suspend sampling on the calling thread while they run.

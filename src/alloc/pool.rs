@@ -15,6 +15,17 @@
 //! one Release store, and drained by L holders after the event buffers, exactly like the
 //! `[flushed_pos, pos)` range of a SamplerBuffer. A full pool drops the sample and counts it.
 //!
+//! # Base and reserve
+//! A producer looks for a FREE record in the **base** first (from its thread's hint), then in the
+//! **reserve** behind it, a larger range of the same array that the kernel backs with memory
+//! only where a record is written (an anonymous mapping made by `Pool::new`, in normal context:
+//! the hook itself never allocates or maps). A drainer cannot see the reserve's
+//! use in the states it scans unless it scans that far, so a producer that claims a reserve
+//! record raises `high` (one past the highest record ever claimed) before its commit, and every
+//! drain scans `[0, high)`:
+//! - P6 (reach): a record whose commit happens before a drain lies below the `high` that drain
+//!   reads (the producer's `fetch_max` is sequenced before its commit; coherence).
+//!
 //! # Record pool: actors, states, invariants
 //! - **Producer**: any thread inside the allocator hook (normal context, a signal handler, TLS
 //!   teardown). **Drainer**: an L holder, proven by `&mut PoolDrain` kept inside L.
@@ -61,17 +72,22 @@ pub const SEQ_WORD: usize = 0;
 /// The pool of records (see the module docs).
 #[derive(Debug)]
 pub struct Pool {
-    /// Per record: FREE / WRITING / READY.
-    /// Written by: producers (FREE -> WRITING CAS, WRITING -> READY or FREE store), the drainer
-    /// (READY -> FREE store). Read by: both.
-    states: Box<[AtomicU32]>,
-    /// `records * record_words` words; record i is `[i * record_words, (i + 1) * record_words)`.
-    words: Box<[UnsafeCell<u64>]>,
+    /// The states and words of every record, the reserve's included.
+    storage: Storage,
+    /// Records claimed first (from a producer's hint); the rest, `[base, records)`, is the reserve.
+    base: usize,
+    records: usize,
     record_words: usize,
-    /// Records committed and not yet drained: the producers that make it reach a quarter, a half
-    /// and three quarters of the pool ask for an early flush (the flusher ignores a wakeup that
-    /// comes too soon after its last flush, so one is not enough).
+    /// Records committed and not yet drained: the producers that make it reach each quarter of
+    /// the base ask for an early flush (the flusher ignores a wakeup that comes too soon after
+    /// its last flush, so one is not enough).
     ready: AtomicUsize,
+    /// One past the highest record ever claimed (at least `base`): drains scan `[0, high)`.
+    /// Written by: producers claiming in the reserve (`fetch_max`, before their commit). Read by:
+    /// drainers.
+    high: AtomicUsize,
+    /// Where the next claim in the reserve starts looking (a hint: the CAS decides).
+    reserve_next: AtomicUsize,
 }
 
 /// A record a producer owns (WRITING). Dropping it without [`Claim::commit`] frees it.
@@ -84,52 +100,83 @@ pub struct Claim<'a> {
 /// What [`Claim::commit`] asks of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Committed {
-    /// This commit filled a quarter, a half or three quarters of the pool: the caller should ask
-    /// for an early flush.
+    /// This commit filled another quarter of the base, or its record came from the reserve:
+    /// the caller should ask for an early flush.
     pub wake: bool,
 }
 
 impl Pool {
-    /// `records` records of `record_words` words each (at least 1 and 2), all FREE.
-    pub fn new(records: usize, record_words: usize) -> Pool {
-        let records = records.max(1);
+    /// `base + reserve` records of `record_words` words each (at least 1 and 2), all FREE. The
+    /// reserve is address space until a record of it is first written (see [`Storage`]).
+    pub fn new(base: usize, record_words: usize, reserve: usize) -> Pool {
+        let base = base.max(1);
         let record_words = record_words.max(SEQ_WORD + 2);
+        let (storage, records) = Storage::new(base, base.saturating_add(reserve), record_words);
         Pool {
-            states: (0..records).map(|_| AtomicU32::new(FREE)).collect(),
-            words: (0..records * record_words).map(|_| UnsafeCell::new(0)).collect(),
+            storage,
+            base,
+            records,
             record_words,
             ready: AtomicUsize::new(0),
+            high: AtomicUsize::new(base),
+            reserve_next: AtomicUsize::new(0),
         }
     }
 
-    /// Claims a FREE record, looking from record `hint` on; `None` when every record is taken.
+    /// Claims a FREE record: one of the base, looking from record `hint` on, else one of the
+    /// reserve; `None` when every record is taken.
     ///
     /// # Signal safety
-    /// Atomic loads and one CAS per candidate; no allocation, no lock.
+    /// Atomic loads, one CAS per candidate and one `fetch_max`; no allocation, no lock. A
+    /// reserve record written for the first time faults its page in (the kernel's work).
     #[inline]
     pub fn claim(&self, hint: usize) -> Option<Claim<'_>> {
-        let n = self.states.len();
-        for k in 0..n {
-            let index = (hint.wrapping_add(k)) % n;
-            let Some(state) = self.states.get(index) else { continue };
-            // Relaxed: a hint that skips the CAS on taken records; the CAS below decides.
-            if state.load(Ordering::Relaxed) != FREE {
-                continue;
+        let base = self.base;
+        for k in 0..base {
+            let index = hint.wrapping_add(k) % base;
+            if self.try_claim(index) {
+                return Some(Claim { pool: self, index });
             }
-            // Acquire (success): pairs with the drainer's Release store of FREE in `drain` (P4):
-            // its reads of this record happen before our writes. Relaxed (failure): nothing read.
-            if state.compare_exchange(FREE, WRITING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        }
+        let reserve = self.records - base;
+        if reserve == 0 || cfg!(recorder_mutation = "pool_reserve_unused") {
+            return None;
+        }
+        // Relaxed: a hint.
+        let start = self.reserve_next.load(Ordering::Relaxed);
+        for k in 0..reserve {
+            let index = base + start.wrapping_add(k) % reserve;
+            if self.try_claim(index) {
+                // Relaxed: a hint.
+                self.reserve_next.store((index - base + 1) % reserve, Ordering::Relaxed);
+                // Relaxed: sequenced before this record's commit, so a drain that the commit
+                // happens before reads this value or a later one (coherence) and scans the record.
+                if self.high.load(Ordering::Relaxed) <= index {
+                    self.high.fetch_max(index + 1, Ordering::Relaxed);
+                }
                 return Some(Claim { pool: self, index });
             }
         }
         None
     }
 
+    #[inline]
+    fn try_claim(&self, index: usize) -> bool {
+        let Some(state) = self.storage.states().get(index) else { return false };
+        // Relaxed: a hint that skips the CAS on taken records; the CAS below decides.
+        if state.load(Ordering::Relaxed) != FREE {
+            return false;
+        }
+        // Acquire (success): pairs with the drainer's Release store of FREE in `drain` (P4):
+        // its reads of this record happen before our writes. Relaxed (failure): nothing read.
+        state.compare_exchange(FREE, WRITING, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
     fn word(&self, index: usize, at: usize) -> Option<&UnsafeCell<u64>> {
         if at >= self.record_words {
             return None;
         }
-        self.words.get(index * self.record_words + at)
+        self.storage.words().get(index * self.record_words + at)
     }
 }
 
@@ -156,20 +203,20 @@ impl Claim<'_> {
         let pool = self.pool;
         let index = self.index;
         std::mem::forget(self);
-        if let Some(state) = pool.states.get(index) {
+        if let Some(state) = pool.storage.states().get(index) {
             // Release: publishes the words written above; pairs with the Acquire load in `drain`.
             state.store(READY, Ordering::Release);
         }
         // Relaxed: a fill level for the wakeup heuristic; nothing is published through it.
         let now = pool.ready.fetch_add(1, Ordering::Relaxed) + 1;
-        let quarter = pool.states.len().div_ceil(4);
-        Committed { wake: now.is_multiple_of(quarter) }
+        let quarter = pool.base.div_ceil(4);
+        Committed { wake: now.is_multiple_of(quarter) || index >= pool.base }
     }
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        if let Some(state) = self.pool.states.get(self.index) {
+        if let Some(state) = self.pool.storage.states().get(self.index) {
             // Release: our (partial) writes happen before a later claimer's (Acquire CAS).
             state.store(FREE, Ordering::Release);
         }
@@ -188,7 +235,13 @@ impl Pool {
     /// L held (`drain` is the only drainer).
     pub fn drain(&self, d: &mut PoolDrain, f: &mut dyn FnMut(&[u64])) -> usize {
         d.ready.clear();
-        for (index, state) in self.states.iter().enumerate() {
+        // Relaxed: see `claim`: every record whose commit happens before this drain lies below.
+        let high = if cfg!(recorder_mutation = "pool_drain_base_only") {
+            self.base
+        } else {
+            self.high.load(Ordering::Relaxed)
+        };
+        for (index, state) in self.storage.states().iter().enumerate().take(high) {
             // Acquire: pairs with the Release store of READY in `Claim::commit` (P2).
             if state.load(Ordering::Acquire) == READY {
                 let seq = self.read(index, SEQ_WORD);
@@ -203,7 +256,7 @@ impl Pool {
                 d.record.push(w);
             }
             f(&d.record);
-            if let Some(state) = self.states.get(index) {
+            if let Some(state) = self.storage.states().get(index) {
                 // Release: our reads of the record happen before the next producer's writes;
                 // pairs with the Acquire CAS in `claim` (P4).
                 state.store(FREE, Ordering::Release);
@@ -220,6 +273,118 @@ impl Pool {
             // drainer (us, under L) touches a READY record.
             Some(cell) => cell.with(|p| unsafe { p.read() }),
             None => 0,
+        }
+    }
+}
+
+/// The memory of a pool's records: one anonymous mapping (zero-filled: every state FREE) that the
+/// kernel backs page by page when a record is first written, so a reserve costs address space
+/// (and commit charge, where the kernel counts it: a mapping it refuses leaves the base alone),
+/// not memory, until a burst needs it; the heap (every record touched at once) for the base alone
+/// when the mapping fails, and under loom.
+enum Storage {
+    #[cfg(not(loom))]
+    Mapped {
+        base: std::ptr::NonNull<u8>,
+        len: usize,
+        records: usize,
+        record_words: usize,
+        words_at: usize,
+    },
+    Heap {
+        states: Box<[AtomicU32]>,
+        words: Box<[UnsafeCell<u64>]>,
+    },
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage").field("records", &self.states().len()).finish()
+    }
+}
+
+// SAFETY: the mapping is owned by the storage and only reached through `states` and `words`
+// (atomics, and cells accessed under the pool's protocol), as the heap variant is.
+unsafe impl Send for Storage {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// Storage for `records` records (or only `base` if the mapping fails); returns how many.
+    fn new(base: usize, records: usize, record_words: usize) -> (Storage, usize) {
+        #[cfg(not(loom))]
+        let records = match Storage::mapped(records, record_words) {
+            Some(s) => return (s, records),
+            None => base,
+        };
+        #[cfg(loom)]
+        let _ = base;
+        let states = (0..records).map(|_| AtomicU32::new(FREE)).collect();
+        let words = (0..records * record_words).map(|_| UnsafeCell::new(0)).collect();
+        (Storage::Heap { states, words }, records)
+    }
+
+    #[cfg(not(loom))]
+    fn mapped(records: usize, record_words: usize) -> Option<Storage> {
+        let words_at = records.checked_mul(4)?.checked_next_multiple_of(64)?;
+        let len = records.checked_mul(record_words)?.checked_mul(8)?.checked_add(words_at)?;
+        // SAFETY: a fresh private anonymous mapping; no address is imposed.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let base = std::ptr::NonNull::new(p.cast::<u8>())?;
+        Some(Storage::Mapped { base, len, records, record_words, words_at })
+    }
+
+    #[inline(always)]
+    fn states(&self) -> &[AtomicU32] {
+        match self {
+            #[cfg(not(loom))]
+            Storage::Mapped { base, records, .. } => {
+                // SAFETY: the mapping is page-aligned, zero-filled (0 is a valid `AtomicU32`, FREE),
+                // holds `records` states from its start and lives as long as `self`.
+                unsafe { std::slice::from_raw_parts(base.as_ptr().cast::<AtomicU32>(), *records) }
+            }
+            Storage::Heap { states, .. } => states,
+        }
+    }
+
+    #[inline(always)]
+    fn words(&self) -> &[UnsafeCell<u64>] {
+        match self {
+            #[cfg(not(loom))]
+            Storage::Mapped { base, records, record_words, words_at, .. } => {
+                // SAFETY: `words_at` is a multiple of 64 inside the mapping, which holds
+                // `records * record_words` zero-filled words from there (a valid `UnsafeCell<u64>`,
+                // `repr(transparent)` over `u64`) and lives as long as `self`.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        base.as_ptr().add(*words_at).cast::<UnsafeCell<u64>>(),
+                        records * record_words,
+                    )
+                }
+            }
+            Storage::Heap { words, .. } => words,
+        }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        if let Storage::Mapped { base, len, .. } = self {
+            // SAFETY: our mapping; the pool (and every claim borrowing it) is gone.
+            unsafe { libc::munmap(base.as_ptr().cast(), *len) };
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct AllocSamples {
     reported_untracked: u64,
     /// Size-class keys by bucket.
     classes: BTreeMap<u32, u64>,
+    /// The final counters, for the statistics of the flush after `stop`.
+    stopped: Option<AllocationStats>,
 }
 
 impl AllocSamples {
@@ -55,6 +57,7 @@ impl AllocSamples {
             reported_lost: 0,
             reported_untracked: 0,
             classes: BTreeMap::new(),
+            stopped: None,
         }
     }
 
@@ -257,7 +260,25 @@ impl SampleSource for AllocSamples {
         rows
     }
 
-    fn write_statistics(&mut self, _chunk: &mut ChunkWriter, _now: i64) {}
+    /// `recorder.AllocationStatistics`: the counters so far (after this flush's drain: `taken`
+    /// also counts the samples committed since), and after `stop` the final ones, once.
+    fn write_statistics(&mut self, chunk: &mut ChunkWriter, now: i64) {
+        let stats = match (self.sampling.as_ref(), self.stopped.take()) {
+            (Some(sampling), _) => sampling.stats(),
+            (None, Some(stats)) => stats,
+            (None, None) => return,
+        };
+        let interval = self.config.interval;
+        chunk.event(builtin::ALLOCATION_STATISTICS, |e| {
+            e.long(now);
+            e.long(interval as i64);
+            e.long(stats.taken as i64);
+            e.long(stats.written as i64);
+            e.long(stats.lost as i64);
+            e.long(stats.failed as i64);
+            e.long(stats.untracked as i64);
+        });
+    }
 
     fn stop(&mut self, seg: &mut Segment<'_>) -> Stopped {
         let Some(mut sampling) = self.sampling.take() else { return Stopped::default() };
@@ -276,6 +297,7 @@ impl SampleSource for AllocSamples {
         self.write_snapshot(seg.chunk, crate::clock::ticks());
         let losses = self.losses(stats);
         self.sampling = None;
+        self.stopped = Some(stats);
         Stopped { losses, allocation: Some(stats), ..Stopped::default() }
     }
 }

@@ -188,6 +188,8 @@ struct ReportLines {
     finished: Vec<(u32, String, u64, u64, u64)>,
     /// (pid, message).
     failed: Vec<(u32, String)>,
+    /// (pid, allocation samples taken, written, lost, failed allocations).
+    allocation: Vec<(u32, [u64; 4])>,
 }
 
 fn parse_report(text: &str) -> ReportLines {
@@ -208,6 +210,12 @@ fn parse_report(text: &str) -> ReportLines {
                 if let [why, taken, written, lost] = rest[..] {
                     let n = |s: &str| s.parse().unwrap_or(0);
                     r.finished.push((pid, why.to_owned(), n(taken), n(written), n(lost)));
+                }
+            }
+            "allocation" => {
+                let n: Vec<u64> = line.split(' ').skip(2).filter_map(|s| s.parse().ok()).collect();
+                if let [taken, written, lost, failed] = n[..] {
+                    r.allocation.push((pid, [taken, written, lost, failed]));
                 }
             }
             "failed" => {
@@ -276,6 +284,13 @@ fn summarize(
             // (one sample each, taken by the same handler).
             let what = if args.wall.is_some() { "Samples (CPU, and wall-clock stack requests)" } else { "CPU samples" };
             writeln!(out, "{what}: {taken} taken, {written} written, {lost} lost.")?;
+            if let Some((_, [taken, written, lost, failed])) = lines.allocation.iter().find(|a| a.0 == pid) {
+                writeln!(
+                    out,
+                    "Allocation samples: {taken} taken, {written} written, {lost} lost (no free record: their bytes are missing from the estimate){}.",
+                    if *failed > 0 { format!(", {failed} not taken (the allocation failed)") } else { String::new() }
+                )?;
+            }
         }
         None => {
             drop(out);
@@ -469,12 +484,13 @@ mod tests {
     #[test]
     fn report_lines_are_read_back() {
         let r = parse_report(
-            "started 10 9 /tmp/r/2026_01_01_00_00_00_10\nstarted 11 10 /tmp/r/a b\nfinished 11 exit 5 4 1\nfailed 12 repository /x: denied\ngarbage\n",
+            "started 10 9 /tmp/r/2026_01_01_00_00_00_10\nstarted 11 10 /tmp/r/a b\nfinished 11 exit 5 4 1\nallocation 11 9 7 2 0\nfailed 12 repository /x: denied\ngarbage\n",
         );
         assert_eq!(r.started.len(), 2);
         assert_eq!(r.started[1], (11, 10, PathBuf::from("/tmp/r/a b")));
         assert_eq!(r.finished, vec![(11, "exit".to_owned(), 5, 4, 1)]);
         assert_eq!(r.failed, vec![(12, "repository /x: denied".to_owned())]);
+        assert_eq!(r.allocation, vec![(11, [9, 7, 2, 0])]);
     }
 
     #[test]

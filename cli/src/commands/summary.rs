@@ -2,7 +2,9 @@
 //! `jdk.Metadata` and `jdk.CheckPoint` rows included, as `jfr summary` shows them); then the
 //! threads with their CPU samples and other events, and what share of the CPU samples' stacks is
 //! truncated (cut at the depth limit) or leaf-only (one frame: the frame-pointer walk stopped at
-//! once, the mark of code built without frame pointers).
+//! once, the mark of code built without frame pointers); then what the recording lost, by kind
+//! (CPU samples, wall-clock periods, allocation samples, events, bytes: its `recorder.DataLoss`
+//! events), with a warning for every kind that lost more than 1 %.
 //!
 //! Only each event's thread and stack keys are read, straight from the record's leading varints
 //! when the fields before them are integers or constant references (every JFR writer puts
@@ -165,7 +167,18 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
             }
             None => buf.extend_from_slice(b"null"),
         }
-        buf.extend_from_slice(b"}\n");
+        let l = &weighed.lost;
+        buf.extend_from_slice(b", \"lost\": {\"cpu_samples\": ");
+        json::uint(&mut buf, l.cpu_samples);
+        buf.extend_from_slice(b", \"wall_periods\": ");
+        json::uint(&mut buf, l.wall_periods);
+        buf.extend_from_slice(b", \"allocation_samples\": ");
+        json::uint(&mut buf, l.allocation_samples);
+        buf.extend_from_slice(b", \"events\": ");
+        json::uint(&mut buf, l.events);
+        buf.extend_from_slice(b", \"bytes\": ");
+        json::uint(&mut buf, l.bytes);
+        buf.extend_from_slice(b"}}\n");
         out.write_all(&buf)?;
     } else {
         let version = source
@@ -247,6 +260,12 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
                 human_bytes(bytes)
             )?;
         }
+        if !source.chunks.is_empty() {
+            let events =
+                rows.iter().filter(|(n, _)| n != "jdk.Metadata" && n != "jdk.CheckPoint").map(|r| r.1.count).sum();
+            let bytes = rows.iter().map(|r| r.1.bytes).sum();
+            write_losses(&mut out, &weighed, events, bytes)?;
+        }
     }
     out.flush()?;
     drop(out);
@@ -265,7 +284,31 @@ struct WeighedTotals {
     /// profiler.WallClockSample events and the periods they stand for (sum of `samples`).
     wall_events: u64,
     wall_periods: u64,
+    /// jdk.ExecutionSample events.
+    cpu_samples: u64,
+    /// What the recording says it lost (recorder.DataLoss, by kind; jdk.DataLoss for bytes where
+    /// no recorder.DataLoss is declared).
+    lost: LossTotals,
 }
+
+/// Losses by kind, summed over the recording's loss events (each counts what was lost since the
+/// one before).
+#[derive(Debug, Default, Clone, Copy)]
+struct LossTotals {
+    /// CPU samples (and the wall-clock sampler's stack requests, served by the same handler).
+    cpu_samples: u64,
+    /// Wall-clock periods no thread state was sampled for.
+    wall_periods: u64,
+    /// Allocations chosen for a sample that found no free record.
+    allocation_samples: u64,
+    /// Application events.
+    events: u64,
+    /// Bytes of recording data.
+    bytes: u64,
+}
+
+/// Share of loss above which `summary` warns.
+const LOSS_WARNING_PERCENT: f64 = 1.0;
 
 /// Sums the weights of the allocation samples and the periods of the wall-clock samples, and
 /// finds the last live-set
@@ -284,7 +327,16 @@ fn weighed_totals(
         let live = field("recorder.LiveSet", "objects").zip(field("recorder.LiveSet", "estimatedBytes"));
         let snapshot_at = field("recorder.LiveSet", "snapshot").map(|(_, i)| i);
         let wall = field("profiler.WallClockSample", "samples");
-        if alloc.is_none() && live.is_none() && wall.is_none() {
+        let cpu = chunk.metadata().class_by_name("jdk.ExecutionSample").map(|c| c.id);
+        let loss = field("recorder.DataLoss", "reason").zip(
+            field("recorder.DataLoss", "events")
+                .zip(field("recorder.DataLoss", "samples"))
+                .zip(field("recorder.DataLoss", "bytes")),
+        );
+        // The JDK's own loss event, read only where ours (which repeats its bytes) is not declared.
+        let jdk_loss = if loss.is_none() { field("jdk.DataLoss", "amount") } else { None };
+        if alloc.is_none() && live.is_none() && wall.is_none() && cpu.is_none() && loss.is_none() && jdk_loss.is_none()
+        {
             continue;
         }
         let mut best: Option<(i64, u64, u64)> = None;
@@ -305,6 +357,25 @@ fn weighed_totals(
                     continue;
                 }
             }
+            if cpu == Some(event.type_id) {
+                t.cpu_samples += 1;
+                continue;
+            }
+            if let Some(((id, reason), ((_, events), (_, samples)), (_, bytes))) =
+                loss.map(|(r, ((e, s), b))| (r, (e, s), b))
+            {
+                if event.type_id == id {
+                    let reason = event.values.get(reason).and_then(Value::as_str).unwrap_or("");
+                    t.lost.add(reason, value(events), value(samples), value(bytes));
+                    continue;
+                }
+            }
+            if let Some((id, amount)) = jdk_loss {
+                if event.type_id == id {
+                    t.lost.bytes += value(amount);
+                    continue;
+                }
+            }
             if let Some(((id, objects), (_, bytes))) = live {
                 if event.type_id == id {
                     let snapshot = snapshot_at.map_or(0, |i| value(i) as i64);
@@ -319,6 +390,91 @@ fn weighed_totals(
         }
     }
     Ok(t)
+}
+
+impl LossTotals {
+    /// One recorder.DataLoss: its samples go to the kind its reason names (the reasons the
+    /// recorder writes: "allocation sample pool full", "wall-clock periods not sampled ...", the
+    /// CPU sampler's others).
+    fn add(&mut self, reason: &str, events: u64, samples: u64, bytes: u64) {
+        if reason.starts_with("allocation") {
+            self.allocation_samples += samples;
+        } else if reason.starts_with("wall-clock") {
+            self.wall_periods += samples;
+        } else {
+            self.cpu_samples += samples;
+        }
+        self.events += events;
+        self.bytes += bytes;
+    }
+}
+
+/// `lost` of `lost + kept` in per cent (0 when both are 0).
+fn loss_percent(lost: u64, kept: u64) -> f64 {
+    let all = lost + kept;
+    if all == 0 {
+        0.0
+    } else {
+        100.0 * lost as f64 / all as f64
+    }
+}
+
+/// The loss section: every kind, what it means, and a warning for each above
+/// [`LOSS_WARNING_PERCENT`] (events against every event the recording holds, bytes against the
+/// bytes of its records).
+fn write_losses(out: &mut impl Write, w: &WeighedTotals, events: u64, bytes: u64) -> std::io::Result<()> {
+    let l = &w.lost;
+    writeln!(out)?;
+    writeln!(out, " Loss (what this recording is missing, from its recorder.DataLoss events):")?;
+    let rows: [(&str, &str, u64, u64, &str); 3] = [
+        (
+            "CPU samples",
+            "CPU samples",
+            l.cpu_samples,
+            w.cpu_samples,
+            "stacks the CPU sampler took (and wall-clock stack requests) but could not write: their time is missing from CPU profiles",
+        ),
+        (
+            "Wall-clock periods",
+            "wall-clock periods",
+            l.wall_periods,
+            w.wall_periods,
+            "periods no thread state was sampled for: missing from wall-clock profiles",
+        ),
+        (
+            "Allocation samples",
+            "allocation samples",
+            l.allocation_samples,
+            w.allocation_samples,
+            "allocations chosen for a sample that found no free record: their bytes are missing from the estimate",
+        ),
+    ];
+    let mut warnings = Vec::new();
+    for (what, noun, lost, kept, meaning) in rows {
+        let pct = loss_percent(lost, kept);
+        writeln!(out, "  {what}: {kept} written, {lost} lost ({pct:.2} %): {meaning}")?;
+        if pct > LOSS_WARNING_PERCENT {
+            warnings.push(format!("{pct:.1} % of the {noun} were lost"));
+        }
+    }
+    let pct = loss_percent(l.events, events);
+    writeln!(
+        out,
+        "  Events: {} lost ({pct:.2} % of {events} recorded): application events dropped (event buffers full, write failures)",
+        l.events
+    )?;
+    if pct > LOSS_WARNING_PERCENT {
+        warnings.push(format!("{pct:.1} % of the events were lost"));
+    }
+    let pct = loss_percent(l.bytes, bytes);
+    writeln!(out, "  Bytes: {} lost ({pct:.2} %): recording data that never reached the disk", l.bytes)?;
+    if pct > LOSS_WARNING_PERCENT {
+        warnings.push(format!("{pct:.1} % of the recording's bytes were lost"));
+    }
+    for warning in warnings {
+        writeln!(out, " Warning: {warning} (more than {LOSS_WARNING_PERCENT} %); the profile under-counts them")?;
+    }
+    Ok(())
 }
 
 /// `12.3 MiB`.
@@ -536,4 +692,53 @@ fn lead_keys(bytes: &[u8], lead: &[Encoding], thread: Option<usize>, stack: Opti
         }
     }
     Some((thread_key, stack_key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn losses(w: &WeighedTotals, events: u64, bytes: u64) -> String {
+        let mut out = Vec::new();
+        write_losses(&mut out, w, events, bytes).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_kind_of_loss_is_shown_and_more_than_one_percent_warns() {
+        let mut w =
+            WeighedTotals { allocation_samples: 99, cpu_samples: 1000, wall_periods: 500, ..Default::default() };
+        let quiet = losses(&w, 10_000, 1 << 20);
+        for kind in ["CPU samples: 1000 written, 0 lost", "Wall-clock periods: 500 written, 0 lost"] {
+            assert!(quiet.contains(kind), "{quiet}");
+        }
+        assert!(quiet.contains("Allocation samples: 99 written, 0 lost (0.00 %)"), "{quiet}");
+        assert!(quiet.contains("Events: 0 lost") && quiet.contains("Bytes: 0 lost"), "{quiet}");
+        assert!(!quiet.contains("Warning"), "{quiet}");
+
+        // 1 of 100 allocation samples (1 %): no warning; 2 of 101: a warning that names them.
+        w.lost.allocation_samples = 1;
+        assert!(!losses(&w, 10_000, 1 << 20).contains("Warning"));
+        w.allocation_samples = 99;
+        w.lost.allocation_samples = 2;
+        let loud = losses(&w, 10_000, 1 << 20);
+        assert!(loud.contains("Allocation samples: 99 written, 2 lost (1.98 %)"), "{loud}");
+        assert!(loud.contains("Warning: 2.0 % of the allocation samples were lost"), "{loud}");
+
+        let w = WeighedTotals {
+            lost: LossTotals { cpu_samples: 20, wall_periods: 30, events: 200, bytes: 1 << 19, ..Default::default() },
+            cpu_samples: 980,
+            wall_periods: 970,
+            ..Default::default()
+        };
+        let all = losses(&w, 9_800, 1 << 20);
+        for warning in [
+            "2.0 % of the CPU samples",
+            "3.0 % of the wall-clock periods",
+            "2.0 % of the events",
+            "33.3 % of the recording's bytes",
+        ] {
+            assert!(all.contains(&format!("Warning: {warning} were lost")), "{warning}: {all}");
+        }
+    }
 }
