@@ -363,10 +363,11 @@ unsafe extern "C" fn scan_module(info: *mut libc::dl_phdr_info, _size: usize, da
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
     let Some(dynamic) = phdrs.iter().find(|ph| ph.p_type == libc::PT_DYNAMIC) else { return 0 };
     let page = pass.page;
-    // The pages the loader made read-only after relocating (whole pages only, as it does).
+    // The pages the loader made read-only after relocating: from the page holding the segment's
+    // start to the last page it fills wholly (glibc's `_dl_protect_relro` rounds both down).
     let relro = phdrs.iter().find(|ph| ph.p_type == libc::PT_GNU_RELRO).map(|ph| {
         let lo = base + ph.p_vaddr as usize;
-        ((lo + page - 1) & !(page - 1), (lo + ph.p_memsz as usize) & !(page - 1))
+        (lo & !(page - 1), (lo + ph.p_memsz as usize) & !(page - 1))
     });
     let in_load = |slot: usize| {
         phdrs.iter().any(|ph| {
