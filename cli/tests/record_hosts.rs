@@ -78,7 +78,9 @@ fn a_program_with_its_own_malloc_keeps_it_for_reallocarray_and_alloc_says_it_sam
     let jfr = dir.join("own.jfr");
     let said = diagnostics(&jfr);
     assert!(said.contains("allocator-not-interposed") && said.contains("the program itself"), "{said}");
-    assert_eq!(allocation_samples(&jfr), 0);
+    // Of the program's calls only aligned_alloc (glibc's: the program does not define it)
+    // reaches the library, and may be sampled.
+    assert!(allocation_samples(&jfr) <= 1, "{} allocation samples", allocation_samples(&jfr));
 }
 
 #[test]
