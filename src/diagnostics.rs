@@ -36,6 +36,15 @@ pub const LATE_SPAN_LAYER: &str = "late-span-layer";
 const LATE_SPAN_LAYER_FIX: &str = "create the RecorderLayer before starting the Recorder, or start it with \
      RecorderBuilder::sample_span_ids(true)";
 
+/// `recorder.Diagnostic#code` of allocation sampling that cannot see the process's allocations:
+/// its `malloc` is defined ahead of the interposing library (by the program itself, or by an
+/// allocator preloaded before it).
+pub const ALLOCATOR_NOT_INTERPOSED: &str = "allocator-not-interposed";
+
+const ALLOCATOR_NOT_INTERPOSED_FIX: &str = "preload librecorder_preload.so before the other allocator (recorder \
+     record --alloc does: LD_PRELOAD=\"librecorder_preload.so libjemalloc.so.2\"); a program that defines malloc \
+     itself can be sampled only by building it with the recorder's SamplingAllocator or its own hooks";
+
 /// How to fix it, as the recording and stderr say it.
 const FRAME_POINTER_FIX: &str = "build with frame pointers: RUSTFLAGS=\"-C force-frame-pointers=yes\" cargo build \
      --release, or for good in .cargo/config.toml: [build] rustflags = [\"-C\", \"force-frame-pointers=yes\"] \
@@ -186,6 +195,19 @@ pub(crate) fn report_late_span_layer() {
         eprintln!("recorder: warning: {message}. Fix: {LATE_SPAN_LAYER_FIX}");
     }
     PENDING.lock().push(Diagnostic { code: LATE_SPAN_LAYER, message, fix: LATE_SPAN_LAYER_FIX });
+}
+
+/// Allocation sampling runs, but the process's `malloc` is `owner`'s, bound ahead of the library
+/// that interposes the C allocator: no allocation reaches the hook, so the recording would hold
+/// no allocation sample without saying why. Said on stderr and in the recording (call it after
+/// the recording started).
+pub(crate) fn report_allocator_not_interposed(owner: &str) {
+    let message = format!(
+        "allocation sampling is on, but malloc is defined by {owner}, which the dynamic loader binds ahead of \
+         the recorder's library: the program's allocations do not reach the recorder and are not sampled"
+    );
+    eprintln!("recorder: warning: {message}. Fix: {ALLOCATOR_NOT_INTERPOSED_FIX}");
+    PENDING.lock().push(Diagnostic { code: ALLOCATOR_NOT_INTERPOSED, message, fix: ALLOCATOR_NOT_INTERPOSED_FIX });
 }
 
 fn report_frame_pointers(message: String) {

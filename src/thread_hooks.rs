@@ -17,8 +17,10 @@
 //! `$ORIGIN` with the *caller's* RUNPATH, and a wrapper would make every caller look like this
 //! crate. The slots stay patched after the recording stops (the hook is then a no-op returning to
 //! plain `pthread_create`): unpatching could race with a thread reading the slot for no gain.
-//! A RELRO slot (read-only after relocation) is made writable for the store and read-only again;
-//! a page that is writable when looked at (a module still being relocated) is left as it is.
+//! Slots are written inside `dl_iterate_phdr`'s callback, under the loader's lock, so a module
+//! `dlclose`d by another thread is never written into; a slot on one of the module's RELRO pages
+//! (read-only after relocation) is made writable for the store and read-only again, and no other
+//! page's protection is ever changed (see `patch_slot`).
 //!
 //! The `recorder record` preload library defines `pthread_create` itself and calls
 //! [`create_thread`] (or, from its own wrapper, [`on_thread_start`]); both are idempotent with
@@ -240,66 +242,81 @@ fn patch_all(p: &mut Patcher) {
         // Relaxed: published to hooked threads by the slot stores below (see the load).
         REAL_PTHREAD_CREATE.store(real as usize, Ordering::Relaxed);
     }
-    let mut pass = Pass { modules: 0, slots: Vec::new(), adds: 0 };
-    // SAFETY: the callback reads the loader's module list (stable while dl_iterate_phdr holds
-    // the loader's lock: no module is unmapped meanwhile) and collects slot addresses.
+    // SAFETY: `sysconf` has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let mut pass = Pass { modules: 0, slots: 0, failed: 0, adds: 0, page };
+    // Every store happens inside the callback: glibc runs it holding the loader's
+    // `dl_load_write_lock`, which `dlclose` also holds from unmapping a module to unlinking it,
+    // so the module a callback is given stays mapped, with the same segments, until it returns.
+    // (Collecting slots and storing after the walk wrote into plugins unloaded meanwhile.)
+    // SAFETY: the callback reads the module it is given and writes only its GOT slots.
     unsafe { libc::dl_iterate_phdr(Some(scan_module), (&mut pass as *mut Pass).cast()) };
     p.adds = pass.adds;
     p.report.modules = pass.modules;
-    let hook = hooked_pthread_create as *const () as usize;
-    // SAFETY: `sysconf` has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-    let mut maps: Option<Vec<(usize, usize, bool)>> = None;
-    for slot in pass.slots {
-        // SAFETY: `slot` is a GOT entry of a loaded module (aligned, mapped, readable).
-        let cell = unsafe { &*(slot as *const AtomicUsize) };
-        // Relaxed: one aligned word; readers are plain loads through the GOT.
-        if cell.load(Ordering::Relaxed) == hook {
-            continue;
-        }
-        let maps = maps.get_or_insert_with(read_writable_maps);
-        let writable = maps.iter().any(|&(lo, hi, w)| lo <= slot && slot + 8 <= hi && w);
-        let page_lo = slot & !(page - 1);
-        if !writable {
-            // SAFETY: the page holds a GOT (part of a module's mapping); made writable for one
-            // store, then read-only again as RELRO had it.
-            if unsafe { libc::mprotect(page_lo as *mut c_void, page, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
-                p.report.failed += 1;
-                continue;
-            }
-        }
-        // Relaxed: see above.
-        cell.store(hook, Ordering::Relaxed);
-        if !writable {
-            // SAFETY: as above.
-            unsafe { libc::mprotect(page_lo as *mut c_void, page, libc::PROT_READ) };
-        }
-        p.report.slots += 1;
-    }
+    p.report.slots += pass.slots;
+    p.report.failed += pass.failed;
 }
 
-/// `/proc/self/maps` ranges and whether each is writable.
-fn read_writable_maps() -> Vec<(usize, usize, bool)> {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
-    maps.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let (a, b) = f.next()?.split_once('-')?;
-            let perms = f.next()?;
-            Some((
-                usize::from_str_radix(a, 16).ok()?,
-                usize::from_str_radix(b, 16).ok()?,
-                perms.as_bytes().get(1) == Some(&b'w'),
-            ))
-        })
-        .collect()
-}
-
+/// One pass over the loaded modules.
 struct Pass {
     modules: usize,
-    /// GOT slots importing `pthread_create`.
-    slots: Vec<usize>,
+    /// Slots pointed at the hook in this pass.
+    slots: usize,
+    /// Slots that could not be written.
+    failed: usize,
     adds: u64,
+    page: usize,
+}
+
+/// Points the GOT slot at `slot` (of the module whose RELRO segment, if any, is `relro`) at the
+/// hook. Runs under the loader's lock (see `patch_all`).
+///
+/// The store is made with `process_vm_writev` on this process, which fails (EFAULT) instead of
+/// faulting when the page is not writable: a page seen writable a moment earlier may have been
+/// made read-only since by the loader finishing a module's relocation. Only a slot whose page
+/// lies wholly inside the module's `PT_GNU_RELRO` range (the pages the loader made read-only)
+/// is made writable with `mprotect`, for one store, and read-only again.
+fn patch_slot(slot: usize, relro: Option<(usize, usize)>, pass: &mut Pass) {
+    let hook = hooked_pthread_create as *const () as usize;
+    // SAFETY: `slot` lies inside a `PT_LOAD` segment of a module that stays mapped while the
+    // loader's lock is held (checked by the caller); an aligned word.
+    let cell = unsafe { &*(slot as *const AtomicUsize) };
+    // Relaxed: one aligned word; readers are plain loads through the GOT.
+    if cell.load(Ordering::Relaxed) == hook {
+        return;
+    }
+    if store_if_writable(slot, hook) {
+        pass.slots += 1;
+        return;
+    }
+    let page_lo = slot & !(pass.page - 1);
+    let in_relro = relro.is_some_and(|(lo, hi)| page_lo >= lo && page_lo + pass.page <= hi);
+    if !in_relro {
+        pass.failed += 1;
+        return;
+    }
+    // SAFETY: the page is one of the module's RELRO pages (read-only since its relocation),
+    // mapped while the loader's lock is held; made writable for one store, then read-only again
+    // as the loader left it.
+    if unsafe { libc::mprotect(page_lo as *mut c_void, pass.page, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+        pass.failed += 1;
+        return;
+    }
+    // Relaxed: see above.
+    cell.store(hook, Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { libc::mprotect(page_lo as *mut c_void, pass.page, libc::PROT_READ) };
+    pass.slots += 1;
+}
+
+/// Stores `value` at `addr` if its page is writable now (false, and nothing written, if not).
+fn store_if_writable(addr: usize, value: usize) -> bool {
+    let local = libc::iovec { iov_base: (&value as *const usize).cast_mut().cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: 8 };
+    // SAFETY: reads `value` and writes 8 bytes at `addr` of this process through the kernel,
+    // which checks the page's protection instead of faulting.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == 8
 }
 
 const DT_NULL: i64 = 0;
@@ -345,16 +362,37 @@ unsafe extern "C" fn scan_module(info: *mut libc::dl_phdr_info, _size: usize, da
     // SAFETY: the loader's program headers of a loaded module.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
     let Some(dynamic) = phdrs.iter().find(|ph| ph.p_type == libc::PT_DYNAMIC) else { return 0 };
+    let page = pass.page;
+    // The pages the loader made read-only after relocating: from the page holding the segment's
+    // start to the last page it fills wholly (glibc's `_dl_protect_relro` rounds both down).
+    let relro = phdrs.iter().find(|ph| ph.p_type == libc::PT_GNU_RELRO).map(|ph| {
+        let lo = base + ph.p_vaddr as usize;
+        (lo & !(page - 1), (lo + ph.p_memsz as usize) & !(page - 1))
+    });
+    let in_load = |slot: usize| {
+        phdrs.iter().any(|ph| {
+            let lo = base + ph.p_vaddr as usize;
+            ph.p_type == libc::PT_LOAD && lo <= slot && slot + 8 <= lo + ph.p_memsz as usize
+        })
+    };
     // SAFETY: the module's dynamic section, mapped.
-    unsafe { scan_dynamic(base, (base + dynamic.p_vaddr as usize) as *const Elf64Dyn, &mut pass.slots) };
+    unsafe {
+        scan_dynamic(base, (base + dynamic.p_vaddr as usize) as *const Elf64Dyn, &mut |slot| {
+            if slot.is_multiple_of(8) && in_load(slot) {
+                patch_slot(slot, relro, pass);
+            } else {
+                pass.failed += 1;
+            }
+        })
+    };
     0
 }
 
-/// Collects the module's GOT slots importing `pthread_create`.
+/// Hands each of the module's GOT slots importing `pthread_create` to `found`.
 ///
 /// # Safety
 /// `dynamic` is the `PT_DYNAMIC` of a loaded module based at `base`.
-unsafe fn scan_dynamic(base: usize, dynamic: *const Elf64Dyn, out: &mut Vec<usize>) {
+unsafe fn scan_dynamic(base: usize, dynamic: *const Elf64Dyn, found: &mut dyn FnMut(usize)) {
     // glibc stores relocated addresses into most dynamic entries, other loaders (and the vDSO)
     // leave them relative: an address below the base is relative.
     let addr = |v: u64| if (v as usize) < base { base + v as usize } else { v as usize };
@@ -382,10 +420,9 @@ unsafe fn scan_dynamic(base: usize, dynamic: *const Elf64Dyn, out: &mut Vec<usiz
     if symtab == 0 || strtab == 0 {
         return;
     }
-    let mut tables = vec![(rela, relasz)];
-    if pltrel == DT_RELA as u64 {
-        tables.push((jmprel, pltrelsz));
-    }
+    // No allocation: this runs under the loader's lock.
+    let plt = if pltrel == DT_RELA as u64 { (jmprel, pltrelsz) } else { (0, 0) };
+    let tables = [(rela, relasz), plt];
     for (table, size) in tables {
         if table == 0 {
             continue;
@@ -406,7 +443,7 @@ unsafe fn scan_dynamic(base: usize, dynamic: *const Elf64Dyn, out: &mut Vec<usiz
             // SAFETY: inside the string table (checked against DT_STRSZ above).
             let name = unsafe { std::slice::from_raw_parts((strtab + sym.name as usize) as *const u8, SYMBOL.len()) };
             if name == SYMBOL {
-                out.push(base + r.offset as usize);
+                found(base + r.offset as usize);
             }
         }
     }

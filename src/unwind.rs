@@ -102,6 +102,23 @@ pub fn current_stack_bounds() -> (usize, usize) {
     bounds
 }
 
+/// The part of the calling thread's own stack a walk may read now: from the current stack
+/// pointer to its top ((0, 0) when the thread runs elsewhere, such as on a fiber's stack or an
+/// alternate signal stack, or its bounds are unknown). The cached bounds are the thread's
+/// whole stack area; below the stack pointer it may not be mapped (the main thread's grows on
+/// demand), and a stack the thread switched to is not in it: a frame record found outside
+/// `[sp, hi)` ends the walk instead of being read.
+#[inline(always)]
+fn current_own_stack() -> (usize, usize) {
+    let (lo, hi) = current_stack_bounds();
+    let marker = 0u8;
+    let sp = std::hint::black_box(&marker) as *const u8 as usize;
+    if hi == 0 || sp < lo || sp >= hi {
+        return (0, 0);
+    }
+    (sp, hi)
+}
+
 fn query_stack_bounds() -> Option<(usize, usize)> {
     // SAFETY: `attr` is initialized by pthread_getattr_np before use and destroyed after; the
     // out-pointers are valid locals.
@@ -150,7 +167,7 @@ pub fn frame_pointer() -> usize {
 #[inline(never)]
 #[cfg(feature = "tracing")] // the tracing layer's
 pub fn record_below(addr: usize) -> Option<usize> {
-    let (lo, hi) = current_stack_bounds();
+    let (lo, hi) = current_own_stack();
     let mut fp = frame_pointer();
     if hi == 0 || addr <= fp || addr >= hi {
         return None;
@@ -188,7 +205,7 @@ pub fn record_below(addr: usize) -> Option<usize> {
 /// outermost frame (see the module docs).
 #[inline(never)]
 pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, out: &mut Vec<u64>) -> bool {
-    let (lo, hi) = current_stack_bounds();
+    let (lo, hi) = current_own_stack();
     out.clear();
     ring.clear();
     if hi == 0 {

@@ -206,6 +206,9 @@ fn start_recording() {
             return;
         }
     };
+    if (options.alloc.is_some() || options.alloc_live) && !malloc::intercepts_malloc() {
+        recorder::alloc::interpose::report_allocator_not_interposed(&malloc::malloc_owner());
+    }
     // Exact bounds for the main thread at once; the others are discovered.
     let _ = rec.register_current_thread();
     let pid = std::process::id();

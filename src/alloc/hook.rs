@@ -696,10 +696,21 @@ fn splitmix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The bounds of the stack `sp` lies on: the cached mapping, or the one /proc/self/maps names.
+/// The bounds of the stack `sp` lies on: the mapping of /proc/self/maps that holds it now.
+///
+/// Only the thread's own stack is cached: the mapping `[stack]` (the main thread's) or the one
+/// holding the thread's descriptor (`pthread_self()`: glibc places it at the top of every
+/// thread's stack, given or not). That mapping stays mapped while the thread runs, whatever
+/// runs on it. Any other mapping is a stack the program switched to (a fiber of
+/// `makecontext`/`swapcontext`, a coroutine, an alternate signal stack), which it may free,
+/// shrink, protect or reuse between two allocations: its bounds are read afresh for each sample,
+/// so a walk never reads past the end of the stack the thread runs on now (a cached range once
+/// let a walk follow a frame record into a fiber stack made inaccessible since; the fibers test
+/// of `cli/tests/record_hosts.rs`).
 ///
 /// # Signal safety
-/// `open`, `read`, `close` (async-signal-safe), parsing into a stack buffer.
+/// `pthread_self` (a register read), `open`, `read`, `close` (async-signal-safe), parsing into a
+/// stack buffer.
 fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
     LOCAL
         .try_with(|l| {
@@ -708,26 +719,35 @@ fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
             if lo <= sp && sp < hi {
                 return Some((lo, hi));
             }
-            let (lo, hi) = mapping_of(sp)?;
-            l.stack_lo.store(lo, Ordering::Relaxed);
-            l.stack_hi.store(hi, Ordering::Relaxed);
+            let (lo, hi, named_stack) = mapping_of(sp)?;
+            // SAFETY: no preconditions; reads the thread pointer.
+            let descriptor = unsafe { libc::pthread_self() } as usize;
+            if named_stack || (lo <= descriptor && descriptor < hi) {
+                l.stack_lo.store(lo, Ordering::Relaxed);
+                l.stack_hi.store(hi, Ordering::Relaxed);
+            }
             Some((lo, hi))
         })
         .ok()
         .flatten()
 }
 
-/// The mapping of /proc/self/maps that contains `addr`, read without allocating.
-fn mapping_of(addr: usize) -> Option<(usize, usize)> {
+/// The mapping of /proc/self/maps that contains `addr`, read without allocating, and whether it
+/// is the one named `[stack]`.
+fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     // SAFETY: a NUL-terminated path; the flags need no mode argument.
     let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return None;
     }
     let mut buf = [0u8; 1024];
-    // 0: the start address, 1: the end address, 2: the rest of the line.
+    // 0: the start address, 1: the end address, 2: the rest of the line, 3: the rest of the
+    // matching line (its name).
     let (mut state, mut lo, mut hi) = (0u8, 0usize, 0usize);
     let mut found = None;
+    // The tail of the matching line, compared with "[stack]" as it is read.
+    const NAME: &[u8] = b"[stack]";
+    let (mut name_at, mut last) = (0usize, 0u8);
     'read: loop {
         // SAFETY: `buf` is writable for its length; `fd` is ours.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -742,13 +762,24 @@ fn mapping_of(addr: usize) -> Option<(usize, usize)> {
                 0 if b == b'-' => state = 1,
                 0 => lo = lo.wrapping_mul(16).wrapping_add(hex(b)),
                 1 if b == b' ' => {
-                    if lo <= addr && addr < hi {
-                        found = Some((lo, hi));
-                        break 'read;
-                    }
-                    state = 2;
+                    state = if lo <= addr && addr < hi { 3 } else { 2 };
                 }
                 1 => hi = hi.wrapping_mul(16).wrapping_add(hex(b)),
+                3 if b == b'\n' => {
+                    found = Some((lo, hi, name_at == NAME.len() && last == b']'));
+                    break 'read;
+                }
+                3 => {
+                    // Matches "[stack]" at the end of the line (the name follows a space).
+                    if b == b' ' {
+                        name_at = 0;
+                    } else if NAME.get(name_at) == Some(&b) {
+                        name_at += 1;
+                    } else {
+                        name_at = NAME.len() + 1;
+                    }
+                    last = b;
+                }
                 _ if b == b'\n' => {
                     state = 0;
                     lo = 0;
@@ -757,6 +788,9 @@ fn mapping_of(addr: usize) -> Option<(usize, usize)> {
                 _ => {}
             }
         }
+    }
+    if found.is_none() && state == 3 {
+        found = Some((lo, hi, name_at == NAME.len()));
     }
     // SAFETY: our descriptor.
     unsafe { libc::close(fd) };

@@ -31,6 +31,13 @@ pub fn use_foreign_allocator() {
     hook::note_installed(false);
 }
 
+/// Says (on stderr and as a `recorder.Diagnostic` in the running recording) that allocation
+/// sampling sees nothing: the process's `malloc` is `owner`'s (a path, or "the program itself"),
+/// bound ahead of the interposer. Call it after the recording started.
+pub fn report_allocator_not_interposed(owner: &str) {
+    crate::diagnostics::report_allocator_not_interposed(owner);
+}
+
 /// The fast path: true if the allocation is not sampled (almost always), and the interposer
 /// just forwards. While no recording samples allocations it reads one global flag; while one
 /// does, it counts `size` bytes down in a thread-local.

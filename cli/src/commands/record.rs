@@ -73,11 +73,21 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         }
         options.push(format!("debug_dir={}", dirs.join(":")));
     }
+    // With allocation sampling the library goes first: its `malloc` must be the one the program
+    // calls, forwarding to an allocator preloaded by the user (jemalloc, tcmalloc), which is
+    // then sampled through it. Otherwise it goes last, out of the way of preloads that insist on
+    // coming first.
+    let alloc_first = args.alloc.is_some() || args.alloc_live;
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(existing) if !existing.is_empty() => {
-            let mut v = existing;
+            let (first, second) = if alloc_first {
+                (library.clone().into_os_string(), existing)
+            } else {
+                (existing, library.clone().into_os_string())
+            };
+            let mut v = first;
             v.push(" ");
-            v.push(&library);
+            v.push(second);
             v
         }
         _ => library.clone().into_os_string(),
