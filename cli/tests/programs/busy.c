@@ -1,0 +1,28 @@
+/* The program a wrapper (a shell script shim, `env`, `sh -c 'exec ...'`) execs in
+ * cli/tests/record_exec.rs: it burns argv[1] ms of CPU time (default 600) in busy_hot_loop, so the
+ * sample count does not depend on how loaded the machine is, then prints "busy done".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile double sink;
+
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+__attribute__((noinline)) double busy_hot_loop(long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s = s * 0.999999 + (double)(i ^ (i >> 3));
+    return s;
+}
+
+int main(int argc, char **argv) {
+    double until = argc > 1 ? atof(argv[1]) : 600;
+    while (cpu_ms() < until) sink += busy_hot_loop(200000);
+    printf("busy done\n");
+    return 0;
+}
