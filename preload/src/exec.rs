@@ -30,11 +30,12 @@
 //!
 //! What cannot be followed: a raw `syscall(SYS_execve, ...)` (Go's runtime execs that way) is not
 //! seen at all; the new image may inherit a pending SIGPROF of ours and is not followed. An exec
-//! of a program the loader will not preload into (static, setuid) is prepared the same way (no
-//! pending SIGPROF), but nothing records in it: its recording ends at the exec (`recorder
-//! record` says so), and [`ENV_CONTINUE`] names another pid for its children, which then do not
-//! record unless children are followed. An exec called from a signal handler that interrupted
-//! the program inside `malloc` may wait for the allocator's lock while the recording stops.
+//! of a program the loader will not preload into (static, setuid: [`loads_library`]) is prepared
+//! the same way (no pending SIGPROF), but it gets none of our variables: the recording ends at the
+//! exec (`recorder record` says so). Should an image the library cannot enter inherit them all
+//! the same, [`ENV_CONTINUE`] names another pid for its children, which then do not record unless
+//! children are followed. An exec called from a signal handler that interrupted the program
+//! inside `malloc` may wait for the allocator's lock while the recording stops.
 //!
 //! An exec that is bound to fail (no such file, not executable) is passed through without
 //! stopping anything: shells and Python's `os.execvp` try every `PATH` entry in turn.
@@ -121,33 +122,31 @@ enum Target {
 }
 
 impl Target {
-    /// False if the exec is certain to fail (no such file, not an executable regular file): it
-    /// is then passed through, nothing is stopped.
-    fn may_succeed(self) -> bool {
+    /// The file the exec runs: `None` if the exec is certain to fail (no such file, not an
+    /// executable regular file), `Some(None)` for a descriptor (not looked at).
+    fn file(self) -> Option<Option<Vec<u8>>> {
         match self {
-            Target::Path(p) => !p.is_null() && executable(unsafe_cstr(p).to_bytes()),
+            Target::Path(p) => {
+                let path = (!p.is_null()).then(|| unsafe_cstr(p).to_bytes().to_vec())?;
+                executable(&path).then_some(Some(path))
+            }
             Target::Search(f) => {
-                if f.is_null() {
-                    return false;
-                }
-                let file = unsafe_cstr(f).to_bytes();
+                let file = (!f.is_null()).then(|| unsafe_cstr(f).to_bytes())?;
                 if file.is_empty() {
-                    return false;
+                    return None;
                 }
                 if file.contains(&b'/') {
-                    return executable(file);
+                    return executable(file).then(|| Some(file.to_vec()));
                 }
                 // glibc's execvp searches confstr(_CS_PATH) when PATH is unset.
                 let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
-                path.as_bytes().split(|b| *b == b':').any(|dir| {
+                path.as_bytes().split(|b| *b == b':').find_map(|dir| {
                     let dir = if dir.is_empty() { b".".as_slice() } else { dir };
-                    let mut candidate = dir.to_vec();
-                    candidate.push(b'/');
-                    candidate.extend_from_slice(file);
-                    executable(&candidate)
+                    let candidate = [dir, b"/", file].concat();
+                    executable(&candidate).then_some(Some(candidate))
                 })
             }
-            Target::Other => true,
+            Target::Other => Some(None),
         }
     }
 
@@ -164,6 +163,40 @@ fn unsafe_cstr<'a>(p: *const c_char) -> &'a CStr {
     // SAFETY: the exec functions' contract: a non-null path is a NUL-terminated string that
     // outlives the call.
     unsafe { CStr::from_ptr(p) }
+}
+
+/// Whether the dynamic loader will preload the library into the program `path` runs: not for
+/// a static executable (no `PT_INTERP`) nor a setuid/setgid one (secure mode); a `#!` script is
+/// judged by its interpreter. What cannot be read or told apart is taken as yes.
+fn loads_library(path: &[u8], depth: u32) -> bool {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let Ok(file) = std::fs::File::open(OsStr::from_bytes(path)) else { return true };
+    let Ok(meta) = file.metadata() else { return true };
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if (meta.mode() & libc::S_ISUID != 0 && meta.uid() != euid)
+        || (meta.mode() & libc::S_ISGID != 0 && meta.gid() != egid)
+    {
+        return false;
+    }
+    let mut head = [0u8; 128];
+    let Ok(n) = file.read_at(&mut head, 0) else { return true };
+    let head = &head[..n];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let interpreter = line.split(|b| *b == b'\n').next().unwrap_or_default();
+        let interpreter = interpreter.split(|b| *b == b' ' || *b == b'\t').find(|w| !w.is_empty());
+        return depth > 0 || interpreter.is_none_or(|i| loads_library(i, depth + 1));
+    }
+    // A 64-bit little-endian ELF file: is there a PT_INTERP among its program headers?
+    if n < 64 || !head.starts_with(b"\x7fELF\x02\x01") {
+        return true;
+    }
+    let word = |at: usize, len: usize| head[at..at + len].iter().rev().fold(0u64, |v, b| v << 8 | u64::from(*b));
+    let (offset, size, count) = (word(32, 8), word(54, 2), word(56, 2));
+    (0..count).any(|i| {
+        let mut kind = [0u8; 4];
+        file.read_at(&mut kind, offset + i * size).map_or(true, |_| u32::from_le_bytes(kind) == libc::PT_INTERP)
+    })
 }
 
 /// `path` is a regular file the process may execute (effective ids, as exec checks them).
@@ -196,13 +229,19 @@ fn exec_with(target: Target, envp: *const *const c_char, exec: impl FnOnce(*cons
     // child sees its parent's pid here and is not the recorded process.
     let owner = OWNER_PID.load(Ordering::Relaxed);
     // SAFETY: getpid has no preconditions (not cached by glibc: right in a vfork child).
-    if owner == 0 || owner != unsafe { libc::getpid() } as u32 || !target.may_succeed() {
+    if owner == 0 || owner != unsafe { libc::getpid() } as u32 {
         return exec(envp);
     }
+    let Some(file) = target.file() else { return exec(envp) };
     let _serial = EXEC_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let followed = std::panic::catch_unwind(|| stop_recording(target)).ok().flatten();
-    let environment =
-        followed.as_ref().and_then(|dir| std::panic::catch_unwind(|| Environment::new(envp, dir)).ok().flatten());
+    // A program the library cannot enter gets no variable of ours (its children would inherit
+    // them): its recording ends here.
+    let enters = file.is_none_or(|f| loads_library(&f, 0));
+    let environment = followed
+        .as_ref()
+        .filter(|_| enters)
+        .and_then(|dir| std::panic::catch_unwind(|| Environment::new(envp, dir)).ok().flatten());
     let envp_used = environment.as_ref().map_or(envp, |e| e.pointers.as_ptr());
     let previous = discard_pending_sigprof();
     let rc = exec(envp_used);

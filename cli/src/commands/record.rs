@@ -296,19 +296,17 @@ fn summarize(
     if let Some(status) = status {
         writeln!(out, "{program} {}.", describe(status))?;
     }
-    // The programs the process exec'd: its recording followed it into each.
+    // The programs the process exec'd: its recording followed it into each but, if an `exec` is
+    // the pid's last line, the last one.
     let followed: Vec<&str> = lines.execs.iter().filter(|e| e.0 == pid && !e.5).map(|e| e.4.as_str()).collect();
-    if !followed.is_empty() {
-        writeln!(
-            out,
-            "{program} exec'd {} (same process): the recording follows it.",
-            followed.join(", which exec'd ")
-        )?;
+    let unfollowed = lines.last_kind.get(&pid).is_some_and(|k| k == "exec");
+    let into = &followed[..followed.len() - usize::from(unfollowed && !followed.is_empty())];
+    if !into.is_empty() {
+        writeln!(out, "{program} exec'd {} (same process): the recording follows it.", into.join(", which exec'd "))?;
     }
     // The sampler counts the wall-clock sampler's stack requests with its CPU samples (one
     // sample each, taken by the same handler).
     let what = if args.wall.is_some() { "Samples (CPU, and wall-clock stack requests)" } else { "CPU samples" };
-    let unfollowed = lines.last_kind.get(&pid).is_some_and(|k| k == "exec");
     match finished {
         Some((_, why, ..)) => {
             if why == "duration" {

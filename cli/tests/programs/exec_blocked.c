@@ -2,12 +2,14 @@
  * pending on its blocked thread), then execs itself as "child", which unblocks every signal at
  * the start of main, as daemons, shells and runtimes do. The child prints what it found and
  * exits 0. Any exec function: argv[1] = "execv" (default), "execve", "execvp", "execl",
- * "execlp", "execle", "fexecve" or "execveat".
+ * "execlp", "execle", "fexecve" or "execveat". argv[1] = "env": prints whether LD_PRELOAD and
+ * RECORDER_CONTINUE are set (built static, a program the recorder cannot enter) and exits 3.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,6 +33,11 @@ int main(int argc, char **argv) {
         sigprocmask(SIG_UNBLOCK, &all, NULL);
         printf("child survived (SIGPROF pending at start: %d)\n", was_pending);
         return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "env") == 0) {
+        printf("LD_PRELOAD set: %d, RECORDER_CONTINUE set: %d\n", getenv("LD_PRELOAD") != NULL,
+               getenv("RECORDER_CONTINUE") != NULL);
+        return 3;
     }
     const char *how = argc > 1 ? argv[1] : "execv";
     sigset_t all;
