@@ -855,6 +855,26 @@ fn a_sigprof_left_pending_never_kills_the_program_an_exec_starts() {
     }
 }
 
+/// An exec that fails after the recording stopped for it (ENOEXEC: an executable file that is no
+/// program) gives the caller the error as it was, and the recording goes on in the same
+/// directory: the program's work after the failure is sampled.
+#[test]
+fn a_failed_exec_keeps_its_errno_and_the_recording_goes_on() {
+    let dir = test_dir("a_failed_exec_keeps_its_errno_and_the_recording_goes_on");
+    let prog = build_program("exec_blocked.c", "gcc", &["-O2"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "fail.jfr"], &[prog.to_str().unwrap(), "fail"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains(&format!("execv returned -1, errno {}", libc::ENOEXEC)), "{t}");
+    assert!(!t.contains("the recording follows it"), "{t}");
+    assert_eq!(recording_dirs(&dir.join("repo")).len(), 1, "{t}");
+    let s = stacks(&dir.join("fail.jfr"));
+    let after: u64 = s.iter().filter(|(f, _)| f.last().is_some_and(|n| n == "after_failed_exec")).map(|x| x.1).sum();
+    assert!(after >= 50, "{after} samples in after_failed_exec: {t}");
+    jdk_accepts(&[dir.join("fail.jfr")]);
+}
+
 /// `busy` (tests/programs/busy.c): burns CPU_MS of CPU in busy_hot_loop.
 fn busy() -> PathBuf {
     build_program("busy.c", "gcc", &["-O2"])

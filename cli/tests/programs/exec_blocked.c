@@ -4,8 +4,11 @@
  * exits 0. Any exec function: argv[1] = "execv" (default), "execve", "execvp", "execl",
  * "execlp", "execle", "fexecve" or "execveat". argv[1] = "env": prints whether LD_PRELOAD and
  * RECORDER_CONTINUE are set (built static, a program the recorder cannot enter) and exits 3.
+ * argv[1] = "fail": execv's a file that is executable but no program (ENOEXEC), prints the
+ * errno, then burns 300 ms of CPU in after_failed_exec and exits 0.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,7 +26,27 @@ static double cpu_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+__attribute__((noinline)) static double after_failed_exec(void) {
+    double until = cpu_ms() + 300, s = 0;
+    while (cpu_ms() < until)
+        for (int i = 0; i < 100000; i++) s = s * 0.999999 + i;
+    return s;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "fail") == 0) {
+        const char *path = "./not-a-program";
+        int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0755);
+        if (fd < 0 || write(fd, "\1\2\3\4", 4) != 4) return 2;
+        close(fd);
+        char *args[] = {(char *)path, NULL};
+        int rc = execv(path, args);
+        printf("execv returned %d, errno %d\n", rc, errno);
+        fflush(stdout);
+        volatile double sink = after_failed_exec();
+        (void)sink;
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "child") == 0) {
         sigset_t pending;
         sigpending(&pending);
