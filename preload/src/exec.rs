@@ -473,12 +473,16 @@ pub unsafe extern "C" fn execveat(
 }
 
 /// Which `l` function a trampoline stands for.
+#[cfg(target_arch = "x86_64")]
 const LIST_EXECL: u32 = 0;
+#[cfg(target_arch = "x86_64")]
 const LIST_EXECLP: u32 = 1;
+#[cfg(target_arch = "x86_64")]
 const LIST_EXECLE: u32 = 2;
 
 /// Arguments kept on the stack (more go to the heap): a vfork child, which shares its parent's
 /// heap, execs without allocating.
+#[cfg(target_arch = "x86_64")]
 const LIST_ON_STACK: usize = 256;
 
 /// The body of `execl`, `execlp` and `execle`: `regs` holds the 6 argument registers as the
