@@ -32,6 +32,8 @@ pub struct StackTable {
     mask: usize,
     /// Frames that did not fit because the table was full (statistics).
     overflow: AtomicU64,
+    /// Added to every node id in a key ([`StackTable::with_key_base`]).
+    key_base: u64,
 }
 
 impl std::fmt::Debug for StackTable {
@@ -78,7 +80,14 @@ impl StackTable {
             .map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) })
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0) }
+        StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0), key_base: 0 }
+    }
+
+    /// A table whose keys start above `base` nodes: a recording that continues another's
+    /// directory never reuses one of its stack-trace keys (readers keep a key's first value for
+    /// the whole file, jfr-format.md §5).
+    pub fn with_key_base(capacity: usize, base: u64) -> StackTable {
+        StackTable { key_base: base, ..StackTable::new(capacity) }
     }
 
     /// Frames that could not be interned because the table was full.
@@ -146,13 +155,18 @@ impl StackTable {
         if node == 0 {
             return StackKey::NONE;
         }
-        StackKey((node << 1) | u64::from(cut))
+        StackKey(((node + self.key_base) << 1) | u64::from(cut))
     }
 
     /// Expands a key into its frames, innermost first, appending to `out`. Returns `false` if the
     /// key does not name a node of this table.
     pub fn expand(&self, key: StackKey, out: &mut Vec<u64>) -> bool {
-        let mut node = key.node();
+        if key == StackKey::NONE {
+            return true;
+        }
+        let Some(mut node) = key.node().checked_sub(self.key_base) else {
+            return false;
+        };
         let mut steps = 0;
         while node != 0 {
             let Some(slot) = self.nodes.get(node as usize - 1) else {

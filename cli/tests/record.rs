@@ -300,17 +300,25 @@ fn static_programs_are_refused_before_they_run() {
 }
 
 #[test]
-fn a_program_that_drops_the_preload_is_reported() {
-    // `env -u LD_PRELOAD` re-executes with the library gone: the program itself is not recorded.
-    // `env` is the process that loaded the library, so it is CMD's pid that started: the
-    // recording of `env` exists but ended with the exec. Use a wrapper that clears the
-    // environment before exec instead: `env -i` as CMD's interpreter via sh's exec.
-    let dir = test_dir("a_program_that_drops_the_preload_is_reported");
+fn an_exec_into_a_program_the_recorder_cannot_enter_is_reported() {
+    // `env -i` clears the environment before it execs: the recording follows the process all the
+    // same (the exec of the recorded process itself carries the library on).
+    let dir = test_dir("an_exec_into_a_program_the_recorder_cannot_enter_is_reported");
     let out = record(&dir, &["-o", "x.jfr", "--repository", "repo"], &["/usr/bin/env", "-i", "/bin/true"]);
-    // env itself is dynamically linked and loads the library; what it runs next does not. The
-    // recording is env's own (it ends at exec): `record` reports the unfinished recording.
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("was not finished"), "{}", text(&out));
+    assert!(text(&out).contains("env exec'd /bin/true (same process)"), "{}", text(&out));
+    assert!(!text(&out).contains("not finished"), "{}", text(&out));
+    // A static program cannot load the library: the recording ends at the exec, closed; the
+    // static program runs to its end without any variable of ours (its children would inherit
+    // them).
+    let static_prog = build_program("exec_blocked.c", "gcc", &["-O2", "-static"]);
+    let script = format!("exec {} env", static_prog.display());
+    let out = record(&dir, &["-o", "static.jfr", "--repository", "static"], &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("LD_PRELOAD set: 0, RECORDER_CONTINUE set: 0"), "{}", text(&out));
+    assert!(text(&out).contains("The recording ends at the exec of"), "{}", text(&out));
+    assert!(!text(&out).contains("the recording follows it"), "{}", text(&out));
+    jdk_accepts(&[dir.join("static.jfr")]);
 }
 
 #[test]
@@ -877,4 +885,131 @@ fn alloc_samples_of_deep_stacks_at_full_rate_are_all_written_and_the_estimate_ho
         "the closing lines name the allocation samples and their loss: {t}"
     );
     assert!(t.contains(&format!("  Allocation samples: {written} written, {lost} lost (")), "{t}");
+}
+
+/// A SIGPROF of the sampler left pending on a thread that blocks every signal must not survive
+/// into the image that thread execs: that image starts with SIGPROF's default action
+/// (terminate) and unblocks signals before the recorder is back in it. Every exec function of
+/// the C library, and execv three times over (the pending signal is there every time: the
+/// program burns 300 ms of CPU with SIGPROF blocked at a 1 ms period).
+#[test]
+fn a_sigprof_left_pending_never_kills_the_program_an_exec_starts() {
+    let dir = test_dir("a_sigprof_left_pending_never_kills_the_program_an_exec_starts");
+    let prog = build_program("exec_blocked.c", "gcc", &["-O2"]);
+    let prog = prog.to_str().unwrap();
+    let runs = ["execv", "execv", "execv", "execve", "execvp", "execl", "execlp", "execle", "fexecve", "execveat"];
+    for (i, how) in runs.iter().enumerate() {
+        let repo = format!("repo{i}");
+        let out = record(&dir, &["--period", "1ms", "--repository", &repo, "-o", &format!("{i}.jfr")], &[prog, how]);
+        assert_eq!(out.status.code(), Some(0), "run {i} ({how}): {}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("child survived"), "run {i} ({how}): {}", text(&out));
+        // Both images are in the one recording.
+        assert_eq!(recording_dirs(&dir.join(&repo)).len(), 1, "run {i} ({how})");
+    }
+}
+
+/// An exec that fails after the recording stopped for it (ENOEXEC: an executable file that is no
+/// program) gives the caller the error as it was, and the recording goes on in the same
+/// directory: the program's work after the failure is sampled.
+#[test]
+fn a_failed_exec_keeps_its_errno_and_the_recording_goes_on() {
+    let dir = test_dir("a_failed_exec_keeps_its_errno_and_the_recording_goes_on");
+    let prog = build_program("exec_blocked.c", "gcc", &["-O2"]);
+    let out =
+        record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "fail.jfr"], &[prog.to_str().unwrap(), "fail"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains(&format!("execv returned -1, errno {}", libc::ENOEXEC)), "{t}");
+    assert!(!t.contains("the recording follows it"), "{t}");
+    assert_eq!(recording_dirs(&dir.join("repo")).len(), 1, "{t}");
+    let s = stacks(&dir.join("fail.jfr"));
+    let after: u64 = s.iter().filter(|(f, _)| f.last().is_some_and(|n| n == "after_failed_exec")).map(|x| x.1).sum();
+    assert!(after >= 50, "{after} samples in after_failed_exec: {t}");
+    jdk_accepts(&[dir.join("fail.jfr")]);
+}
+
+/// `busy` (tests/programs/busy.c): burns CPU_MS of CPU in busy_hot_loop.
+fn busy() -> PathBuf {
+    build_program("busy.c", "gcc", &["-O2"])
+}
+
+/// What a wrapper that execs `busy` leaves: the summary's hot functions and `-o` are busy's (our
+/// reader and the JDK's `jfr` agree), in one recording directory.
+fn assert_the_recording_is_busys(dir: &Path, out: &Output, repo: &str, output: &str) {
+    let t = text(out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("busy done"), "{t}");
+    assert!(!t.contains("No CPU samples were recorded"), "{t}");
+    // The hottest functions, as `record` prints them, start with busy's loop.
+    let top = t.split("busy done").last().unwrap_or_default();
+    assert!(top.contains("busy_hot_loop"), "{t}");
+    assert_eq!(recording_dirs(&dir.join(repo)).len(), 1, "one recording for the process: {t}");
+    let file = dir.join(output);
+    let (_, on_leaf, total) = shares(&stacks(&file), "busy_hot_loop");
+    assert!(total >= 100 && on_leaf > 0.8, "{total} samples, {on_leaf} in busy_hot_loop: {t}");
+    let printed = jfr_ok(&["print", "--events", "jdk.ExecutionSample", file.to_str().unwrap()]);
+    let jdk_samples = printed.matches("jdk.ExecutionSample {").count();
+    let jdk_busy = printed.split("jdk.ExecutionSample {").filter(|e| e.contains("busy_hot_loop")).count();
+    assert!(
+        jdk_busy * 10 >= jdk_samples * 8 && jdk_busy >= 100,
+        "jfr print: {jdk_busy} of {jdk_samples} in busy_hot_loop"
+    );
+    jdk_accepts(&[file]);
+}
+
+#[test]
+fn a_shell_that_execs_the_program_is_followed_into_it() {
+    let dir = test_dir("a_shell_that_execs_the_program_is_followed_into_it");
+    let busy = busy();
+    let script = format!("exec {} 600", busy.display());
+    let out = record(&dir, &["--period", "1ms", "--repository", "repo", "-o", "sh.jfr"], &["sh", "-c", &script]);
+    assert_the_recording_is_busys(&dir, &out, "repo", "sh.jfr");
+}
+
+#[test]
+fn a_script_shim_and_env_are_followed_into_the_program_they_exec() {
+    let dir = test_dir("a_script_shim_and_env_are_followed_into_the_program_they_exec");
+    let busy = busy();
+    // As pyenv's, asdf's and nvm's shims do.
+    let shim = dir.join("shim");
+    std::fs::write(&shim, format!("#!/bin/sh\nexec {} \"$@\"\n", busy.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = record(&dir, &["--period", "1ms", "--repository", "shim-repo", "-o", "shim.jfr"], &["./shim", "600"]);
+    assert_the_recording_is_busys(&dir, &out, "shim-repo", "shim.jfr");
+    let out = record(
+        &dir,
+        &["--period", "1ms", "--repository", "env", "-o", "env.jfr"],
+        &["env", "WRAPPED=1", busy.to_str().unwrap(), "600"],
+    );
+    assert_the_recording_is_busys(&dir, &out, "env", "env.jfr");
+}
+
+/// With --follow-children, many children are listed by their count and the busiest one, not
+/// one line each.
+#[test]
+fn many_followed_children_are_listed_by_count_and_the_busiest() {
+    let dir = test_dir("many_followed_children_are_listed_by_count_and_the_busiest");
+    let busy = busy();
+    let b = busy.display();
+    // Twelve short children, then a long one whose pid the shell prints; `true` keeps the shell
+    // from exec'ing the last one.
+    let script = format!("for i in 1 2 3 4 5 6 7 8 9 10 11 12; do {b} 20; done; {b} 500 & echo long=$!; wait; true");
+    let out = record(
+        &dir,
+        &["--period", "1ms", "--follow-children", "--repository", "repo", "-o", "all.jfr"],
+        &["sh", "-c", &script],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let long = t.split("long=").nth(1).and_then(|s| s.split_whitespace().next()).expect("the long child's pid");
+    let listing: Vec<&str> = t.lines().filter(|l| l.contains("Child processes recorded")).collect();
+    assert_eq!(listing.len(), 1, "{t}");
+    assert!(listing[0].contains("Child processes recorded (13"), "{t}");
+    assert!(listing[0].contains(&format!("busiest: pid {long} ")), "{t}");
+    // Nothing else names a child's recording directory.
+    let dirs = recording_dirs(&dir.join("repo"));
+    assert_eq!(dirs.len(), 14, "{dirs:?}");
+    let named = dirs.iter().filter(|d| t.contains(d.to_str().unwrap())).count();
+    assert_eq!(named, 2, "the shell's and the busiest child's directories only: {t}");
 }

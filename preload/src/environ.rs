@@ -23,7 +23,7 @@ extern "C" {
 pub const LIBRARY_FILE_NAME: &str = "librecorder_preload.so";
 
 /// Variables removed whole.
-const OURS: [&str; 2] = ["RECORDER_OPTIONS", "RECORDER_PRELOAD"];
+const OURS: [&str; 3] = ["RECORDER_OPTIONS", "RECORDER_PRELOAD", crate::exec::ENV_CONTINUE];
 
 /// What `LD_PRELOAD` keeps once our entries are gone (`None`: nothing is left). Entries are
 /// separated by spaces or colons, as the loader reads them.
@@ -78,6 +78,37 @@ pub unsafe fn remove_recorder(our_path: Option<&str>) {
         }
         // SAFETY: `write <= read - 1 < len`: inside the array.
         unsafe { *base.add(write) = keep };
+        write += 1;
+    }
+    // SAFETY: `write <= read`, the index of the old terminator: inside the array.
+    unsafe { *base.add(write) = std::ptr::null_mut() };
+}
+
+/// Removes every `name=` entry from `environ`.
+///
+/// # Safety
+/// As [`remove_recorder`].
+pub unsafe fn remove_variable(name: &str) {
+    // SAFETY: the caller guarantees exclusive access; `environ` is the C library's array.
+    let base = unsafe { environ };
+    if base.is_null() {
+        return;
+    }
+    let (mut read, mut write) = (0usize, 0usize);
+    loop {
+        // SAFETY: a null-terminated array of pointers; `read` stops at the null.
+        let entry = unsafe { *base.add(read) };
+        if entry.is_null() {
+            break;
+        }
+        read += 1;
+        // SAFETY: each entry is a NUL-terminated `NAME=value` string.
+        let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        if text.strip_prefix(name.as_bytes()).is_some_and(|rest| rest.first() == Some(&b'=')) {
+            continue;
+        }
+        // SAFETY: `write < read`: inside the array.
+        unsafe { *base.add(write) = entry };
         write += 1;
     }
     // SAFETY: `write <= read`, the index of the old terminator: inside the array.

@@ -38,9 +38,12 @@
 //!   closes its chunks.
 //! - **fork without exec**: the child is "not recording" (the library's fork handling); its
 //!   `exit()` runs the handler, which sees a pid that is not the recording's and does nothing.
+//! - **exec of the recorded process** (same pid): followed, the recording continues in the same
+//!   directory in the new image; no SIGPROF of ours survives into it ([`exec`]).
 #![allow(unsafe_code)]
 
 mod environ;
+mod exec;
 mod malloc;
 pub mod options;
 
@@ -76,18 +79,24 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     // A panic must not unwind into the loader.
     let _ = std::panic::catch_unwind(|| {
-        let options = read_options();
+        let parsed = read_options();
+        let ours = own_path();
+        // What an exec of this process needs to be followed, and whether this image continues
+        // the recording of the one that exec'd it (see `exec`).
+        let options = exec::read_environment(parsed.clone(), ours.clone());
         if options.as_ref().is_some_and(|o| o.alloc.is_some() || o.alloc_live) {
             // Allocations reach the recorder through this library's `malloc` (see `malloc`).
             recorder::alloc::interpose::use_foreign_allocator();
         }
-        if let Some(o) = &options {
+        if let Some(o) = &parsed {
             if !o.follow_children {
-                let ours = own_path();
                 // SAFETY: before `main`, on the process's only thread.
                 unsafe { environ::remove_recorder(ours.as_deref()) };
             }
         }
+        // Never inherited: it names this process's recording.
+        // SAFETY: as above.
+        unsafe { environ::remove_variable(exec::ENV_CONTINUE) };
         let _ = OPTIONS.set(options);
     });
 }
@@ -198,7 +207,7 @@ fn start_recording() {
     if options.alloc_live {
         builder = builder.allocation_live_set(true);
     }
-    let rec = match builder.start() {
+    let rec = match exec::start(builder) {
         Ok(rec) => rec,
         Err(e) => {
             eprintln!("recorder-preload: recording could not start: {e}");

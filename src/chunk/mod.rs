@@ -193,8 +193,14 @@ impl EventOut<'_> {
 
 impl ChunkWriter {
     /// No live chunk yet, empty pools; stacks are cut to `depth` as they are defined.
+    #[cfg_attr(not(any(test, loom)), allow(dead_code))] // the tests' and the loom models' writer
     pub fn new(depth: DepthPolicy) -> ChunkWriter {
-        ChunkWriter { pools: Pools::new(), depth, live: None }
+        ChunkWriter::with_key_base(depth, 0)
+    }
+
+    /// As [`ChunkWriter::new`], with constant keys above `base` (`Settings::constant_key_base`).
+    pub fn with_key_base(depth: DepthPolicy, base: u64) -> ChunkWriter {
+        ChunkWriter { pools: Pools::with_key_base(base), depth, live: None }
     }
 
     /// Starts a new live chunk at `start` (the previous one must be finished or abandoned).

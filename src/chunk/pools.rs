@@ -147,9 +147,15 @@ pub(super) struct Pools {
 }
 
 impl Pools {
+    #[cfg(test)]
     pub fn new() -> Pools {
+        Pools::with_key_base(0)
+    }
+
+    /// Pools whose keys start above `base` (see `StackTable::with_key_base`).
+    pub fn with_key_base(base: u64) -> Pools {
         Pools {
-            next_key: 1,
+            next_key: base + 1,
             symbol_keys: HashMap::new(),
             symbol_text: BTreeMap::new(),
             class_keys: HashMap::new(),

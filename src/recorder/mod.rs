@@ -109,6 +109,9 @@ struct Inner {
     #[cfg(feature = "push")]
     push: Mutex<Option<crate::push::Handle>>,
     dir: PathBuf,
+    /// The last chunk is not the final one: another recording continues the directory
+    /// ([`Recorder::stop_for_exec`]).
+    continued: AtomicBool,
     /// The process that started the recording (review finding 3: a forked child has none of its
     /// threads, files or locks and must touch none of them).
     pid: u32,
@@ -123,7 +126,7 @@ impl Recorder {
         RecorderBuilder::default()
     }
 
-    fn start(settings: Settings) -> Result<Recorder, Error> {
+    fn start(mut settings: Settings) -> Result<Recorder, Error> {
         // The recorder's own allocations are not sampled (src/alloc: honest attribution).
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
@@ -133,7 +136,15 @@ impl Recorder {
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
         let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
-        let dir = create_recording_dir(&settings.repository, wall)?;
+        let dir = match &settings.continue_in {
+            Some(dir) => {
+                let (dir, image) = open_recording_dir(dir)?;
+                // Keys of each recording in the directory in a range of their own (2^32 keys).
+                settings.constant_key_base = image << 32;
+                dir
+            }
+            None => create_recording_dir(&settings.repository, wall)?,
+        };
         for (name, s) in &settings.events {
             metadata_registry::set_settings(name, *s);
         }
@@ -145,7 +156,7 @@ impl Recorder {
         crate::builtin::set_sample_span_ids(settings.sample_span_ids);
         let shared = Arc::new(Shared {
             generation,
-            stacks: StackTable::new(settings.stack_table_capacity),
+            stacks: StackTable::with_key_base(settings.stack_table_capacity, settings.constant_key_base),
             depth: settings.depth,
             new_buffers: Default::default(),
             thread_notes: Default::default(),
@@ -216,6 +227,7 @@ impl Recorder {
             #[cfg(feature = "push")]
             push: Mutex::new(None),
             dir,
+            continued: AtomicBool::new(false),
             pid: std::process::id(),
             flushes: AtomicU64::new(0),
         });
@@ -229,7 +241,10 @@ impl Recorder {
             // Review finding 14: nothing of a failed start keeps running (no flusher, no armed
             // timer), and a later start works.
             let _ = inner.shut_down();
-            let _ = std::fs::remove_dir_all(&inner.dir);
+            // A continued directory holds the chunks of the recording it continues.
+            if settings.continue_in.is_none() {
+                let _ = std::fs::remove_dir_all(&inner.dir);
+            }
             return Err(e);
         }
         reservation.publish(shared);
@@ -292,8 +307,24 @@ impl Recorder {
 
     /// Stops the recording like [`Recorder::stop`] and returns the final counters.
     pub fn stop_with_report(self) -> Result<FinalReport, Error> {
+        self.stop_reporting(false)
+    }
+
+    /// Stops the recording like [`Recorder::stop_with_report`], except that its last chunk does
+    /// not carry the final flag: the process is about to `exec` a program whose recording
+    /// continues in this directory ([`RecorderBuilder::continue_recording_in`]), and a stream
+    /// following the directory must not end here. Every timer and perf event of the sampler is
+    /// disarmed and its threads joined on return, so no new SIGPROF of the recorder is raised
+    /// (one may still be pending on a thread that blocks it).
+    pub fn stop_for_exec(self) -> Result<FinalReport, Error> {
+        self.stop_reporting(true)
+    }
+
+    fn stop_reporting(self, continued: bool) -> Result<FinalReport, Error> {
         let _own = crate::alloc::suspend();
         self.inner.owner()?;
+        // Relaxed: read by `shut_down`, which the same thread runs below.
+        self.inner.continued.store(continued, Ordering::Relaxed);
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
         let (stats, sampler, allocation) =
@@ -409,6 +440,24 @@ fn create_recording_dir(base: &Path, wall: ClockPair) -> Result<PathBuf, Error> 
         }
     }
     Ok(dir)
+}
+
+/// Counts the recordings written into one directory (`RecorderBuilder::continue_recording_in`).
+const RECORDINGS_FILE: &str = ".recordings";
+
+/// An existing recording directory of ours that a recording continues (it must be there: a
+/// missing one is not created, the recording it stood for is gone), and how many recordings
+/// wrote into it before (at least 1), which this one's constant keys lie above.
+fn open_recording_dir(dir: &Path) -> Result<(PathBuf, u64), Error> {
+    let fail = |source| Error::Repository { path: dir.to_owned(), source };
+    if !std::fs::symlink_metadata(dir).map_err(fail)?.is_dir() {
+        return Err(fail(io::Error::new(io::ErrorKind::InvalidInput, "not a directory")));
+    }
+    repository::prepare_dir(dir).map_err(fail)?;
+    let count = dir.join(RECORDINGS_FILE);
+    let before: u64 = std::fs::read_to_string(&count).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1).max(1);
+    storage::write_file_atomically(&count, format!("{}\n", before + 1).as_bytes()).map_err(fail)?;
+    Ok((dir.to_owned(), before))
 }
 
 impl Inner {
@@ -546,7 +595,8 @@ impl Inner {
         self.l.lock(Holder::Lifecycle, 0).stop_sources();
         self.flush();
         let mut l = self.l.lock(Holder::Lifecycle, 0);
-        let finished = l.finish_chunk(true);
+        // Relaxed: set by `stop_reporting` on this thread before the stop.
+        let finished = l.finish_chunk(!self.continued.load(Ordering::Relaxed));
         let chunks = l.storage.take_compression();
         drop(l);
         self.compress_finished(chunks);

@@ -146,6 +146,14 @@ pub struct Settings {
     /// Push finished chunks to this Pyroscope server.
     #[cfg(feature = "push")]
     pub push: Option<crate::push::PushTarget>,
+    /// An existing recording directory the recording continues instead of creating one
+    /// ([`RecorderBuilder::continue_recording_in`]).
+    pub continue_in: Option<PathBuf>,
+    /// Constant keys (stack traces, methods, classes, symbols) start above this: set by the
+    /// start of a recording that continues a directory, so that no key of the recordings
+    /// before it is reused for another value in the same files.
+    #[doc(hidden)]
+    pub constant_key_base: u64,
 }
 
 impl Default for Settings {
@@ -175,6 +183,8 @@ impl Default for Settings {
             log_lock_holds: false,
             #[cfg(feature = "push")]
             push: None,
+            continue_in: None,
+            constant_key_base: 0,
         }
     }
 }
@@ -200,6 +210,15 @@ impl RecorderBuilder {
     /// Base directory of the repository (default: `recorder-<uid>` in the temporary directory).
     pub fn repository(mut self, dir: impl Into<PathBuf>) -> Self {
         self.settings.repository = dir.into();
+        self
+    }
+    /// Continues in `dir`, an existing recording directory, instead of creating a new one in the
+    /// repository: the recording's chunks follow those already there, so readers of the
+    /// directory see one recording. For a process that replaces its program with `exec`: the
+    /// image that ran first stops with [`Recorder::stop_for_exec`](super::Recorder::stop_for_exec)
+    /// (its last chunk is not the final one), the new image continues in its directory.
+    pub fn continue_recording_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.settings.continue_in = Some(dir.into());
         self
     }
     /// How often committed events are written and published (default 1 s; 10 ms to 1 h).

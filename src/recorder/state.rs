@@ -119,13 +119,13 @@ impl State {
             max_chunk_size: settings.max_chunk_size,
             compress: settings.compress_finished_chunks,
         };
-        let depth = settings.depth;
+        let (depth, key_base) = (settings.depth, settings.constant_key_base);
         State {
             events: EventBuffers::new(Arc::clone(&shared)),
             shared,
             settings,
             recording_start: start,
-            chunk: ChunkWriter::new(depth),
+            chunk: ChunkWriter::with_key_base(depth, key_base),
             storage: Storage::new(dir, policy),
             next_start: Some(start),
             samplers: Vec::new(),

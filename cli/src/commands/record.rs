@@ -5,10 +5,13 @@
 //!
 //! How it knows what happened in CMD: it names a report file in `RECORDER_OPTIONS`; the library
 //! appends `started PID PPID DIR` when a process's recording starts, `finished PID WHY TAKEN
-//! WRITTEN LOST` when it stops cleanly, `failed PID MESSAGE` when it cannot start. No `started`
-//! line for CMD's pid means the library never ran in it: a program the loader refuses to preload
-//! into (static, setuid) is refused before it runs; one that re-executes itself with a cleared
-//! environment is detected after.
+//! WRITTEN LOST` when it stops cleanly, `failed PID MESSAGE` when it cannot start, `exec PID TAKEN
+//! WRITTEN LOST PROGRAM` when the process execs PROGRAM (its recording stops there and the new
+//! image's continues in the same directory: a second `started` line with the same pid and
+//! directory), `exec-failed PID ERRNO` when that exec failed (the recording restarted). No
+//! `started` line for CMD's pid means the library never ran in it: a program the loader refuses
+//! to preload into (static, setuid) is refused before it runs; an exec into such a program is
+//! reported as the end of the recording.
 
 use crate::args::{RecordArgs, SummaryConfig};
 use crate::source;
@@ -200,6 +203,25 @@ struct ReportLines {
     failed: Vec<(u32, String)>,
     /// (pid, allocation samples taken, written, lost, failed allocations).
     allocation: Vec<(u32, [u64; 4])>,
+    /// Execs of a recorded process: (pid, taken, written, lost, program, whether it failed).
+    execs: Vec<(u32, u64, u64, u64, String, bool)>,
+    /// The kind of each pid's last line (an `exec` last: the new image never recorded).
+    last_kind: std::collections::HashMap<u32, String>,
+}
+
+impl ReportLines {
+    /// (taken, written, lost) over every image of `pid`'s recording.
+    fn sample_counts(&self, pid: u32) -> Option<(u64, u64, u64)> {
+        let execs = self.execs.iter().filter(|e| e.0 == pid).map(|e| (e.1, e.2, e.3));
+        let finished = self.finished.iter().filter(|f| f.0 == pid).map(|f| (f.2, f.3, f.4));
+        execs.chain(finished).reduce(|a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
+    }
+
+    /// Allocation samples (taken, written, lost, failed) over every image of `pid`'s recording.
+    fn allocation_counts(&self, pid: u32) -> Option<[u64; 4]> {
+        let lines = self.allocation.iter().filter(|a| a.0 == pid).map(|a| a.1);
+        lines.reduce(|a, b| [a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]])
+    }
 }
 
 fn parse_report(text: &str) -> ReportLines {
@@ -232,8 +254,21 @@ fn parse_report(text: &str) -> ReportLines {
                 let msg = line.splitn(3, ' ').nth(2).unwrap_or("").to_owned();
                 r.failed.push((pid, msg));
             }
-            _ => {}
+            "exec" => {
+                let rest: Vec<&str> = line.splitn(6, ' ').skip(2).collect();
+                if let [taken, written, lost, program] = rest[..] {
+                    let n = |s: &str| s.parse().unwrap_or(0);
+                    r.execs.push((pid, n(taken), n(written), n(lost), program.to_owned(), false));
+                }
+            }
+            "exec-failed" => {
+                if let Some(e) = r.execs.iter_mut().rev().find(|e| e.0 == pid) {
+                    e.5 = true;
+                }
+            }
+            _ => continue,
         }
+        r.last_kind.insert(pid, kind.to_owned());
     }
     r
 }
@@ -262,6 +297,18 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
+/// The closing line of `pid`'s allocation samples, when it sampled allocations.
+fn write_allocation_counts(out: &mut impl Write, lines: &ReportLines, pid: u32) -> std::io::Result<()> {
+    if let Some([taken, written, lost, failed]) = lines.allocation_counts(pid) {
+        writeln!(
+            out,
+            "Allocation samples: {taken} taken, {written} written, {lost} lost (no free record: their bytes are missing from the estimate){}.",
+            if failed > 0 { format!(", {failed} not taken (the allocation failed)") } else { String::new() }
+        )?;
+    }
+    Ok(())
+}
+
 /// Everything after CMD ended: close the recording if CMD could not, write `-o`, print the summary.
 fn summarize(
     args: &RecordArgs,
@@ -285,22 +332,39 @@ fn summarize(
     if let Some(status) = status {
         writeln!(out, "{program} {}.", describe(status))?;
     }
+    // The programs the process exec'd: its recording followed it into each but, if an `exec` is
+    // the pid's last line, the last one.
+    let followed: Vec<&str> = lines.execs.iter().filter(|e| e.0 == pid && !e.5).map(|e| e.4.as_str()).collect();
+    let unfollowed = lines.last_kind.get(&pid).is_some_and(|k| k == "exec");
+    let into = &followed[..followed.len() - usize::from(unfollowed && !followed.is_empty())];
+    if !into.is_empty() {
+        writeln!(out, "{program} exec'd {} (same process): the recording follows it.", into.join(", which exec'd "))?;
+    }
+    // The sampler counts the wall-clock sampler's stack requests with its CPU samples (one
+    // sample each, taken by the same handler).
+    let what = if args.wall.is_some() { "Samples (CPU, and wall-clock stack requests)" } else { "CPU samples" };
     match finished {
-        Some((_, why, taken, written, lost)) => {
+        Some((_, why, ..)) => {
             if why == "duration" {
                 writeln!(out, "Recording stopped after --duration while {program} went on.")?;
             }
-            // The sampler counts the wall-clock sampler's stack requests with its CPU samples
-            // (one sample each, taken by the same handler).
-            let what = if args.wall.is_some() { "Samples (CPU, and wall-clock stack requests)" } else { "CPU samples" };
+            let (taken, written, lost) = lines.sample_counts(pid).unwrap_or_default();
             writeln!(out, "{what}: {taken} taken, {written} written, {lost} lost.")?;
-            if let Some((_, [taken, written, lost, failed])) = lines.allocation.iter().find(|a| a.0 == pid) {
-                writeln!(
-                    out,
-                    "Allocation samples: {taken} taken, {written} written, {lost} lost (no free record: their bytes are missing from the estimate){}.",
-                    if *failed > 0 { format!(", {failed} not taken (the allocation failed)") } else { String::new() }
-                )?;
-            }
+            write_allocation_counts(&mut out, lines, pid)?;
+        }
+        None if unfollowed => {
+            drop(out);
+            // The exec'd program never loaded the library: its last chunk is the final one.
+            recorder::repository::repair(dir).with_context(|| format!("closing {}", dir.display()))?;
+            out = std::io::stdout().lock();
+            let (taken, written, lost) = lines.sample_counts(pid).unwrap_or_default();
+            writeln!(
+                out,
+                "The recording ends at the exec of {}: the recorder cannot enter it (statically linked, setuid, or run without LD_PRELOAD).",
+                followed.last().copied().unwrap_or("another program")
+            )?;
+            writeln!(out, "{what}: {taken} taken, {written} written, {lost} lost.")?;
+            write_allocation_counts(&mut out, lines, pid)?;
         }
         None => {
             drop(out);
@@ -317,12 +381,24 @@ fn summarize(
     }
     writeln!(out)?;
     writeln!(out, "Repository: {}", dir.display())?;
-    let others: Vec<&(u32, u32, PathBuf)> = lines.started.iter().filter(|(p, _, _)| *p != pid).collect();
-    if !others.is_empty() {
-        writeln!(out, "Child processes recorded ({}):", others.len())?;
-        for (p, pp, d) in &others {
-            writeln!(out, "  pid {p} (parent {pp}): {}", d.display())?;
-        }
+    // Children in one line: how many, and the busiest (a build runs thousands).
+    // A child that exec'd has one line per image.
+    let mut seen = std::collections::HashSet::new();
+    let children: Vec<&(u32, u32, PathBuf)> = lines.started.iter().filter(|c| c.0 != pid && seen.insert(c.0)).collect();
+    if !children.is_empty() {
+        let written = |p: u32| lines.sample_counts(p).map_or(0, |c| c.1);
+        let total: u64 = children.iter().map(|c| written(c.0)).sum();
+        // The first of the busiest in start order.
+        let busiest = children.iter().copied().rev().max_by_key(|c| written(c.0)).expect("not empty");
+        let (p, pp, d) = busiest;
+        writeln!(
+            out,
+            "Child processes recorded ({}): {total} CPU samples written; busiest: pid {p} (parent {pp}), {} samples, {}{}",
+            children.len(),
+            written(*p),
+            d.display(),
+            dir.parent().map_or_else(String::new, |base| format!(" (all in {})", base.display()))
+        )?;
     }
     write_output(dir, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
     writeln!(out, "Recording:  {}", args.output.display())?;
@@ -501,6 +577,16 @@ mod tests {
         assert_eq!(r.finished, vec![(11, "exit".to_owned(), 5, 4, 1)]);
         assert_eq!(r.failed, vec![(12, "repository /x: denied".to_owned())]);
         assert_eq!(r.allocation, vec![(11, [9, 7, 2, 0])]);
+
+        // A process that exec'd twice (the first exec failed), then finished: every image counts.
+        let r = parse_report(
+            "started 10 9 /r/d\nexec 10 3 2 1 /bin/a b\nexec-failed 10 2\nstarted 10 9 /r/d\nexec 10 4 4 0 /bin/c\nstarted 10 9 /r/d\nfinished 10 exit 5 5 0\nexec 11 1 1 0 /static\n",
+        );
+        assert_eq!(r.execs.len(), 3);
+        assert_eq!((r.execs[0].4.as_str(), r.execs[0].5, r.execs[1].5), ("/bin/a b", true, false));
+        assert_eq!(r.sample_counts(10), Some((12, 11, 1)));
+        assert_eq!(r.last_kind[&10], "finished");
+        assert_eq!(r.last_kind[&11], "exec");
     }
 
     #[test]
