@@ -506,6 +506,15 @@ fn exec_static() {
 }
 
 #[test]
+fn exec_static_blocked() {
+    let child = build("static_child.c", "gcc", &["-O2", "-static"], &[]);
+    Hostile::new("exec_static_blocked", c("exec_static.c"))
+        .args(&[child.to_str().unwrap(), "blocked"])
+        .exits(3)
+        .check();
+}
+
+#[test]
 fn chroot_jail() {
     let h = Hostile::new("chroot_jail", c("chroot_jail.c"));
     let bare = h.bare();

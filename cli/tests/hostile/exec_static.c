@@ -1,7 +1,12 @@
 // A recorded program that runs a static binary (argv[1]): as a child (fork + execve) a few
 // times while its threads burn CPU, then in its own place (execve from main, with its other
 // threads still running). The static image must run to its end and exit 3 each time.
+// argv[2] "blocked": main blocks every signal and burns CPU before that last execve, so a
+// profiler's SIGPROF may be pending on it: the static image, which nothing can be preloaded
+// into, unblocks it with its default action (terminate).
 #include <pthread.h>
+#include <signal.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -39,6 +44,13 @@ int main(int argc, char **argv) {
     }
     printf("static children: %d of 4 ended badly\n", bad);
     fflush(stdout);
+    if (argc > 2 && !strcmp(argv[2], "blocked")) {
+        sigset_t all;
+        sigfillset(&all);
+        sigprocmask(SIG_BLOCK, &all, NULL);
+        volatile unsigned long x = 0;
+        for (unsigned long i = 0; i < 300000000UL; i++) x += i;
+    }
     char *args[] = {argv[1], "self", NULL};
     execve(argv[1], args, environ);
     perror("execve");
