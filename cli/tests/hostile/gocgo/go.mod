@@ -1,0 +1,3 @@
+module hostile/gocgo
+
+go 1.19
