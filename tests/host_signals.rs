@@ -177,8 +177,16 @@ fn process_directed_signal(dir: &Path) {
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
     }
-    let ours: Vec<(u32, String)> = thread_names().into_iter().filter(|(_, n)| n.starts_with("recorder-")).collect();
-    assert!(ours.iter().any(|(_, n)| n == "recorder-flush"), "the recorder's threads run: {ours:?}");
+    // A thread names itself once it runs: wait for the flusher's name.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ours = loop {
+        let ours: Vec<(u32, String)> = thread_names().into_iter().filter(|(_, n)| n.starts_with("recorder-")).collect();
+        if ours.iter().any(|(_, n)| n == "recorder-flush") {
+            break ours;
+        }
+        assert!(Instant::now() < deadline, "the recorder's threads run: {ours:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
     for (tid, name) in &ours {
         let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
         let blocked = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).unwrap().trim();

@@ -457,6 +457,9 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
         core.lose(&adm);
         return;
     };
+    // Before the stack is chosen: a discovered thread's bounds are found from it, even while its
+    // samples are lost for want of a stack to walk on.
+    slot.note_sp(regs.sp);
     let bounds = slot.stack_bounds();
     let mut work = SampleWork { shared, slot, adm: &adm, regs, wall, tid, wake: false };
     let place = stacks::placement(regs.sp, bounds.lo, bounds.hi);
@@ -497,7 +500,6 @@ extern "C" fn sample_work(arg: *mut c_void) {
     let (shared, slot, adm, regs, wall, tid) = (work.shared, work.slot, work.adm, work.regs, work.wall, work.tid);
     let core = &shared.core;
     let index = slot.index() as usize;
-    slot.note_sp(regs.sp);
     let depth = shared.depth;
     let scratch = shared.scratch(index);
     let mut flags = if wall { FLAG_WALL } else { 0 };
