@@ -412,7 +412,7 @@ impl EventStream {
     /// Runs the stream on a background thread.
     pub fn start(self) -> io::Result<StreamHandle> {
         let closer = self.closer();
-        let thread = std::thread::Builder::new().name("recorder-consumer".into()).spawn(move || self.run())?;
+        let thread = crate::own_thread::spawn("recorder-consumer", move || self.run())?;
         Ok(StreamHandle { closer, thread: Some(thread) })
     }
 

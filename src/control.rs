@@ -269,18 +269,16 @@ fn listen(
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
     let thread_path = path.clone();
-    let thread = std::thread::Builder::new()
-        .name("recorder-control".into())
-        .spawn(move || {
-            on_start();
-            serve(&listener, &thread_stop, &repository, &dump);
-            // Remove the socket only if it is still the one we bound.
-            let same = std::fs::symlink_metadata(&thread_path).map(|m| (m.dev(), m.ino())).ok();
-            if same.is_some() && same == ino {
-                let _ = std::fs::remove_file(&thread_path);
-            }
-        })
-        .map_err(|e| cleanup(format!("cannot start the control thread: {e}")))?;
+    let thread = crate::own_thread::spawn("recorder-control", move || {
+        on_start();
+        serve(&listener, &thread_stop, &repository, &dump);
+        // Remove the socket only if it is still the one we bound.
+        let same = std::fs::symlink_metadata(&thread_path).map(|m| (m.dev(), m.ino())).ok();
+        if same.is_some() && same == ino {
+            let _ = std::fs::remove_file(&thread_path);
+        }
+    })
+    .map_err(|e| cleanup(format!("cannot start the control thread: {e}")))?;
     Ok(Listener { generation, pid, stop, path, thread })
 }
 

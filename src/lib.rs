@@ -70,6 +70,8 @@ mod hash;
 #[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]
+pub mod own_thread;
+#[cfg(not(loom))]
 pub mod push;
 #[cfg(not(loom))]
 mod recorder;

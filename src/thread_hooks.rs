@@ -72,39 +72,75 @@ pub type PthreadCreate =
 /// (a mask the new thread inherits) so that process-wide signals go to the main thread, and the
 /// sampler's signal is per thread. (A process-wide SIGPROF of the program's own, from
 /// `setitimer`, may then run on a worker; the sampler passes it on to the program's handler.)
+///
+/// The thread may be cancelled (`pthread_cancel` right after `pthread_create`): nothing here may
+/// act on it (registration takes locks, reads and opens files; a forced unwind out of it would
+/// leave them held, and `catch_unwind` would stop glibc's unwind, which aborts the process), so
+/// cancellation is disabled for the hook's duration; a pending request acts at the thread's first
+/// cancellation point after it.
 pub fn on_thread_start() -> bool {
-    let sampled = matches!(
-        std::panic::catch_unwind(crate::sampler::register_thread_start),
-        Ok(crate::sampler::ThreadStart::Registered)
-    );
-    if sampled {
-        // SAFETY: a signal set built here; changes only this thread's mask.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGPROF);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    without_cancellation(|| {
+        let sampled = matches!(
+            std::panic::catch_unwind(crate::sampler::register_thread_start),
+            Ok(crate::sampler::ThreadStart::Registered)
+        );
+        if sampled {
+            // SAFETY: a signal set built here; changes only this thread's mask.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGPROF);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
         }
+        sampled
+    })
+}
+
+extern "C" {
+    /// Not in the `libc` crate for glibc targets.
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE` (`PTHREAD_CANCEL_ENABLE` is 0).
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Runs `f` with the calling thread's cancellation disabled, then restores the state it had (a
+/// request that arrived meanwhile stays pending). For code the recorder runs in the program's
+/// threads, none of which may be a cancellation point.
+pub fn without_cancellation<R>(f: impl FnOnce() -> R) -> R {
+    let mut previous: c_int = 0;
+    // SAFETY: a valid out pointer; changes only this thread's cancellation state.
+    let disabled = unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut previous) } == 0;
+    let r = f();
+    if disabled {
+        // SAFETY: restores the state read above; not a cancellation point itself.
+        unsafe { pthread_setcancelstate(previous, std::ptr::null_mut()) };
     }
-    sampled
+    r
 }
 
 /// The application's routine and argument, carried to the new thread.
 struct Start {
     routine: StartRoutine,
     arg: *mut c_void,
+    /// One of the recorder's own threads (`crate::own_thread`): not registered, SIGPROF stays
+    /// blocked in it.
+    own: bool,
 }
 
 /// The start routine every hooked thread runs: registration, then the application's routine.
 unsafe extern "C-unwind" fn start_trampoline(start: *mut c_void) -> *mut c_void {
     // The Box is gone before the application's routine runs, so a forced unwind
     // (`pthread_exit`) through this frame has nothing left to clean up.
-    let (routine, arg) = {
+    let (routine, arg, own) = {
         // SAFETY: `start` is the Box that `create_thread` leaked for exactly this thread.
         let start = unsafe { Box::from_raw(start.cast::<Start>()) };
-        (start.routine, start.arg)
+        (start.routine, start.arg, start.own)
     };
-    on_thread_start();
+    if !own {
+        on_thread_start();
+    }
     // SAFETY: the routine and argument the application passed to `pthread_create`.
     unsafe { routine(arg) }
 }
@@ -122,7 +158,7 @@ pub unsafe fn create_thread(
     routine: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    let start = Box::into_raw(Box::new(Start { routine, arg, own: crate::own_thread::spawning() }));
     // SAFETY: the caller's contract; the trampoline takes the Box back on the new thread.
     let rc = unsafe { real(thread, attr, start_trampoline, start.cast()) };
     if rc != 0 {

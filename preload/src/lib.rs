@@ -232,7 +232,7 @@ fn start_recording() {
     // SAFETY: `at_exit` is an `extern "C" fn()` that lives as long as the process.
     unsafe { libc::atexit(at_exit) };
     if let Some(d) = options.duration {
-        let spawned = std::thread::Builder::new().name("recorder-duration".into()).spawn(move || {
+        let spawned = recorder::own_thread::spawn("recorder-duration", move || {
             std::thread::sleep(d);
             finish("duration");
         });
@@ -272,7 +272,8 @@ pub unsafe extern "C" fn pthread_create(
     // SAFETY: the C library's `pthread_create` has this signature.
     let real: PthreadCreateFn = unsafe { std::mem::transmute::<usize, PthreadCreateFn>(real) };
     // Relaxed: a hint; a thread started while the recording starts or stops is found by the scan.
-    if !RECORDING_ACTIVE.load(Ordering::Relaxed) {
+    // The recorder's own threads are left as they are: not sampled, every signal blocked.
+    if !RECORDING_ACTIVE.load(Ordering::Relaxed) || recorder::own_thread::spawning() {
         // SAFETY: the caller's arguments, passed through.
         return unsafe { real(thread, attr, start, arg) };
     }
@@ -289,6 +290,13 @@ pub unsafe extern "C" fn pthread_create(
 extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the box `pthread_create` made for this thread, taken once.
     let (start, arg) = *unsafe { Box::from_raw(p.cast::<(StartRoutine, *mut c_void)>()) };
+    // Nothing before the program's routine is a cancellation point (see `on_thread_start`).
+    recorder::thread_hooks::without_cancellation(register_starting_thread);
+    start(arg)
+}
+
+/// The preload's part of a new thread's start, before the program's routine.
+fn register_starting_thread() {
     // Programs block every signal in their worker threads so that process-wide signals go to
     // the main thread (xz and liblzma's threads do: without this their work is never sampled).
     // SIGPROF is the sampler's per-thread signal: let it in. A process-wide SIGPROF of the
@@ -311,7 +319,6 @@ extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
             }
         }
     }
-    start(arg)
 }
 
 type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;

@@ -848,7 +848,7 @@ pub(crate) fn start(
         _ => {}
     };
     let mut uploader = Uploader::new(target, Arc::clone(&shared), None, Box::new(on_event));
-    let thread = std::thread::Builder::new().name("recorder-push".into()).spawn(move || {
+    let thread = crate::own_thread::spawn("recorder-push", move || {
         on_start();
         loop {
             let draining = thread_shared.state().draining;

@@ -743,7 +743,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle
     if tests::hooks::spawn_fails(name) {
         return Err(io::Error::other(format!("injected failure to spawn {name}")));
     }
-    std::thread::Builder::new().name(name.into()).spawn(f)
+    crate::own_thread::spawn(name, f)
 }
 
 /// The event type names known to the recorder (built-in and registered so far).

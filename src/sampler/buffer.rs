@@ -47,7 +47,11 @@
 //!   sets RETIRED (no admission succeeds from then on) and takes the owner's role (swaps `active`
 //!   and the spares) only after it has seen INSIDE clear with Acquire. So a slot has exactly one
 //!   writer at a time even when it is retired on behalf of a thread that was wrongly taken for
-//!   dead, and the retirer sees every write of the last admitted handler.
+//!   dead, and the retirer sees every write of the last admitted handler. The admitted handler's
+//!   thread id is kept beside INSIDE: a handler that never returned (abandoned by a `siglongjmp`
+//!   out of a signal handler nested in it, or by its thread's end) is told from one that is still
+//!   running by its own thread, whose next admission or own retirement takes the gate over
+//!   instead of waiting for it (the abandoned sample is counted lost).
 //! - I14 (pool vs reap): spare entries are filled only under the pool lock, and only for LIVE
 //!   slots; the reaper reclaims a retired slot's spares and marks it FREE under the pool lock, so a
 //!   refill that saw the slot LIVE before its retirement cannot leave a buffer in a FREE slot.
@@ -132,6 +136,26 @@ pub const SLOT_EXITED: u8 = 2;
 const INSIDE: u32 = 1;
 /// `ThreadSlot::suppress` bit: the slot is retired or not claimed; no handler is admitted (I13).
 const RETIRED: u32 = 2;
+/// `ThreadSlot::suppress`: the admitted handler's thread id is kept above the two bits (Linux
+/// thread ids are below 2^22, `PID_MAX_LIMIT`).
+const HOLDER_SHIFT: u32 = 2;
+
+/// The `suppress` word of a handler of thread `tid` admitted to an open gate.
+#[inline]
+fn inside_by(tid: u32) -> u32 {
+    INSIDE | (tid << HOLDER_SHIFT)
+}
+
+/// Whether `word` says a handler of thread `tid` is admitted.
+#[inline]
+fn held_by(word: u32, tid: u32) -> bool {
+    word & INSIDE != 0 && word >> HOLDER_SHIFT == tid & (u32::MAX >> HOLDER_SHIFT)
+}
+
+/// How many times a retiring owner yields to another thread's handler holding its slot's gate
+/// (a stale signal's, leaving within instructions) before it gives the slot up (see
+/// [`Core::retire_slot`]).
+const RETIRE_YIELDS: u32 = 100_000;
 
 /// The fixed part of a record, as the owner writes it.
 ///
@@ -278,10 +302,10 @@ pub struct ThreadSlot {
     spares: Box<[AtomicPtr<SamplerBuffer>]>,
     /// Buffers this slot has made ACTIVE (ever; owner only, Relaxed).
     activations: AtomicU64,
-    /// The gate (I13): `INSIDE` while a handler is admitted, `RETIRED` from retirement until the
-    /// next claim (FREE slots keep it). Handlers set INSIDE only from 0 (Acquire CAS) and clear it
-    /// (Release); retirers set RETIRED (Acquire) and wait for INSIDE to clear; a claim stores 0
-    /// (Release).
+    /// The gate (I13): `INSIDE` (with the handler's tid above it) while a handler is admitted,
+    /// `RETIRED` from retirement until the next claim (FREE slots keep it). Handlers set INSIDE
+    /// only from 0 (Acquire CAS) and clear it (Release); retirers set RETIRED (Acquire) and wait
+    /// for INSIDE to clear; a claim stores 0 (Release).
     suppress: AtomicU32,
     /// `SLOT_FREE` / `SLOT_LIVE` / `SLOT_EXITED`.
     state: AtomicU8,
@@ -528,11 +552,25 @@ pub struct WriteOutcome {
     pub wake: bool,
 }
 
+/// What [`Core::retire_own`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// Post the recorder wakeup.
+    pub wake: bool,
+    /// A handler of the owner that never returned held the gate: taken over, its sample counted
+    /// lost.
+    pub abandoned: bool,
+    /// Another thread's handler held the gate and never left: the slot was given up as it is.
+    pub given_up: bool,
+}
+
 /// A handler admitted to a slot (I13): the only way to write its buffers. Dropping it clears the
 /// slot's INSIDE bit (Release), so a retirer waiting for the gate sees every write made through it.
 #[derive(Debug)]
 pub struct Admission<'a> {
     slot: &'a ThreadSlot,
+    /// It took over the admission of a handler of the same thread that never returned.
+    recovered: bool,
 }
 
 impl Admission<'_> {
@@ -544,6 +582,17 @@ impl Admission<'_> {
     pub fn slot(&self) -> &ThreadSlot {
         self.slot
     }
+
+    /// Whether this admission took over one that an earlier handler of the same thread never
+    /// released (it was abandoned half-way; its sample was counted lost). The caller releases
+    /// what else that handler held.
+    ///
+    /// # Signal safety
+    /// A field read.
+    #[inline]
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
 }
 
 impl Drop for Admission<'_> {
@@ -552,8 +601,9 @@ impl Drop for Admission<'_> {
     #[inline]
     fn drop(&mut self) {
         // Release: publishes this handler's writes (active, pos, words, pushes) to a retirer;
-        // pairs with the Acquire RMW / load of `suppress` in `close_gate`.
-        self.slot.suppress.fetch_and(!INSIDE, Ordering::Release);
+        // pairs with the Acquire RMW / load of `suppress` in `close_gate`. Clears INSIDE and the
+        // holder's tid.
+        self.slot.suppress.fetch_and(RETIRED, Ordering::Release);
     }
 }
 
@@ -739,6 +789,13 @@ impl Core {
     /// retired or, rarely, a stale handler of another thread holds the gate); a slot of another
     /// thread counts it unattributed.
     ///
+    /// `tid` is the calling thread's. A gate held by a handler of that same thread is a handler
+    /// that will never return: the sampler's handler does not nest in itself (its signal is
+    /// blocked while it runs), so the holder was abandoned half-way (a `siglongjmp` out of a
+    /// signal handler nested in it). Its sample is counted lost, and this handler takes the
+    /// admission over ([`Admission::recovered`]) rather than lose every later sample of the
+    /// thread; on a retired slot it only releases the gate for the retirer.
+    ///
     /// # Signal safety
     /// Atomic loads and RMWs only.
     #[inline]
@@ -746,24 +803,39 @@ impl Core {
         // Acquire (success): pairs with the Release store in `claim_slot` (the new tid and bounds
         // are visible) and with the Release clear of INSIDE by the previous admission. Acquire
         // (failure): the tid check below reads the claimer's tid.
-        match slot.suppress.compare_exchange(0, INSIDE, Ordering::Acquire, Ordering::Acquire) {
+        match slot.suppress.compare_exchange(0, inside_by(tid), Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => {
                 // Relaxed: ordered by the Acquire CAS above.
                 if slot.tid.load(Ordering::Relaxed) != tid {
                     // A stale signal of a thread whose slot was reused.
                     // Release: pairs with the Acquire of a retirer waiting for the gate.
-                    slot.suppress.fetch_and(!INSIDE, Ordering::Release);
+                    slot.suppress.fetch_and(RETIRED, Ordering::Release);
                     self.count_unattributed();
                     return None;
                 }
                 // Relaxed: statistics; single writer (the admitted owner).
                 slot.taken.fetch_add(1, Ordering::Relaxed);
-                Some(Admission { slot })
+                Some(Admission { slot, recovered: false })
             }
-            Err(_) => {
+            Err(word) => {
                 // Relaxed: ordered by the Acquire failure load above.
                 if slot.tid.load(Ordering::Relaxed) != tid || slot.state() == SLOT_FREE {
                     self.count_unattributed();
+                    return None;
+                }
+                if held_by(word, tid) {
+                    // The abandoned handler's sample: taken, never written.
+                    Self::count_lost(slot);
+                    // Relaxed: statistics; single writer (this thread, holder of the gate).
+                    slot.taken.fetch_add(1, Ordering::Relaxed);
+                    if word & RETIRED == 0 {
+                        return Some(Admission { slot, recovered: true });
+                    }
+                    // Retired on behalf (discovery took this thread for dead): let the retirer
+                    // in; this sample is lost too. Release: pairs with the retirer's Acquire in
+                    // `close_gate`.
+                    slot.suppress.fetch_and(RETIRED, Ordering::Release);
+                    Self::count_lost(slot);
                     return None;
                 }
                 // Retired (the owner's own exit in progress, or on its behalf), or a stale handler
@@ -1127,18 +1199,47 @@ impl Core {
     /// EXITED. Disarm the thread's timer before calling. Returns true if the caller should post
     /// the wakeup.
     ///
-    /// The thread's own handler cannot be inside (it runs to completion before this code
-    /// resumes); a stale signal of another thread may hold the gate for a moment, which this
-    /// waits out.
+    /// See [`Core::retire_own`]; this one is for callers with nothing else to release.
     #[must_use = "post the recorder wakeup when it returns true"]
     pub fn retire_slot(&self, slot: &ThreadSlot) -> bool {
-        while !Self::close_gate(slot) {
+        self.retire_own(slot).wake
+    }
+
+    /// [`Core::retire_slot`], saying what it found. The thread's own handler is not running (it
+    /// runs to completion before this code resumes), so a gate held by it is held by a handler
+    /// that was abandoned half-way: its sample is counted lost and the gate taken over
+    /// ([`Retired::abandoned`]). A stale signal of another thread may hold the gate for a moment,
+    /// which this waits out, yielding at most `RETIRE_YIELDS` times: a holder still there then
+    /// never returns either, and the slot is given up as it is (gated, never reaped, its buffers
+    /// out of the pool) rather than wait forever ([`Retired::given_up`]).
+    pub fn retire_own(&self, slot: &ThreadSlot) -> Retired {
+        let owner = slot.tid();
+        let mut abandoned = false;
+        let mut yields = 0u32;
+        loop {
+            // Acquire: pairs with the Release clear of INSIDE in `Admission::drop`.
+            let word = slot.suppress.fetch_or(RETIRED, Ordering::Acquire);
+            if word & INSIDE == 0 || cfg!(recorder_mutation = "retire_without_gate") {
+                break;
+            }
+            if held_by(word, owner) {
+                Self::count_lost(slot);
+                // Relaxed: only this thread's own handler could write the word, and it is
+                // not running (it would only find RETIRED set and leave).
+                slot.suppress.store(RETIRED, Ordering::Relaxed);
+                abandoned = true;
+                break;
+            }
+            if yields >= RETIRE_YIELDS {
+                return Retired { wake: false, abandoned, given_up: true };
+            }
+            yields += 1;
             spin_wait();
         }
         // Same-thread order with our own handler (I11): the gate is closed before we touch the
         // buffers.
         compiler_fence(Ordering::SeqCst);
-        self.take_over(slot)
+        Retired { wake: self.take_over(slot), abandoned, given_up: false }
     }
 
     /// Retirement on behalf of a thread the caller proved dead (discovery): as
@@ -1601,7 +1702,11 @@ mod fragment_tests {
         let slot = core.slot(i).unwrap();
         // The handler writes all fragments of a sample in one admission; here each fragment is
         // written separately, and only the first counts the sample taken.
-        let adm = if k == 0 || n == 1 { core.admit(slot, TID + i as u32).unwrap() } else { Admission { slot } };
+        let adm = if k == 0 || n == 1 {
+            core.admit(slot, TID + i as u32).unwrap()
+        } else {
+            Admission { slot, recovered: false }
+        };
         let hdr = RecordHeader {
             ticks: id as i64,
             tid: TID + i as u32,
@@ -1630,6 +1735,39 @@ mod fragment_tests {
         let s = core.slot_stats(core.slot(i).unwrap());
         assert_eq!((s.written, s.lost), (written, lost), "slot {i}: {s:?}");
         assert_eq!(s.taken, s.written + s.lost, "taken = written + lost");
+    }
+
+    /// A handler abandoned half-way (its admission never released: a `siglongjmp` out of a
+    /// handler nested in it) stops neither its thread's later samples nor its exit: the same
+    /// thread's next handler takes the admission over, the exit takes the gate at once (before,
+    /// it waited for the gate forever), and each abandoned sample is counted lost.
+    #[test]
+    fn an_abandoned_admission_is_taken_over_by_the_same_threads_next_handler_and_exit() {
+        let (c, mut l) = core(1, 4, 64, 1);
+        let slot = c.slot(0).unwrap();
+        std::mem::forget(c.admit(slot, TID).unwrap());
+        assert!(c.admit(slot, TID + 1).is_none(), "another thread's stale signal still stays out");
+        let adm = c.admit(slot, TID).expect("the same thread's next handler is admitted");
+        assert!(adm.recovered());
+        c.lose(&adm);
+        drop(adm);
+        frag(&c, 0, 1, 0, 1, &[1, 2]);
+        std::mem::forget(c.admit(slot, TID).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // On another thread with a generous limit: a retirement that waits for the gate never
+        // returns.
+        std::thread::spawn(move || {
+            let retired = c.retire_own(c.slot(0).unwrap());
+            tx.send((c, retired)).unwrap();
+        });
+        let (c, retired) = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the exit waited for the gate");
+        assert!(retired.abandoned && !retired.given_up, "{retired:?}");
+        let slot = c.slot(0).unwrap();
+        let out = drain(&c, &mut l);
+        assert_eq!(out, vec![(TID, 1, vec![1, 2])]);
+        let s = c.slot_stats(slot);
+        let (t, w, lost) = c.retired_totals();
+        assert_eq!((t + s.taken, w + s.written, lost + s.lost), (4, 1, 3), "taken = written + lost");
     }
 
     #[test]

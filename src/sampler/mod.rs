@@ -74,6 +74,8 @@ pub mod buffer;
 #[cfg(not(loom))]
 mod signal;
 #[cfg(not(loom))]
+mod stacks;
+#[cfg(not(loom))]
 mod timer;
 #[cfg(not(loom))]
 mod wall;
@@ -270,6 +272,9 @@ mod imp {
         pub wall: Option<WallStats>,
         /// Final statistics.
         pub stats: SamplerStats,
+        /// A handler never left (it was abandoned half-way): the sampler's memory was kept, not
+        /// freed, for the life of the process.
+        pub handlers_abandoned: bool,
     }
 
     /// What one thread discovery did ([`Sampler::discover_threads_unlocked`]).
@@ -482,7 +487,12 @@ mod imp {
         /// Retires `slot` on its owner's thread (normal context) and posts the wakeup if asked
         /// (finding 10 of the review: every retirement wakes the recorder when it must).
         fn retire_own(&self, slot: &ThreadSlot) {
-            if self.core.retire_slot(slot) {
+            let retired = self.core.retire_own(slot);
+            if retired.abandoned {
+                // The handler that never returned still counted in the grace period.
+                signal::release_abandoned_handler();
+            }
+            if retired.wake {
                 self.post_wake();
             }
         }
@@ -841,11 +851,6 @@ mod imp {
     /// Tids refused a slot kept for per-thread reports; beyond this they are only counted.
     const MAX_REFUSED_LISTED: usize = 1 << 14;
 
-    /// How long a starting thread waits for the recorder to reap exited threads' slots when
-    /// every slot is taken by live or exited threads (only if some are exited: waiting for live
-    /// threads to exit could take forever).
-    const START_WAIT_FOR_REAP: Duration = Duration::from_millis(50);
-
     /// Why a registration did not happen.
     enum RegisterError {
         NoSlot,
@@ -988,7 +993,8 @@ mod imp {
         NotSampling,
         /// The thread is sampled (or excluded, or was already registered).
         Registered,
-        /// Every slot is taken by live threads: counted and reported as this thread's refusal
+        /// Every slot is taken (by live threads, or by exited ones not reaped yet): counted and
+        /// reported as this thread's refusal
         /// (`SamplerStats::refused`, [`Sampler::take_refused`]); discovery may sample it later.
         Refused,
         /// The sampling source could not be armed (discovery retries later).
@@ -998,42 +1004,36 @@ mod imp {
     /// The thread-start hook's half in the sampler: registers the calling thread with the running
     /// sampler if its owner enabled [`Sampler::register_new_threads`]. Normal context; called
     /// first thing on a new thread (`thread_hooks`), so its first instruction of user code is
-    /// sampled. When every slot is taken but some belong to exited threads the recorder has not
-    /// reaped yet, it wakes the recorder and waits for them, at most `START_WAIT_FOR_REAP`.
+    /// sampled. When every slot is taken it does not wait (a thread's start is the program's
+    /// time, and a wait could be where the thread is cancelled): the thread is refused (counted;
+    /// discovery samples it once a slot is free), and if some slots belong to exited threads the
+    /// recorder has not reaped yet, the recorder is woken to reap them for the next thread.
     pub fn register_thread_start() -> ThreadStart {
-        let mut waited = Duration::ZERO;
-        loop {
-            let life = LIFECYCLE.lock();
-            // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
-            let shared = signal::SHARED.load(Ordering::Relaxed);
-            // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
-            let Some(shared) = (unsafe { shared.as_ref() }) else {
-                return ThreadStart::NotSampling;
-            };
-            // Relaxed: set before the hook is installed, under no ordering need (a thread that
-            // misses it is discovered).
-            if !shared.register_new_threads.load(Ordering::Relaxed) {
-                return ThreadStart::NotSampling;
+        let life = LIFECYCLE.lock();
+        // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
+        let shared = signal::SHARED.load(Ordering::Relaxed);
+        // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+        let Some(shared) = (unsafe { shared.as_ref() }) else {
+            return ThreadStart::NotSampling;
+        };
+        // Relaxed: set before the hook is installed, under no ordering need (a thread that
+        // misses it is discovered).
+        if !shared.register_new_threads.load(Ordering::Relaxed) {
+            return ThreadStart::NotSampling;
+        }
+        match shared.register_current(true) {
+            Ok(old) => {
+                drop(life);
+                drop(old);
+                ThreadStart::Registered
             }
-            match shared.register_current(true) {
-                Ok(old) => {
-                    drop(life);
-                    drop(old);
-                    return ThreadStart::Registered;
+            Err(RegisterError::Io(_)) => ThreadStart::Failed,
+            Err(RegisterError::NoSlot) => {
+                if shared.reaping_pending() {
+                    shared.post_wake();
                 }
-                Err(RegisterError::Io(_)) => return ThreadStart::Failed,
-                Err(RegisterError::NoSlot) => {
-                    if waited < START_WAIT_FOR_REAP && shared.reaping_pending() {
-                        shared.post_wake();
-                        drop(life);
-                        let pause = Duration::from_micros(200);
-                        std::thread::sleep(pause);
-                        waited += pause;
-                        continue;
-                    }
-                    shared.note_refused(gettid());
-                    return ThreadStart::Refused;
-                }
+                shared.note_refused(gettid());
+                ThreadStart::Refused
             }
         }
     }
@@ -1738,7 +1738,7 @@ mod imp {
                 }
             }
         }
-        signal::unpublish_and_wait();
+        let freeable = signal::unpublish_and_wait();
         // Perf fds whose thread has no SIGPROF pending are closed now; the others stay reserved
         // (recognized as ours by the handler, which stays installed or chains) until a later
         // start, stop or discovery sees their signal delivered.
@@ -1765,9 +1765,15 @@ mod imp {
         if timer::quarantine_is_empty() {
             signal::uninstall();
         }
-        // SAFETY: unpublished and no handler is running (grace period above); exit guards check
-        // the generation under LIFECYCLE, which we hold.
-        drop(unsafe { Box::from_raw(shared) });
+        if freeable {
+            // SAFETY: unpublished and no handler is running (grace period above); exit guards
+            // check the generation under LIFECYCLE, which we hold.
+            drop(unsafe { Box::from_raw(shared) });
+        } else {
+            // A handler never left: what it may still read stays allocated (and its eventfd
+            // open) for the life of the process.
+            report.handlers_abandoned = true;
+        }
         report
     }
 

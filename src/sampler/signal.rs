@@ -18,7 +18,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED, FLAG_WALL};
-use super::Shared;
+use super::{stacks, Shared};
 use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
 use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::unwind::{at_entry, HARD_WALK_LIMIT};
@@ -91,15 +91,32 @@ pub(super) fn install() -> std::io::Result<()> {
     // SAFETY: zeroed is a valid `sigaction`.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = ours;
-    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: `act.sa_mask` is a valid sigset; SIGPROF itself is blocked during the handler
-    // because SA_NODEFER is not set.
-    unsafe { libc::sigemptyset(&mut act.sa_mask) };
+    // SA_ONSTACK: on a thread with an alternate signal stack the handler runs there, as runtimes
+    // that switch stacks require (Go's goroutine stacks are a few KiB: a handler that ran on them
+    // overflowed them); the interrupted stack is the one in the ucontext, which the walk reads.
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    act.sa_mask = handler_mask();
     // SAFETY: `act` is fully initialized; `on_sigprof` has the SA_SIGINFO signature.
     if unsafe { libc::sigaction(libc::SIGPROF, &act, ptr::null_mut()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// What the handler runs with blocked: every asynchronous signal (SIGPROF included), so no handler
+/// of the program can interrupt it and leave it half-way with a `siglongjmp` (its slot's gate and
+/// the stop's grace count held forever), glibc's cancellation signal too (an asynchronous
+/// cancellation would end the thread inside it). Left open: the synchronous signals a fault
+/// raises, which the kernel delivers even when blocked, but with the default action. They wait
+/// the few microseconds the handler runs.
+fn handler_mask() -> libc::sigset_t {
+    let mut mask = crate::own_thread::asynchronous_signals();
+    // glibc's own two (cancellation 32 and the set*id broadcast 33), which its `sigfillset` and
+    // `sigaddset` leave out; the kernel takes them in `sa_mask` like any other.
+    // SAFETY: glibc's sigset_t is an array of unsigned longs, bit `sig - 1` for signal `sig`;
+    // signals 32 and 33 are bits 31 and 32 of its first word.
+    unsafe { *(&mut mask as *mut libc::sigset_t).cast::<u64>() |= (1 << 31) | (1 << 32) };
+    mask
 }
 
 /// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN), but only
@@ -158,17 +175,67 @@ pub fn adopt_application_action(act: Option<&libc::sigaction>) -> Option<libc::s
     Some(application)
 }
 
-/// Unpublishes the sampler and waits until no handler can still be using it.
-pub(super) fn unpublish_and_wait() {
+/// How long `unpublish_and_wait` waits for handlers to leave: a handler runs for microseconds,
+/// so one still counted after this never returns.
+const GRACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Set once a grace period ended with handlers still counted: from then on no `Shared` is ever
+/// freed, and later grace periods wait only for the handlers above that count.
+static ABANDONED: AtomicUsize = AtomicUsize::new(0);
+static ANY_ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Unpublishes the sampler and waits until no handler can still be using it. Returns false if
+/// some handler never left within [`GRACE_LIMIT`] (abandoned half-way, or counted by the
+/// allocation hook in a frame the program's `siglongjmp` skipped): the caller must then never
+/// free the sampler it unpublished, and no later one is freed either (the count that stayed
+/// cannot be told apart from a live handler's).
+pub(super) fn unpublish_and_wait() -> bool {
     // Relaxed + the SeqCst fence below: Dekker with the handler's increment + fence + load.
     SHARED.store(ptr::null_mut(), Ordering::Relaxed);
     // SeqCst fence: forbids the load of IN_HANDLER below from moving before the store above;
     // pairs with the fence in `on_sigprof`. Either the handler sees null or we see its count.
     fence(Ordering::SeqCst);
+    // Relaxed: written only here, under the lifecycle lock that serializes stops.
+    let stuck = ABANDONED.load(Ordering::Relaxed);
     // Acquire: pairs with the Release decrement in `on_sigprof`; its accesses are done.
-    while IN_HANDLER.load(Ordering::Acquire) != 0 {
-        std::thread::yield_now();
+    if !wait_below(&IN_HANDLER, stuck + 1, GRACE_LIMIT) {
+        // Relaxed: as above.
+        ABANDONED.store(IN_HANDLER.load(Ordering::Relaxed), Ordering::Relaxed);
+        // Relaxed: read under the same lifecycle lock.
+        ANY_ABANDONED.store(true, Ordering::Relaxed);
     }
+    // Relaxed: as above.
+    !ANY_ABANDONED.load(Ordering::Relaxed)
+}
+
+/// Waits until `count` is below `limit` (Acquire: pairs with the Release decrements), yielding,
+/// then sleeping; false if it still is not after `patience`.
+fn wait_below(count: &AtomicUsize, limit: usize, patience: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    let mut spins = 0u32;
+    while count.load(Ordering::Acquire) >= limit {
+        if t0.elapsed() >= patience {
+            return false;
+        }
+        spins += 1;
+        if spins < 1000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    true
+}
+
+/// Releases the grace count of a handler that never returned, once a later handler or the
+/// thread's own retirement took over the slot it was admitted to (`Core::admit`,
+/// `Core::retire_own`): it was counted between its increment and decrement.
+///
+/// # Signal safety
+/// One atomic RMW.
+pub(super) fn release_abandoned_handler() {
+    // Release: as the handler's own decrement; pairs with the Acquire loads in `wait_below`.
+    IN_HANDLER.fetch_sub(1, Ordering::Release);
 }
 
 /// Runs `f` with the running sampler's unwinding mode and DWARF tables (`None`: no sampler runs,
@@ -265,14 +332,39 @@ fn chain(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     if PREV_HANDLER.load(Ordering::Acquire) != h {
         return;
     }
-    if flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the application installed `h` with SA_SIGINFO, so it has this signature.
-        let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
-        f(sig, info, ctx);
+    let mut call = Chained { handler: h, flags, sig, info, ctx };
+    let arg = (&mut call as *mut Chained).cast::<c_void>();
+    match arch::registers(ctx) {
+        Some(regs) => {
+            // SAFETY: a switch goes just below the interrupted stack pointer, where the kernel
+            // would have put the handler's frame without SA_ONSTACK (`placement_for_flags`).
+            unsafe { stacks::run(stacks::placement_for_flags(regs.sp, flags), call_chained, arg) };
+        }
+        None => call_chained(arg),
+    }
+}
+
+/// The application's handler and its arguments, for [`call_chained`].
+struct Chained {
+    handler: usize,
+    flags: c_int,
+    sig: c_int,
+    info: *mut siginfo_t,
+    ctx: *mut c_void,
+}
+
+/// Calls the application's handler (`arg`: a [`Chained`]).
+extern "C" fn call_chained(arg: *mut c_void) {
+    // SAFETY: `chain` passes its own `Chained`, alive for the call.
+    let Some(call) = (unsafe { arg.cast::<Chained>().as_ref() }) else { return };
+    if call.flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the application installed it with SA_SIGINFO, so it has this signature.
+        let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) = unsafe { std::mem::transmute(call.handler) };
+        f(call.sig, call.info, call.ctx);
     } else {
         // SAFETY: without SA_SIGINFO the handler takes the signal number only.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
-        f(sig);
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(call.handler) };
+        f(call.sig);
     }
 }
 
@@ -358,12 +450,57 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     let Some(adm) = core.admit(slot, tid) else {
         return;
     };
+    if adm.recovered() {
+        release_abandoned_handler();
+    }
     let Some(regs) = arch::registers(ctx) else {
         // No context: count it lost (taken was counted by `admit`).
         core.lose(&adm);
         return;
     };
+    // Before the stack is chosen: a discovered thread's bounds are found from it, even while its
+    // samples are lost for want of a stack to walk on.
     slot.note_sp(regs.sp);
+    let bounds = slot.stack_bounds();
+    let mut work = SampleWork { shared, slot, adm: &adm, regs, wall, tid, wake: false };
+    let place = stacks::placement(regs.sp, bounds.lo, bounds.hi);
+    // SAFETY: a switch goes below the interrupted stack pointer, inside the thread's own stack
+    // `[lo, hi)` with `HANDLER_ROOM` left below it (`stacks::placement`).
+    if !unsafe { stacks::run(place, sample_work, (&mut work as *mut SampleWork).cast()) } {
+        // No stack with room to walk on: lost.
+        core.lose(&adm);
+    }
+    let wake = work.wake;
+    // Leave the slot (I13) before the syscall.
+    drop(adm);
+    if wake {
+        shared.post_wake();
+    }
+}
+
+/// One sample's walk and write, for [`sample_work`] on the stack [`stacks::placement`] chose.
+struct SampleWork<'a> {
+    shared: &'a Shared,
+    slot: &'a ThreadSlot,
+    adm: &'a super::buffer::Admission<'a>,
+    regs: Registers,
+    wall: bool,
+    tid: u32,
+    /// Out: post the recorder's wakeup.
+    wake: bool,
+}
+
+/// Walks the interrupted stack into the slot's scratch and writes the record (`arg`: a
+/// [`SampleWork`]).
+///
+/// # Signal safety
+/// As the handler: atomics, the validated walk, writes into the slot's own buffers.
+extern "C" fn sample_work(arg: *mut c_void) {
+    // SAFETY: `sample` passes its own `SampleWork`, alive and not otherwise used for the call.
+    let Some(work) = (unsafe { arg.cast::<SampleWork<'_>>().as_mut() }) else { return };
+    let (shared, slot, adm, regs, wall, tid) = (work.shared, work.slot, work.adm, work.regs, work.wall, work.tid);
+    let core = &shared.core;
+    let index = slot.index() as usize;
     let depth = shared.depth;
     let scratch = shared.scratch(index);
     let mut flags = if wall { FLAG_WALL } else { 0 };
@@ -412,9 +549,9 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     // owner's alone.
     let outcome = if layout.dropped() == 0 {
         // Nothing dropped: the kept stack is the scratch in order (the ring never wrapped).
-        core.write_sample(&adm, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
+        core.write_sample(adm, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
     } else {
-        core.write_sample(&adm, &hdr, layout.len(), |i| match layout.frame(i) {
+        core.write_sample(adm, &hdr, layout.len(), |i| match layout.frame(i) {
             LayoutFrame::Scratch(k) => {
                 let ip = scratch.get(k).map_or(0, |w| w.load(Ordering::Relaxed));
                 if i == 0 && first_is_return {
@@ -426,11 +563,7 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
             LayoutFrame::Elided(k) => elided_marker(k),
         })
     };
-    // Leave the slot (I13) before the syscall.
-    drop(adm);
-    if outcome.wake {
-        shared.post_wake();
-    }
+    work.wake = outcome.wake;
 }
 
 /// Whether the frames above `sp` may be read: `sp` lies in the thread's stack `[lo, hi)` and
@@ -647,3 +780,42 @@ mod arch {
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("the sampler supports x86_64 and aarch64 only");
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// The grace period's wait ends: a count that never drops (a handler abandoned half-way) is
+    /// waited for a bounded time, then reported (before, stop yielded forever).
+    #[test]
+    fn the_grace_wait_gives_up_on_a_count_that_never_drops() {
+        let stuck = AtomicUsize::new(1);
+        assert!(!wait_below(&stuck, 1, std::time::Duration::from_millis(20)));
+        assert!(wait_below(&stuck, 2, std::time::Duration::from_millis(20)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dropping = std::sync::Arc::new(AtomicUsize::new(1));
+        let d = std::sync::Arc::clone(&dropping);
+        std::thread::spawn(move || tx.send(wait_below(&d, 1, std::time::Duration::from_secs(60))).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        dropping.fetch_sub(1, Ordering::Release);
+        assert!(rx.recv().unwrap(), "a count that drops ends the wait");
+    }
+
+    /// The handler runs with every asynchronous signal blocked (a program's handler cannot nest
+    /// in it), glibc's cancellation signal included, and the synchronous ones open.
+    #[test]
+    fn the_handler_mask_blocks_asynchronous_signals_only() {
+        let mask = handler_mask();
+        // SAFETY: a valid set.
+        let has = |sig| unsafe { libc::sigismember(&mask, sig) } == 1;
+        for sig in [libc::SIGALRM, libc::SIGPROF, libc::SIGUSR1, libc::SIGCHLD, libc::SIGINT, libc::SIGRTMIN() + 5] {
+            assert!(has(sig), "signal {sig} open");
+        }
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS] {
+            assert!(!has(sig), "signal {sig} blocked");
+        }
+        // SAFETY: the set's first word (glibc's layout); bit 31 is signal 32.
+        assert_ne!(unsafe { *(&mask as *const libc::sigset_t).cast::<u64>() } & (1 << 31), 0);
+    }
+}

@@ -236,7 +236,7 @@ impl WallShared {
 /// Starts the wall thread of `shared` (published, with a wall part).
 pub(super) fn spawn(shared: *const Shared) -> std::io::Result<()> {
     let addr = shared as usize;
-    let handle = std::thread::Builder::new().name("recorder-wall".into()).spawn(move || {
+    let handle = crate::own_thread::spawn("recorder-wall", move || {
         // SAFETY: `teardown` joins this thread (`WallShared::stop_thread`) before it frees
         // `Shared`.
         let shared = unsafe { &*(addr as *const Shared) };

@@ -1,0 +1,75 @@
+//! The recorder's own threads (flusher, sampler, wall, control listener, push uploader, consumer,
+//! the preload library's duration thread): every one is started by [`spawn`], with every
+//! asynchronous signal blocked from its first instruction.
+//!
+//! The kernel delivers a process-directed signal (`kill`, `setitimer`'s SIGALRM, SIGCHLD, a
+//! terminal's SIGINT) to any thread that does not block it. A thread of ours that blocked nothing
+//! could run the program's handler: a handler that `siglongjmp`s (an interpreter's timeout) would
+//! then jump onto another thread's stack, and a handler that reads its own thread's state would
+//! read ours. The mask is set in the spawning thread around `pthread_create`, so the child
+//! inherits it before it runs anything (blocking it in the child's first statement would leave
+//! the thread's start-up open), and the spawning thread gets its own mask back at once.
+//!
+//! Left deliverable: the synchronous signals a fault raises in the thread itself (SIGSEGV,
+//! SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), which the kernel delivers even when blocked, but then
+//! with the default action, bypassing any handler a runtime installed for them. glibc also keeps
+//! its own two internal signals (thread cancellation and the `setuid` broadcast that every thread
+//! must answer) out of any mask `pthread_sigmask` sets.
+//!
+//! The thread-start hooks ([`crate::thread_hooks`], the preload library's `pthread_create`) ask
+//! [`spawning`] and leave a thread of ours alone: it is not registered for sampling, and SIGPROF,
+//! which they unblock in the program's threads, stays blocked in it.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::io;
+use std::thread::JoinHandle;
+
+thread_local! {
+    /// Set while this thread is inside [`spawn`]'s `pthread_create`.
+    static SPAWNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Signals raised by a fault of the thread itself, delivered whatever the mask says.
+const SYNCHRONOUS: [libc::c_int; 6] =
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+
+/// Every signal but the synchronous ones (glibc's `sigfillset` already leaves out its internal
+/// two).
+pub(crate) fn asynchronous_signals() -> libc::sigset_t {
+    // SAFETY: zeroed is a valid sigset_t for sigfillset to overwrite; both calls only write `set`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sig in SYNCHRONOUS {
+            libc::sigdelset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Spawns one of the recorder's own threads, named `name`, with every asynchronous signal blocked
+/// from its first instruction (see the module docs).
+pub fn spawn<F, T>(name: &str, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let blocked = asynchronous_signals();
+    // SAFETY: zeroed is a valid sigset_t for pthread_sigmask to overwrite.
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sets; changes only this thread's mask, restored below.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &blocked, &mut previous) };
+    let was = SPAWNING.try_with(|s| s.replace(true)).unwrap_or(false);
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    let _ = SPAWNING.try_with(|s| s.set(was));
+    // SAFETY: the mask this thread had on entry.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+    spawned
+}
+
+/// Whether the calling thread is creating one of the recorder's own threads: for the
+/// `pthread_create` wrappers, which run in the creating thread.
+pub fn spawning() -> bool {
+    SPAWNING.try_with(Cell::get).unwrap_or(false)
+}
