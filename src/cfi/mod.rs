@@ -523,7 +523,13 @@ pub fn walk(
         if n >= limit {
             return (n, End::Full);
         }
-        let row = if n == 1 { rule_at(tables, mode, cur.pc, true) } else { rules.rule(tables, mode, cur.pc) };
+        let row = if tables.is_none() || mode == Unwinder::FramePointer {
+            None
+        } else if n == 1 {
+            rule_at(tables, mode, cur.pc, true)
+        } else {
+            rules.rule(tables, mode, cur.pc)
+        };
         match step_by_rule(row, cur, lo, hi, &read) {
             Ok(next) => {
                 if next.sp <= cur.sp && next.pc == cur.pc {
