@@ -1,7 +1,7 @@
 //! Cost of one stack walk, per sample and per frame: frame pointers vs the DWARF CFI tables of
-//! `src/cfi` (the walk the SIGPROF handler runs), at 16 and 128 frames, and what the other design
-//! would cost in the handler alone: copying a slice of the stack (8 KiB, 32 KiB) into a buffer for
-//! unwinding later (`cargo bench --bench unwind`). Plain output, side by side in one run.
+//! `src/cfi` (the walk the SIGPROF handler runs), at 16, 128, 1000 and 4000 frames, and what the
+//! other design would cost in the handler alone: copying a slice of the stack (8 KiB, 32 KiB) into
+//! a buffer for unwinding later (`cargo bench --bench unwind`). Plain output, side by side in one run.
 //!
 //! The walks run in normal context over this thread's own stack, built by a recursion of known
 //! depth; the handler does the same work on the interrupted thread's stack. Best of 7 rounds
@@ -53,10 +53,13 @@ fn time(iters: u32, mut f: impl FnMut()) -> f64 {
 fn walk_cost(tables: &Tables, mode: Unwinder, regs: Regs, lo: usize, hi: usize, frames: usize) -> (f64, usize) {
     let mut out = [0u64; 256];
     let mut n = 0;
-    let ns = time(20_000, || {
+    // About 2.5 M frames a round at any depth.
+    let iters = (2_560_000 / frames).clamp(100, 20_000) as u32;
+    let ns = time(iters, || {
         let mut i = 0;
         let (got, _) = walk(Some(tables), mode, black_box(regs), lo, hi, frames, |ip| {
-            out[i] = ip;
+            // The handler keeps 128 frames of a deep stack by default; the walk is what costs.
+            out[i % out.len()] = ip;
             i += 1;
         });
         n = got;
@@ -70,7 +73,7 @@ fn main() {
     let (lo, hi) = stack_bounds();
     println!("stack walk cost (best of {ROUNDS} rounds; walks over this thread's own stack)");
     println!("{:>8} {:>14} {:>12} {:>12}  frames", "depth", "unwinder", "ns/sample", "ns/frame");
-    for depth in [16usize, 128] {
+    for depth in [16usize, 128, 1000, 4000] {
         let mut rows = Vec::new();
         // The recursion gives `depth` frames above the walk's start, plus main's few.
         at_depth(depth, &mut || {

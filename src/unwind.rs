@@ -22,6 +22,29 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
 
+/// Most frames a sample's walk reads when the outermost frames are kept (`stack_depth_outer`):
+/// they are found only by walking the whole stack, and the SIGPROF handler's cost must stay a
+/// small fraction of the sampling period at any depth. Twice [`MAX_DEPTH_PER_END`]: a stack
+/// that both ends at their largest would keep whole is walked whole; a deeper one keeps the
+/// innermost frames, `<elided:K>` and the last frames walked (not the thread's entry), and is
+/// marked truncated, as a broken chain is.
+pub const SAMPLE_WALK_LIMIT: usize = 2 * MAX_DEPTH_PER_END;
+
+/// Frames a sample's walk reads under a depth policy of `inner` innermost and `outer` outermost
+/// frames: with no outermost frames kept, one more than the innermost kept (that one tells a
+/// whole stack from a truncated one), else [`SAMPLE_WALK_LIMIT`].
+///
+/// # Signal safety
+/// Arithmetic only.
+#[inline]
+pub fn sample_walk_limit(inner: usize, outer: usize) -> usize {
+    if outer == 0 {
+        inner.saturating_add(1).min(SAMPLE_WALK_LIMIT)
+    } else {
+        SAMPLE_WALK_LIMIT
+    }
+}
+
 /// How far below the process's start stack the main thread's outermost frame record may lie
 /// (glibc 2.36 x86_64: 272 bytes; musl's start-up frames are smaller).
 pub const ENTRY_SLACK: usize = 4096;

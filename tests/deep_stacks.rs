@@ -393,3 +393,21 @@ fn depth_policy_table() {
         assert_eq!(s.count(RECURSE), 21);
     }
 }
+
+/// Deeper than the sampler's walk bound (4096 frames, `unwind::SAMPLE_WALK_LIMIT`) with
+/// both ends asked for: the walk stops there, so the outermost frames kept are the last ones
+/// walked (the recursion's, not the thread's entry), and the record says it is truncated.
+#[test]
+fn recursion_5000_deep_with_both_ends_is_cut_at_the_walk_bound_and_marked_truncated() {
+    let _g = serial();
+    warm_up();
+    let run = record("deep-5000", 5000, Some(20), Some(30), (8192, 96), Duration::from_millis(300));
+    assert_eq!(run.taken, run.written + run.lost, "taken = written + lost");
+    for s in at_leaf(&run) {
+        assert!(s.truncated, "a stack cut at the walk bound is marked truncated");
+        assert!(s.tail().is_empty(), "the outermost frames kept are the recursion's: {:?}", &s.frames[40..]);
+        let elided = s.elided();
+        assert_eq!(elided.len(), 1, "{:?}", s.frames);
+        assert!(elided[0].1 < 4096, "K counts the frames walked (at most 4096): {elided:?}");
+    }
+}

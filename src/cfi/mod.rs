@@ -332,14 +332,24 @@ pub fn step(
     lo: usize,
     hi: usize,
 ) -> Result<Regs, End> {
-    let read = |addr: usize| -> Option<usize> {
+    let read = stack_reader(lo, hi);
+    step_reading(tables, mode, regs, first, lo, hi, &read)
+}
+
+/// Reads the word at an address of `[lo, hi)` (the sampled thread's own stack, which is mapped),
+/// `None` for any other address.
+///
+/// # Signal safety
+/// One checked load.
+#[inline]
+fn stack_reader(lo: usize, hi: usize) -> impl Fn(usize) -> Option<usize> {
+    move |addr: usize| {
         if !addr.is_multiple_of(8) || addr < lo || addr.checked_add(8)? > hi {
             return None;
         }
         // SAFETY: 8-byte aligned and inside [lo, hi), the mapped stack of the sampled thread.
         Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
-    };
-    step_reading(tables, mode, regs, first, lo, hi, &read)
+    }
 }
 
 /// [`step`] over a stack that `read` returns the words of (a copy of another thread's stack:
@@ -357,16 +367,76 @@ pub fn step_reading(
     hi: usize,
     read: &impl Fn(usize) -> Option<usize>,
 ) -> Result<Regs, End> {
+    step_by_rule(rule_at(tables, mode, regs.pc, first), regs, lo, hi, read)
+}
+
+/// The table row that unwinds a frame at `pc` (exact when `first`, a return address otherwise),
+/// `None` where the frame-pointer step applies.
+///
+/// # Signal safety
+/// Binary searches over immutable tables.
+#[inline]
+fn rule_at(tables: Option<&Tables>, mode: Unwinder, pc: usize, first: bool) -> Option<Row> {
     // A return address may be one past its function (a call to a function that does not return):
     // look up the call instruction.
-    let pc = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
+    let at = if first { pc } else { pc.wrapping_sub(1) };
     let module = match (mode, tables) {
         (Unwinder::FramePointer, _) | (_, None) => None,
         (_, Some(t)) => t
-            .module(regs.pc)
-            .filter(|m| mode == Unwinder::Dwarf || !m.table.frame_pointers_at(pc.wrapping_sub(m.bias) as u64)),
+            .module(pc)
+            .filter(|m| mode == Unwinder::Dwarf || !m.table.frame_pointers_at(at.wrapping_sub(m.bias) as u64)),
     };
-    let row = module.and_then(|m| m.table.row(pc.wrapping_sub(m.bias) as u64));
+    module.and_then(|m| m.table.row(at.wrapping_sub(m.bias) as u64)).copied()
+}
+
+/// The rules [`walk`] found for the last return addresses it met, by address (direct-mapped).
+/// Finding a rule (the module's binary search, then the row's search in its page) was nearly all
+/// of a step's cost, and a deep stack is a recursion: the same few return addresses frame after
+/// frame (a 4000-deep C recursion: one return address 3999 times).
+struct RuleCache {
+    /// (return address, its rule); a return address of 0 ends every walk before a lookup, so 0
+    /// marks an empty entry.
+    entries: [(usize, Option<Row>); RULE_CACHE_SIZE],
+}
+
+/// Entries of a [`RuleCache`]: mutual recursion through up to this many functions hits.
+const RULE_CACHE_SIZE: usize = 8;
+
+impl RuleCache {
+    #[inline]
+    fn new() -> RuleCache {
+        RuleCache { entries: [(0, None); RULE_CACHE_SIZE] }
+    }
+
+    /// [`rule_at`] for return address `pc` (not the first frame), from the cache if it holds it.
+    #[inline]
+    fn rule(&mut self, tables: Option<&Tables>, mode: Unwinder, pc: usize) -> Option<Row> {
+        // Return addresses are byte-aligned: mix the bits above the lowest few in.
+        let index = (pc ^ (pc >> 4) ^ (pc >> 9)) % RULE_CACHE_SIZE;
+        if let Some(entry) = self.entries.get_mut(index) {
+            if entry.0 == pc && pc != 0 {
+                return entry.1;
+            }
+            let rule = rule_at(tables, mode, pc, false);
+            *entry = (pc, rule);
+            return rule;
+        }
+        rule_at(tables, mode, pc, false)
+    }
+}
+
+/// The step from `regs` by `row` (the rule [`rule_at`] found for it; `None`: frame pointers).
+///
+/// # Signal safety
+/// Loads through `read` only.
+#[inline]
+fn step_by_rule(
+    row: Option<Row>,
+    regs: Regs,
+    lo: usize,
+    hi: usize,
+    read: &impl Fn(usize) -> Option<usize>,
+) -> Result<Regs, End> {
     let cfa = match row.map(|r| (r.kind, r)) {
         Some((kind::CFA_SP, r)) => regs.sp.wrapping_add_signed(r.cfa_offset as isize),
         Some((kind::CFA_FP, r)) => regs.fp.wrapping_add_signed(r.cfa_offset as isize),
@@ -447,11 +517,20 @@ pub fn walk(
     let mut n = 1usize;
     let mut cur = regs;
     let lo = lo.max(regs.sp);
+    let read = stack_reader(lo, hi);
+    let mut rules = RuleCache::new();
     loop {
         if n >= limit {
             return (n, End::Full);
         }
-        match step(tables, mode, cur, n == 1, lo, hi) {
+        let row = if tables.is_none() || mode == Unwinder::FramePointer {
+            None
+        } else if n == 1 {
+            rule_at(tables, mode, cur.pc, true)
+        } else {
+            rules.rule(tables, mode, cur.pc)
+        };
+        match step_by_rule(row, cur, lo, hi, &read) {
             Ok(next) => {
                 if next.sp <= cur.sp && next.pc == cur.pc {
                     return (n, End::Lost);

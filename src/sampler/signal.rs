@@ -21,7 +21,7 @@ use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED, FL
 use super::{stacks, Shared};
 use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
 use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use crate::unwind::{at_entry, HARD_WALK_LIMIT};
+use crate::unwind::{at_entry, sample_walk_limit};
 use libc::{c_int, c_void, siginfo_t};
 use std::ptr;
 
@@ -520,9 +520,13 @@ extern "C" fn sample_work(arg: *mut c_void) {
         crate::cfi::Unwinder::FramePointer => None,
         _ => shared.cfi.load(),
     };
+    // At most `sample_walk_limit` frames: the handler's cost is bounded whatever the depth.
+    let limit = sample_walk_limit(depth.inner, depth.outer);
     let (total, complete) = match tables {
-        Some(tables) if hi != 0 => walk_cfi(tables, shared.unwinder, &regs, lo, hi, depth.inner, depth.outer, scratch),
-        _ => walk(&regs, lo, hi, entry, depth.inner, depth.outer, scratch),
+        Some(tables) if hi != 0 => {
+            walk_cfi(tables, shared.unwinder, &regs, lo, hi, depth.inner, depth.outer, limit, scratch)
+        }
+        _ => walk(&regs, lo, hi, entry, depth.inner, depth.outer, limit, scratch),
     };
     let layout = WalkLayout::new(depth.inner, depth.outer, total);
     if !complete || layout.dropped() > 0 {
@@ -656,7 +660,8 @@ impl<'a> KeptFrames<'a> {
 /// that ends in a frame record at most [`crate::unwind::ENTRY_SLACK`] below it: libc's start-up code, compiled
 /// without frame pointers, is all that lies between. Any other end (a frame pointer that is
 /// misaligned, outside `[lo, hi)` or not increasing: a chain broken by code without frame
-/// pointers; or [`HARD_WALK_LIMIT`]) is not complete, and the record is marked truncated.
+/// pointers; or `limit` frames walked, [`sample_walk_limit`]) is not complete, and the record is
+/// marked truncated.
 ///
 /// Every read is validated: the frame pointer is 8-byte aligned, inside `[max(lo, sp), hi - 16]`
 /// (the sampled thread's own stack, checked mapped by the caller), and strictly increasing; a
@@ -664,6 +669,7 @@ impl<'a> KeptFrames<'a> {
 ///
 /// # Signal safety
 /// Loads from the thread's own stack and relaxed stores into the slot's own scratch only.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 pub(super) fn walk(
     regs: &Registers,
@@ -672,6 +678,7 @@ pub(super) fn walk(
     entry: usize,
     inner: usize,
     outer: usize,
+    limit: usize,
     scratch: &[AtomicU64],
 ) -> (usize, bool) {
     let mut kept = KeptFrames::new(inner, outer, scratch);
@@ -702,7 +709,7 @@ pub(super) fn walk(
         if ret == 0 {
             return (walked, true);
         }
-        if walked >= HARD_WALK_LIMIT {
+        if walked >= limit {
             return (walked, false);
         }
         store(ret as u64);
@@ -713,7 +720,7 @@ pub(super) fn walk(
 }
 
 /// Like [`walk`], through the DWARF CFI tables where `unwinder` asks for them (`crate::cfi`):
-/// same scratch layout, same bounds, same [`HARD_WALK_LIMIT`].
+/// same scratch layout, same bounds, same `limit`.
 ///
 /// # Signal safety
 /// `cfi::walk` (binary searches over immutable tables, loads checked against `[max(lo, sp),
@@ -728,12 +735,13 @@ fn walk_cfi(
     hi: usize,
     inner: usize,
     outer: usize,
+    limit: usize,
     scratch: &[AtomicU64],
 ) -> (usize, bool) {
     let mut kept = KeptFrames::new(inner, outer, scratch);
     let store = |ip: u64| kept.store(ip);
     let start = crate::cfi::Regs { pc: regs.pc, sp: regs.sp, fp: regs.fp };
-    let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, HARD_WALK_LIMIT, store);
+    let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, limit, store);
     // Complete: the outermost frame was reached (as `walk` defines it).
     (walked, end == crate::cfi::End::Root)
 }
