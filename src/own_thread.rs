@@ -23,6 +23,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
 thread_local! {
@@ -61,7 +62,10 @@ where
     // SAFETY: valid sets; changes only this thread's mask, restored below.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &blocked, &mut previous) };
     let was = SPAWNING.try_with(|s| s.replace(true)).unwrap_or(false);
-    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        let _listed = OwnTid::list();
+        f()
+    });
     let _ = SPAWNING.try_with(|s| s.set(was));
     // SAFETY: the mask this thread had on entry.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
@@ -72,4 +76,40 @@ where
 /// `pthread_create` wrappers, which run in the creating thread.
 pub fn spawning() -> bool {
     SPAWNING.try_with(Cell::get).unwrap_or(false)
+}
+
+/// The tids of the running threads [`spawn`] started (0: a free entry), for thread discovery,
+/// which finds every thread in `/proc/self/task` and must leave ours alone: a thread of ours
+/// keeps SIGPROF blocked, so a sampling source armed on it would leave its signal pending for
+/// good (and the stop would keep the recorder's handler installed, waiting for it).
+static OWN_TIDS: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
+
+/// Whether `tid` is a running thread that [`spawn`] started.
+pub fn is_own(tid: u32) -> bool {
+    // Acquire: pairs with the Release store of `OwnTid::list`.
+    tid != 0 && OWN_TIDS.iter().any(|t| t.load(Ordering::Acquire) == tid)
+}
+
+/// The calling thread's entry in [`OWN_TIDS`] while it runs. A thread beyond the table's room is
+/// not listed (then discovery may sample it, as before the table existed).
+struct OwnTid(Option<&'static AtomicU32>);
+
+impl OwnTid {
+    fn list() -> OwnTid {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        // AcqRel: a free entry claimed by one thread only; pairs with the Release store of `drop`.
+        let entry =
+            OWN_TIDS.iter().find(|t| t.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        OwnTid(entry)
+    }
+}
+
+impl Drop for OwnTid {
+    fn drop(&mut self) {
+        if let Some(entry) = self.0 {
+            // Release: pairs with the Acquire load of `is_own` and the claim in `list`.
+            entry.store(0, Ordering::Release);
+        }
+    }
 }

@@ -733,13 +733,17 @@ fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
 }
 
 /// The mapping of /proc/self/maps that contains `addr`, read without allocating, and whether it
-/// is the one named `[stack]`.
+/// is the one named `[stack]`. Raw system calls: glibc's `open`, `read` and `close` are
+/// cancellation points, and this runs inside the application's allocation.
 fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     // SAFETY: a NUL-terminated path; the flags need no mode argument.
-    let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
+    };
     if fd < 0 {
         return None;
     }
+    let fd = fd as libc::c_int;
     let mut buf = [0u8; 1024];
     // 0: the start address, 1: the end address, 2: the rest of the line, 3: the rest of the
     // matching line (its name).
@@ -750,7 +754,7 @@ fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     let (mut name_at, mut last) = (0usize, 0u8);
     'read: loop {
         // SAFETY: `buf` is writable for its length; `fd` is ours.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
@@ -793,7 +797,7 @@ fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
         found = Some((lo, hi, name_at == NAME.len()));
     }
     // SAFETY: our descriptor.
-    unsafe { libc::close(fd) };
+    unsafe { libc::syscall(libc::SYS_close, fd) };
     found
 }
 

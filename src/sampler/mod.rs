@@ -844,6 +844,10 @@ mod imp {
         Some(String::from_utf8_lossy(buf.get(..len)?).into_owned())
     }
 
+    /// How long stop looks for our perf signals still pending (see `teardown`) before it keeps
+    /// its handler installed for good.
+    const QUARANTINE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+
     /// Exited threads whose names wait for a drain; beyond this (no drain for a long time) the
     /// oldest are forgotten and those samples fall back to `thread-<tid>`.
     const MAX_EXIT_NAMES: usize = 1 << 14;
@@ -1513,6 +1517,8 @@ mod imp {
                 .iter()
                 .filter_map(|&(t, s)| s.map(|s| (t, s)))
                 .filter(|&(t, s)| !known.contains(&(t, s)) && !known.contains(&(t, 0)))
+                // The recorder's own threads, whoever started them (the preload's too).
+                .filter(|&(t, _)| !crate::own_thread::is_own(t))
                 .collect();
             for batch in new.chunks(ARM_BATCH) {
                 let since = Instant::now();
@@ -1760,8 +1766,12 @@ mod imp {
             report.wall = Some(w.stats());
         }
         // A perf signal still pending on some thread would reach a restored application handler
-        // directly (finding 13): then ours stays installed; with no sampler it drops our stale
-        // signals and chains every other SIGPROF to the application's handler.
+        // directly: then ours stays installed; with no sampler it drops our stale signals and
+        // chains every other SIGPROF to the application's handler. A signal is pending only
+        // while its thread blocks SIGPROF, usually for the microseconds a handler of ours (or a
+        // chained one) runs: look again for a short while before keeping ours for good, so an
+        // application with a SIGPROF handler of its own gets it back.
+        timer::settle_quarantine(QUARANTINE_PATIENCE);
         if timer::quarantine_is_empty() {
             signal::uninstall();
         }
