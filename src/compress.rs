@@ -38,12 +38,13 @@ pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     let mut partial = zst.clone().into_os_string();
     partial.push(".part");
     let partial = PathBuf::from(partial);
-    let written = (|| {
+    // Held open through `sync_all`: in a descriptor table of its own (`fds::in_private_table`).
+    let written = crate::fds::in_private_table(|| {
         let mut f = std::fs::File::create(&partial)?;
         io::Write::write_all(&mut f, &compressed)?;
         f.sync_all()?;
         std::fs::rename(&partial, &zst)
-    })();
+    });
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(e);

@@ -18,6 +18,7 @@
 //! strong reference to the recording, and any problem it meets is logged once to stderr and never
 //! reaches the host program. `RECORDER_CONTROL=off` (or `0`) disables it.
 
+use crate::fds::Held;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Environment variable overriding the socket directory (for both the recording and clients).
 pub const ENV_DIR: &str = "RECORDER_CONTROL_DIR";
@@ -265,6 +266,8 @@ fn listen(
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| cleanup(format!("cannot restrict {}: {e}", path.display())))?;
     listener.set_nonblocking(true).map_err(|e| cleanup(format!("{}: {e}", path.display())))?;
+    // Held high and checked before each poll: the program may close every descriptor (`fds.rs`).
+    let listener = Held::new(listener).map_err(|e| cleanup(format!("{}: {e}", path.display())))?;
     let ino = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino())).ok();
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
@@ -282,11 +285,42 @@ fn listen(
     Ok(Listener { generation, pid, stop, path, thread })
 }
 
-fn serve(listener: &UnixListener, stop: &AtomicBool, repository: &Path, dump: &DumpFn) {
-    let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+/// Connections read at once at most: beyond, the oldest waiting one is closed.
+const MAX_WAITING: usize = 64;
+
+/// A connection whose request line is still being read.
+struct Waiting {
+    stream: UnixStream,
+    line: Vec<u8>,
+    deadline: Instant,
+}
+
+/// Serves every connection at once (one `poll` over the listener and the connections whose
+/// request line is incomplete), so an idle or slow peer delays no other: each has `IO_TIMEOUT`
+/// to send its line, and a line is answered as soon as it is complete.
+fn serve(listener: &Held<UnixListener>, stop: &AtomicBool, repository: &Path, dump: &DumpFn) {
+    let mut waiting: Vec<Waiting> = Vec::new();
+    let mut pfds: Vec<libc::pollfd> = Vec::new();
     while !stop.load(Ordering::Acquire) {
-        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
-        let n = unsafe { libc::poll(&mut pfd, 1, 200) };
+        let Ok(l) = listener.get() else {
+            // The program closed or replaced the listener's descriptor: its number is the
+            // program's now, never polled, accepted on or closed by us.
+            log_once("the program closed the control socket's descriptor; requests are no longer served");
+            return;
+        };
+        let now = Instant::now();
+        waiting.retain(|w| w.deadline > now);
+        let timeout = waiting.iter().map(|w| w.deadline - now).min().unwrap_or(Duration::from_millis(200));
+        let timeout = timeout.min(Duration::from_millis(200)).as_millis().max(1) as libc::c_int;
+        pfds.clear();
+        pfds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        pfds.extend(waiting.iter().map(|w| libc::pollfd {
+            fd: w.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -298,14 +332,42 @@ fn serve(listener: &UnixListener, stop: &AtomicBool, repository: &Path, dump: &D
         if n == 0 {
             continue;
         }
+        // Connections first (their indices are those of `pfds`), then the new ones.
+        for i in (0..waiting.len()).rev() {
+            if pfds[i + 1].revents == 0 {
+                continue;
+            }
+            match read_available(&mut waiting[i]) {
+                ReadState::More => {}
+                ReadState::Done => {
+                    drop(waiting.remove(i));
+                }
+                ReadState::Line(line) => {
+                    let w = waiting.remove(i);
+                    if let Err(e) = send_all(&w.stream, answer(&line, repository, dump).as_bytes()) {
+                        log_once(&format!("request: {e}"));
+                    }
+                }
+            }
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
         loop {
-            match listener.accept() {
+            match l.accept() {
                 Ok((stream, _)) => {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
-                    if let Err(e) = handle(stream, repository, dump) {
-                        log_once(&format!("request: {e}"));
+                    match admit(stream) {
+                        Ok(Some(stream)) => {
+                            if waiting.len() >= MAX_WAITING {
+                                waiting.remove(0);
+                            }
+                            waiting.push(Waiting { stream, line: Vec::new(), deadline: Instant::now() + IO_TIMEOUT });
+                        }
+                        Ok(None) => {}
+                        Err(e) => log_once(&format!("request: {e}")),
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -316,6 +378,57 @@ fn serve(listener: &UnixListener, stop: &AtomicBool, repository: &Path, dump: &D
                     break;
                 }
             }
+        }
+    }
+}
+
+/// A new connection: refused at once (before anything is read from it) unless its peer is of
+/// our user; else made non-blocking, to be read by `serve`.
+fn admit(stream: UnixStream) -> io::Result<Option<UnixStream>> {
+    stream.set_nonblocking(true)?;
+    let cred = peer_cred(&stream)?;
+    if cred.uid != uid() {
+        let _ = send_all(&stream, b"ERR permission denied\n");
+        return Ok(None);
+    }
+    Ok(Some(stream))
+}
+
+enum ReadState {
+    /// The line is not complete yet.
+    More,
+    /// The peer left, broke the rules (no line within `MAX_LINE`, not UTF-8) or failed: closed
+    /// without an answer (a peer that connects and leaves, like the listener's own wake-up, is no
+    /// problem).
+    Done,
+    /// The request line, without its newline.
+    Line(String),
+}
+
+/// Reads what `w`'s peer has sent so far, without blocking.
+fn read_available(w: &mut Waiting) -> ReadState {
+    let mut buf = [0u8; 1024];
+    loop {
+        match (&w.stream).read(&mut buf) {
+            Ok(0) => return ReadState::Done,
+            Ok(n) => {
+                let room = MAX_LINE - w.line.len();
+                let got = &buf[..n.min(room)];
+                if let Some(end) = got.iter().position(|&b| b == b'\n') {
+                    w.line.extend_from_slice(&got[..end]);
+                    return match String::from_utf8(std::mem::take(&mut w.line)) {
+                        Ok(line) => ReadState::Line(line),
+                        Err(_) => ReadState::Done,
+                    };
+                }
+                w.line.extend_from_slice(got);
+                if w.line.len() >= MAX_LINE {
+                    return ReadState::Done;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadState::More,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return ReadState::Done,
         }
     }
 }
@@ -351,27 +464,16 @@ fn read_line(stream: &UnixStream) -> io::Result<String> {
     String::from_utf8(line).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-fn handle(stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let cred = peer_cred(&stream)?;
-    if cred.uid != uid() {
-        // Refused before reading anything from it.
-        let _ = send_all(&stream, b"ERR permission denied\n");
-        return Ok(());
-    }
-    let line = match read_line(&stream) {
-        Ok(l) => l,
-        // A peer that connects and leaves (like the listener's own wake-up) is no problem.
-        Err(_) => return Ok(()),
-    };
-    let answer = if line == "PING" {
+/// The answer to request `line`.
+fn answer(line: &str, repository: &Path, dump: &DumpFn) -> String {
+    if line == "PING" {
         format!("OK {} {}\n", std::process::id(), repository.display())
     } else if let Some(path) = line.strip_prefix("DUMP ") {
         let path = Path::new(path);
         if !path.is_absolute() {
             "ERR the dump path must be absolute\n".to_owned()
+        } else if let Err(e) = dump_target_allowed(path) {
+            format!("ERR {}\n", e.replace('\n', " "))
         } else {
             match dump(path) {
                 Ok(n) => format!("OK {n}\n"),
@@ -380,8 +482,34 @@ fn handle(stream: UnixStream, repository: &Path, dump: &DumpFn) -> io::Result<()
         }
     } else {
         "ERR unknown request (expected DUMP <path> or PING)\n".to_owned()
-    };
-    send_all(&stream, answer.as_bytes())
+    }
+}
+
+/// A dump replaces its target by a rename: only a new path or an existing regular file may be
+/// replaced, never a device, a directory, a FIFO, a socket or a symlink (whatever it points to).
+fn dump_target_allowed(path: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(meta) => {
+            let t = meta.file_type();
+            let what = if t.is_symlink() {
+                "a symbolic link"
+            } else if t.is_dir() {
+                "a directory"
+            } else if t.is_char_device() || t.is_block_device() {
+                "a device"
+            } else if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            Err(format!("{} is {what}: a dump is written to a new path or over a regular file only", path.display()))
+        }
+    }
 }
 
 /// Writes all of `bytes` with `MSG_NOSIGNAL`: a peer that went away must not raise SIGPIPE in the

@@ -110,6 +110,7 @@ pub(crate) fn recording_started(unwinder: Option<crate::Unwinder>) {
     // Relaxed: see the statics.
     FRAME_POINTERS_REPORTED.store(false, Ordering::Relaxed);
     LATE_SPAN_LAYER_REPORTED.store(false, Ordering::Relaxed);
+    TAKEN_REPORTED.store(crate::fds::taken(), Ordering::Relaxed);
     PENDING.lock().clear();
     if let Some(found) = frame_pointer_probe() {
         let samples = match unwinder {
@@ -166,8 +167,37 @@ pub(crate) fn take_stack_shapes() -> (u64, u64, u64) {
     (SAMPLES.swap(0, Ordering::Relaxed), LEAF_ONLY.swap(0, Ordering::Relaxed), TRUNCATED.swap(0, Ordering::Relaxed))
 }
 
+/// `recorder.Diagnostic#code` of descriptors of the recorder's that the program closed or replaced.
+pub const DESCRIPTORS_TAKEN: &str = "descriptors-taken";
+
+const DESCRIPTORS_TAKEN_FIX: &str = "none needed: nothing was written to, read from or closed on the program's files";
+
+/// Descriptors taken already reported (`fds::taken` at the last report).
+static TAKEN_REPORTED: AtomicU64 = AtomicU64::new(0);
+
+/// Queues a diagnostic if the program closed or replaced descriptors of ours since the last
+/// report (`fds.rs`). Not said on stderr: a program that closes every descriptor may have put
+/// one of its own files at number 2.
+fn note_descriptors_taken() {
+    let taken = crate::fds::taken();
+    // Relaxed: L holders are the callers (the lock orders them).
+    let before = TAKEN_REPORTED.swap(taken, Ordering::Relaxed);
+    if taken > before {
+        let message = format!(
+            "the program closed or replaced {} of the recorder's file descriptors ({} in all): the recorder \
+             left those numbers to the program, reopened its chunk file by path and gave the threads whose \
+             sampling event was closed a new one (their samples between the close and the next thread \
+             discovery, within 100 ms, were not taken)",
+            taken - before,
+            taken
+        );
+        PENDING.lock().push(Diagnostic { code: DESCRIPTORS_TAKEN, message, fix: DESCRIPTORS_TAKEN_FIX });
+    }
+}
+
 /// Writes the diagnostics found since the last flush as `recorder.Diagnostic` events.
 pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
+    note_descriptors_taken();
     for d in std::mem::take(&mut *PENDING.lock()) {
         writer.event(builtin::DIAGNOSTIC, |e| {
             e.long(now_ticks);

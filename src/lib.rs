@@ -60,6 +60,9 @@ mod diagnostics;
 mod encoder;
 #[cfg(not(loom))]
 mod event;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod fds;
 #[cfg_attr(loom, allow(dead_code))]
 mod flush;
 #[cfg(not(loom))]

@@ -92,7 +92,9 @@ impl ChunkNames {
 /// One chunk file being written.
 #[derive(Debug)]
 pub(crate) struct ChunkFile {
-    file: File,
+    /// Held high and checked before each use (`fds.rs`): reopened by its path if the host closed
+    /// or replaced the number.
+    file: crate::fds::HeldFile,
     temp_path: PathBuf,
     path: PathBuf,
     visible: bool,
@@ -128,7 +130,23 @@ impl ChunkFile {
         // Held while the chunk is live (the lock goes with the descriptor): `repair` never touches
         // a chunk another process (perhaps in another pid namespace) is still writing.
         lock(&file, false)?;
-        Ok(ChunkFile { file, temp_path, path, visible: false })
+        Ok(ChunkFile { file: crate::fds::HeldFile::new(file)?, temp_path, path, visible: false })
+    }
+
+    /// The file, reopened by its path (same file, same lock) if the host closed or replaced our
+    /// descriptor: the bytes written so far are in the file, so nothing is lost.
+    fn file(&mut self) -> io::Result<&File> {
+        if self.file.get().is_err() {
+            let at = if self.visible { &self.path } else { &self.temp_path };
+            let reopened =
+                OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(at)?;
+            if !self.file.same_file(&reopened) {
+                return Err(io::Error::other(format!("{} was replaced by another file", at.display())));
+            }
+            lock(&reopened, false)?;
+            self.file.replace(reopened)?;
+        }
+        self.file.get()
     }
 
     /// The chunk's final path.
@@ -137,15 +155,15 @@ impl ChunkFile {
     }
 
     /// Writes `bytes` at chunk offset `offset`.
-    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(bytes, offset)
+    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file()?.write_all_at(bytes, offset)
     }
 
     /// Publishes `header` by the guard protocol, then makes the file visible under its `.jfr`
     /// name if it is not yet.
     pub fn publish(&mut self, header: &ChunkHeader) -> io::Result<()> {
         for (offset, bytes) in publish_writes(header) {
-            self.file.write_all_at(&bytes, offset)?;
+            self.file()?.write_all_at(&bytes, offset)?;
         }
         if !self.visible {
             std::fs::rename(&self.temp_path, &self.path)?;
@@ -155,15 +173,15 @@ impl ChunkFile {
     }
 
     /// Cuts the file to `size` bytes (bytes of a failed write beyond the published size).
-    pub fn truncate(&self, size: u64) -> io::Result<()> {
-        self.file.set_len(size)
+    pub fn truncate(&mut self, size: u64) -> io::Result<()> {
+        self.file()?.set_len(size)
     }
 
     /// A second handle on the file, to read its published part without the chunk-writer lock
     /// (bytes below a published size never change; the handle keeps them readable even if the
     /// file is removed meanwhile).
     pub fn reader(&self) -> io::Result<File> {
-        self.file.try_clone()
+        self.file.get()?.try_clone()
     }
 
     /// Deletes a chunk that never became visible.

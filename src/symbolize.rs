@@ -487,16 +487,23 @@ impl ObjectState {
             self.load_vdso(start, end);
             return;
         }
-        let file = File::open(&self.open_path).ok();
-        let read_at = |buf: &mut [u8], at: u64| file.as_ref()?.read_exact_at(buf, at).ok();
-        let layout = read_elf_layout(read_at).unwrap_or_default();
-        self.loads = Some(layout.loads);
-        // A separate debug file (Debian's libc6-dbg, Fedora's debuginfo packages) has the full
-        // symbol table and the DWARF at the same addresses; prefer it when present.
-        let debug_file = layout.build_id.as_deref().and_then(build_id_debug_path);
-        let from_debug_file = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
-        self.exports = exported_names(&self.open_path);
-        let loaded = from_debug_file.or_else(|| addr2line::Loader::new(&self.open_path).ok());
+        // In a descriptor table of its own: the loader keeps its file open while it parses
+        // (`fds::in_private_table`).
+        let open_path = self.open_path.clone();
+        let (loads, exports, loaded) = crate::fds::in_private_table(move || {
+            let file = File::open(&open_path).ok();
+            let read_at = |buf: &mut [u8], at: u64| file.as_ref()?.read_exact_at(buf, at).ok();
+            let layout = read_elf_layout(read_at).unwrap_or_default();
+            // A separate debug file (Debian's libc6-dbg, Fedora's debuginfo packages) has the
+            // full symbol table and the DWARF at the same addresses; prefer it when present.
+            let debug_file = layout.build_id.as_deref().and_then(build_id_debug_path);
+            let from_debug_file = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
+            let exports = exported_names(&open_path);
+            let loaded = from_debug_file.or_else(|| addr2line::Loader::new(&open_path).ok());
+            (layout.loads, exports, loaded)
+        });
+        self.loads = Some(loads);
+        self.exports = exports;
         self.loader = match loaded {
             Some(loader) => LoadState::Loaded(Box::new(loader)),
             None => LoadState::Failed,

@@ -335,3 +335,89 @@ fn child_records_until_killed() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Peers that connect and send nothing (or half a line) delay no other: a PING sent behind three
+/// of them is answered while they are still connected (the listener used to serve one connection
+/// at a time, waiting up to 5 s for each line, and closed each idle peer before it read the next).
+#[test]
+fn idle_peers_delay_no_other() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let _guard = serial();
+    std::env::remove_var(control::ENV_DIR);
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    let socket = control::socket_dir().join(format!("{}.sock", std::process::id()));
+    let mut idle: Vec<UnixStream> = (0..3).map(|_| UnixStream::connect(&socket).unwrap()).collect();
+    idle[2].write_all(b"PI").unwrap();
+    let mut ping = UnixStream::connect(&socket).unwrap();
+    // Only a guard against a hang: the test asserts the order of events, not a duration.
+    ping.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    ping.write_all(b"PING\n").unwrap();
+    let mut answer = String::new();
+    ping.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with(&format!("OK {} ", std::process::id())), "{answer:?}");
+    // The idle peers are still connected, waiting for their answer: none was closed first.
+    for (i, peer) in idle.iter_mut().enumerate() {
+        peer.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        match peer.read(&mut byte) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("idle peer {i} was served or closed before the PING behind it: {other:?}"),
+        }
+    }
+    // The half-sent line is completed later and answered.
+    idle[2].set_nonblocking(false).unwrap();
+    idle[2].set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    idle[2].write_all(b"NG\n").unwrap();
+    let mut late = String::new();
+    idle[2].read_to_string(&mut late).unwrap();
+    assert!(late.starts_with("OK "), "{late:?}");
+    drop(idle);
+    rec.stop().unwrap();
+}
+
+/// A dump replaces its target by a rename: a FIFO, a directory, a symlink (to anything) or a
+/// device is refused with an error that names it, and left as it was (`DUMP /dev/full` used to
+/// replace the device node with a regular file).
+#[test]
+fn dump_refuses_targets_that_are_not_regular_files() {
+    use std::os::unix::fs::FileTypeExt;
+    let _guard = serial();
+    std::env::remove_var(control::ENV_DIR);
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder().repository(base.path()).start().unwrap();
+    Ctl { seq: 1 }.commit();
+    let pid = std::process::id();
+    let targets = tempfile::tempdir().unwrap();
+    let fifo = targets.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let dir = targets.path().join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    let link = targets.path().join("link");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    let regular_link = targets.path().join("regular-link");
+    let regular = targets.path().join("regular.jfr");
+    std::fs::write(&regular, b"old").unwrap();
+    std::os::unix::fs::symlink(&regular, &regular_link).unwrap();
+    for (path, what) in
+        [(&fifo, "a FIFO"), (&dir, "a directory"), (&link, "a symbolic link"), (&regular_link, "a symbolic link")]
+    {
+        match control::request_dump(pid, path) {
+            Err(ControlError::Remote { message }) => assert!(message.contains(what), "{}: {message}", path.display()),
+            other => panic!("{}: expected a refusal, got {other:?}", path.display()),
+        }
+    }
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink was replaced");
+    // A regular file and a new path are written.
+    control::request_dump(pid, &regular).unwrap();
+    assert_eq!(jfr_summary_count(&regular, "test.Ctl"), 1);
+    let new = targets.path().join("new.jfr");
+    control::request_dump(pid, &new).unwrap();
+    assert_eq!(jfr_summary_count(&new, "test.Ctl"), 1);
+    rec.stop().unwrap();
+}

@@ -262,25 +262,6 @@ fn stop_keeps_a_sigprof_handler_installed_while_recording() {
     assert_eq!(now, app_handler_a as *const () as usize, "stop did not restore the previous handler");
 }
 
-/// The sum of `eventfd-count` over the process's eventfds (the sampler's wakeup is one).
-fn eventfd_counts() -> u64 {
-    let mut sum = 0;
-    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let is_eventfd = std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("[eventfd]"));
-        if !is_eventfd {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", e.file_name().to_string_lossy()));
-        if let Some(v) = info.ok().and_then(|i| {
-            i.lines()
-                .find_map(|l| l.strip_prefix("eventfd-count:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
-        }) {
-            sum += v;
-        }
-    }
-    sum
-}
-
 /// Finding 10: when a retirement asks for the recorder to be woken (its buffers went to the full
 /// queue), the wakeup is posted. Here: a registration whose timer cannot be created
 /// (RLIMIT_SIGPENDING 0 makes timer_create fail with EAGAIN) retires its slot again; before, the
@@ -292,7 +273,7 @@ fn a_retirement_that_needs_the_recorder_wakes_it() {
     let sampler = Arc::new(sampler);
     // Nothing is pending: the wakeup counter is 0 and the flag clear.
     sampler.wait_pending(Duration::ZERO);
-    let posted_before = eventfd_counts();
+    let posted_before = sampler.stats().wakeups;
     let r = std::thread::spawn({
         let sampler = sampler.clone();
         move || {
@@ -311,7 +292,7 @@ fn a_retirement_that_needs_the_recorder_wakes_it() {
     .join()
     .unwrap();
     assert!(r.is_err(), "timer_create must fail without a signal queue entry");
-    let posted = eventfd_counts() - posted_before;
+    let posted = sampler.stats().wakeups - posted_before;
     assert!(posted >= 1, "the retirement asked for the recorder but posted no wakeup");
     assert!(sampler.wait_pending(Duration::ZERO), "the retired slot's buffers are work for drain_full");
     sampler.drain_full(&mut locked, &mut |_| {});

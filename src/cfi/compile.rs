@@ -77,19 +77,25 @@ fn with_eh_frame<R>(
     path: &str,
     f: impl FnOnce(&[u8], &BaseAddresses) -> Result<R, CompileError>,
 ) -> Result<R, CompileError> {
-    let file = std::fs::File::open(path).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
-    let cache = object::ReadCache::new(file);
-    let obj = object::File::parse(&cache).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
-    let section = obj.section_by_name(".eh_frame").ok_or(CompileError::NoEhFrame)?;
-    let data = section.data().map_err(|e| CompileError::File(format!("{path}: {e}")))?;
-    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-    if let Some(text) = obj.section_by_name(".text") {
-        bases = bases.set_text(text.address());
-    }
-    if let Some(got) = obj.section_by_name(".got") {
-        bases = bases.set_got(got.address());
-    }
-    f(data, &bases)
+    // The file is read in a descriptor table of the reader's own (`fds::in_private_table`): a
+    // program that closes or `dup2`s over every number meanwhile keeps its files, and the bytes
+    // are compiled after the file is closed.
+    let (data, bases) = crate::fds::in_private_table(|| {
+        let file = std::fs::File::open(path).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
+        let cache = object::ReadCache::new(file);
+        let obj = object::File::parse(&cache).map_err(|e| CompileError::File(format!("{path}: {e}")))?;
+        let section = obj.section_by_name(".eh_frame").ok_or(CompileError::NoEhFrame)?;
+        let data = section.data().map_err(|e| CompileError::File(format!("{path}: {e}")))?.to_vec();
+        let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+        if let Some(text) = obj.section_by_name(".text") {
+            bases = bases.set_text(text.address());
+        }
+        if let Some(got) = obj.section_by_name(".got") {
+            bases = bases.set_got(got.address());
+        }
+        Ok((data, bases))
+    })?;
+    f(&data, &bases)
 }
 
 /// One FDE: its start and end (file addresses) and its rows (absolute file address, rule).
@@ -283,17 +289,19 @@ impl Compiler {
 /// segment's file offset need not be page-aligned while the mapping's is, so the mapping may also
 /// start inside the previous (read-only) segment's range: that one must not be taken.
 fn load_bias(path: &str, start: usize, offset: u64) -> Option<usize> {
-    let file = std::fs::File::open(path.strip_suffix(" (deleted)").unwrap_or(path)).ok()?;
-    let cache = object::ReadCache::new(file);
-    let obj = object::File::parse(&cache).ok()?;
-    for seg in obj.segments() {
+    let segments = crate::fds::in_private_table(|| {
+        let file = std::fs::File::open(path.strip_suffix(" (deleted)").unwrap_or(path)).ok()?;
+        let cache = object::ReadCache::new(file);
+        let obj = object::File::parse(&cache).ok()?;
+        Some(obj.segments().map(|seg| (seg.flags(), seg.file_range(), seg.address())).collect::<Vec<_>>())
+    })?;
+    for (flags, (foff, fsize), vaddr) in segments {
         let executable =
-            matches!(seg.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0);
-        let (foff, fsize) = seg.file_range();
+            matches!(flags, object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0);
         if executable && offset >= foff & !0xfff && offset < foff + fsize.max(1) {
             // p_vaddr and p_offset agree modulo the page size: the mapping's first byte is at
             // file address p_vaddr - p_offset + offset.
-            let vaddr = seg.address().wrapping_sub(foff).wrapping_add(offset);
+            let vaddr = vaddr.wrapping_sub(foff).wrapping_add(offset);
             return Some(start.wrapping_sub(vaddr as usize));
         }
     }

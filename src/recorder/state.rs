@@ -602,15 +602,12 @@ impl State {
 /// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left
 /// out).
 fn read_thread_cpu() -> Vec<ThreadCpu> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    // Not std's read_dir: its closedir panics on a descriptor the host closed (`fds.rs`).
+    let Ok((tids, _)) = crate::fds::numeric_entries("/proc/self/task") else { return Vec::new() };
     let mut out = Vec::new();
     let mut buf = String::new();
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        buf.clear();
-        let read = std::fs::File::open(format!("/proc/self/task/{tid}/stat"))
-            .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut buf));
-        if read.is_err() {
+    for tid in tids {
+        if crate::fds::read_to_string(&format!("/proc/self/task/{tid}/stat"), &mut buf).is_err() {
             continue;
         }
         let Some(comm) = crate::thread::stat_comm(&buf) else { continue };

@@ -240,6 +240,8 @@ mod imp {
         /// Signals of a perf event that was disarmed before they were delivered (dropped: they
         /// are no sample of a recorded thread).
         pub stale: u64,
+        /// Recorder wakeups posted (handlers and retirements asking for `drain_full`).
+        pub wakeups: u64,
         /// Threads refused a slot when they started or registered (every slot taken): each is
         /// also reported by [`Sampler::take_refused`] (discovery may still sample it later).
         pub refused: u64,
@@ -348,7 +350,9 @@ mod imp {
         pub(super) core: Core,
         /// perf fd -> slot index + 1 (0: none). Written in normal context before the fd is enabled.
         fd_slots: Box<[AtomicU32]>,
-        wake_fd: libc::c_int,
+        /// The recorder wakeup: a futex word the handler bumps (no descriptor: the host may close
+        /// or reuse any number, see `fds.rs`). Std's atomic: the kernel reads it.
+        wake: std::sync::atomic::AtomicU32,
         /// Frames kept per sample: innermost `inner`, outermost `outer` (each <= 2048, not both 0).
         pub(super) depth: DepthPolicy,
         /// Per-slot walk scratch, `depth.inner + depth.outer` words per slot: the innermost frames
@@ -471,17 +475,21 @@ mod imp {
             self.stale.fetch_add(1, Ordering::Relaxed);
         }
 
-        /// Posts the recorder wakeup: one 8-byte `write` to the eventfd.
+        /// Posts the recorder wakeup: bumps the futex word and wakes its waiter.
         ///
         /// # Signal safety
-        /// The raw `write(2)` syscall (glibc's `write` is a cancellation point); the eventfd is
-        /// non-blocking.
+        /// One atomic RMW and the raw `futex` syscall on our own memory: no descriptor, so nothing
+        /// the host closed or reused can be written to.
         #[inline]
         pub(super) fn post_wake(&self) {
-            let one: u64 = 1;
-            // SAFETY: `wake_fd` is our eventfd, open until `Shared` is dropped after stop's grace
-            // period; `one` is 8 readable bytes.
-            unsafe { libc::syscall(libc::SYS_write, self.wake_fd, (&one as *const u64).cast::<u8>(), 8usize) };
+            // Release: pairs with the Acquire load in `wait_pending`; what the waker published
+            // (the pending flag) is seen by a waiter that sees the new value.
+            self.wake.fetch_add(1, std::sync::atomic::Ordering::Release);
+            // SAFETY: FUTEX_WAKE on a live u32 of ours (Shared outlives every handler, stop's
+            // grace period); no other pointer argument is read.
+            unsafe {
+                libc::syscall(libc::SYS_futex, self.wake.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1)
+            };
         }
 
         /// Retires `slot` on its owner's thread (normal context) and posts the wakeup if asked
@@ -585,17 +593,27 @@ mod imp {
             }
         }
 
+        /// Re-arms every thread whose perf event's number no longer names it (the program closed
+        /// or replaced it, `fds.rs`): the old number is forgotten, never closed, and a new event
+        /// is opened. Normal context; takes the registry lock.
+        fn rearm_taken(&self) {
+            let mut reg = self.registry.lock();
+            for (slot, entry) in reg.entries.iter_mut().enumerate() {
+                let Some(e) = entry.as_mut().filter(|e| !e.retiring) else { continue };
+                if e.source.as_ref().is_none_or(timer::source_intact) {
+                    continue;
+                }
+                if let Some(old) = e.source.take() {
+                    self.disarm(old, e.tid);
+                }
+                e.source = self.arm(e.tid, slot).ok();
+            }
+        }
+
         /// [`Shared::disarm`] on the thread `tid` itself (`timer::disarm_own`: no /proc read).
         fn disarm_own(&self, source: Source, tid: u32) {
             self.unmap_fds(&source);
             timer::disarm_own(source, tid);
-        }
-    }
-
-    impl Drop for Shared {
-        fn drop(&mut self) {
-            // SAFETY: our eventfd; no handler can run any more (stop's grace period).
-            unsafe { libc::close(self.wake_fd) };
         }
     }
 
@@ -692,9 +710,7 @@ mod imp {
     }
 
     pub(super) fn task_stat(tid: u32, buf: &mut String) -> io::Result<TaskStat> {
-        use std::io::Read;
-        buf.clear();
-        std::fs::File::open(format!("/proc/self/task/{tid}/stat"))?.read_to_string(buf)?;
+        crate::fds::read_to_string(&format!("/proc/self/task/{tid}/stat"), buf)?;
         parse_task_stat(buf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable stat"))
     }
 
@@ -763,23 +779,18 @@ mod imp {
 
     fn list_tasks() -> TaskListing {
         let mut out = TaskListing::default();
-        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        // Not std's read_dir: its closedir panics on a descriptor the host closed (`fds.rs`).
+        let Ok((tids, complete)) = crate::fds::numeric_entries("/proc/self/task") else {
             return out;
         };
         let mut buf = String::new();
-        out.complete = true;
-        for e in dir {
-            let Ok(e) = e else {
-                out.complete = false;
-                break;
-            };
-            if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                let stat = task_stat(tid, &mut buf).ok();
-                if stat.is_some() {
-                    out.names.extend(crate::thread::stat_comm(&buf).map(|n| (tid, n.to_owned())));
-                }
-                out.threads.push((tid, stat.map(|s| s.start_time)));
+        out.complete = complete;
+        for tid in tids {
+            let stat = task_stat(tid, &mut buf).ok();
+            if stat.is_some() {
+                out.names.extend(crate::thread::stat_comm(&buf).map(|n| (tid, n.to_owned())));
             }
+            out.threads.push((tid, stat.map(|s| s.start_time)));
         }
         out
     }
@@ -1195,11 +1206,6 @@ mod imp {
                 }
                 SamplingMode::CpuTimer => SamplingMode::CpuTimer,
             };
-            // SAFETY: plain syscall wrapper.
-            let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            if wake_fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
             let mut nofile = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             // SAFETY: valid out pointer.
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut nofile) };
@@ -1218,7 +1224,7 @@ mod imp {
             let shared = Box::new(Shared {
                 core,
                 fd_slots: (0..fd_len).map(|_| AtomicU32::new(0)).collect(),
-                wake_fd,
+                wake: std::sync::atomic::AtomicU32::new(0),
                 depth,
                 scratch: (0..nslots * (depth.inner + depth.outer)).map(|_| AtomicU64::new(0)).collect(),
                 pid: getpid(),
@@ -1609,6 +1615,9 @@ mod imp {
                     }
                 }
             }
+            // 6b. Threads whose perf event the program closed (or whose number it replaced) get a
+            // new one: a program that closes every descriptor keeps its threads sampled.
+            shared.rearm_taken();
             // 7. Spares for everyone (pool lock only), and perf fds whose last signal is in.
             shared.core.refill_spares();
             timer::release_quarantine();
@@ -1644,19 +1653,25 @@ mod imp {
         /// `drain_full`. Call without holding L.
         pub fn wait_pending(&self, timeout: Duration) -> bool {
             let shared = self.shared();
+            // Acquire: pairs with the Release bump in `post_wake`: a wakeup posted after this load
+            // changes the word, and the wait below returns at once.
+            let seen = shared.wake.load(std::sync::atomic::Ordering::Acquire);
             if !shared.core.take_pending() {
-                let mut pfd = libc::pollfd { fd: shared.wake_fd, events: libc::POLLIN, revents: 0 };
                 let ts = libc::timespec {
                     tv_sec: timeout.as_secs() as libc::time_t,
                     tv_nsec: timeout.subsec_nanos() as libc::c_long,
                 };
-                // SAFETY: one valid pollfd, valid timespec, no signal mask change.
-                let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-                if rc > 0 {
-                    let mut v: u64 = 0;
-                    // SAFETY: reads 8 bytes into `v` from our non-blocking eventfd.
-                    unsafe { libc::read(shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
-                }
+                // SAFETY: FUTEX_WAIT on our live u32 with a valid relative timeout; it returns on
+                // a wake, a timeout, a signal, or at once if the word is no longer `seen`.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        shared.wake.as_ptr(),
+                        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                        seen,
+                        &ts as *const libc::timespec,
+                    )
+                };
                 if !shared.core.take_pending() {
                     shared.core.refill_spares();
                     return false;
@@ -1705,6 +1720,8 @@ mod imp {
             unattributed: core.unattributed(),
             // Relaxed: statistics.
             stale: shared.stale.load(Ordering::Relaxed),
+            // Relaxed: statistics.
+            wakeups: u64::from(shared.wake.load(std::sync::atomic::Ordering::Relaxed)),
             // Relaxed: statistics.
             refused: shared.refused.load(Ordering::Relaxed),
             wall: shared.wall.as_ref().map(|w| w.stats()),

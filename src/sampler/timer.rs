@@ -51,6 +51,7 @@
 //! handler makes besides the recorder wakeup, once per thread.
 
 use super::signal::{MARK_CPU, MARK_WALL, PERF_FDS, TIMER_TAG};
+use crate::fds::{self, Identity};
 use crate::sync::Ordering;
 use libc::c_int;
 use std::io;
@@ -59,8 +60,14 @@ use std::time::Duration;
 /// Perf fds disabled and closed, their numbers held by the placeholder until their thread `u32`
 /// has no SIGPROF pending. Normal context only.
 static QUARANTINE: crate::fork::ForkSafeMutex<Vec<(c_int, u32)>> = crate::fork::ForkSafeMutex::new(Vec::new());
-/// An fd on /dev/null, opened once, dup'ed over the numbers of closed perf events.
-static PLACEHOLDER: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+/// A memfd of ours (a file no one else has: its identity tells it from any file of the host's),
+/// dup'ed over the numbers of closed perf events; reopened if the host closed it.
+static PLACEHOLDER: crate::fork::ForkSafeMutex<Option<(c_int, Identity)>> = crate::fork::ForkSafeMutex::new(None);
+/// The kernel's id of the perf event each fd number of ours was opened for
+/// (`PERF_EVENT_IOC_ID`): a number the host closed or replaced answers another id or none, and is
+/// then neither disabled nor closed by us (`fds.rs`).
+static PERF_IDS: crate::fork::ForkSafeMutex<std::collections::BTreeMap<c_int, u64>> =
+    crate::fork::ForkSafeMutex::new(std::collections::BTreeMap::new());
 
 const F_SETSIG: c_int = 10;
 const F_SETOWN_EX: c_int = 15;
@@ -71,6 +78,8 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+/// `_IOR('$', 7, __u64 *)`.
+const PERF_EVENT_IOC_ID: libc::c_ulong = 0x8008_2407;
 /// User CPU time after which an armed wall request fires: the kernel's floor for hrtimer-driven
 /// software events (`perf_swevent_init_hrtimer` raises smaller periods to 10 µs).
 const WALL_TRIGGER: Duration = Duration::from_micros(10);
@@ -175,7 +184,50 @@ fn perf_open_marked(tid: u32, period: Duration, kind: u8) -> io::Result<c_int> {
     // Release: pairs with the Acquire load in `signal::perf_fd_kind`; stored before the event
     // is enabled, so every signal it sends finds the mark.
     mark.store(kind, Ordering::Release);
+    // A kernel without PERF_EVENT_IOC_ID (before 3.12): the number is trusted, as before.
+    PERF_IDS.lock().insert(fd, perf_id(fd).unwrap_or(UNVERIFIABLE));
     Ok(fd)
+}
+
+/// `PERF_IDS` entry of an event whose id the kernel would not tell.
+const UNVERIFIABLE: u64 = u64::MAX;
+
+/// The kernel's id of the perf event `fd` names, if it names one.
+fn perf_id(fd: c_int) -> Option<u64> {
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes a u64 through the pointer; other files refuse the request
+    // (its type byte is perf's).
+    (unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID, &mut id as *mut u64) } == 0).then_some(id)
+}
+
+/// Whether every perf event of `source` still has the number we opened it at (no side effect).
+pub(super) fn source_intact(source: &Source) -> bool {
+    let intact = |fd: c_int| match PERF_IDS.lock().get(&fd).copied() {
+        Some(UNVERIFIABLE) => true,
+        Some(id) => perf_id(fd) == Some(id),
+        None => false,
+    };
+    match source {
+        Source::Timer(_) => true,
+        Source::Perf(fd) => intact(*fd),
+        Source::Wall { cpu, fd } => intact(*fd) && cpu.as_deref().is_none_or(source_intact),
+    }
+}
+
+/// Whether `fd` still names the perf event we opened at that number; forgets the number if not
+/// (the host closed or replaced it: its event went with it, and the number is the host's).
+fn still_ours(fd: c_int) -> bool {
+    let mut ids = PERF_IDS.lock();
+    let ours = match ids.get(&fd) {
+        Some(&UNVERIFIABLE) => true,
+        Some(&id) => perf_id(fd) == Some(id),
+        None => false,
+    };
+    if !ours {
+        ids.remove(&fd);
+        fds::count_taken();
+    }
+    ours
 }
 
 fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
@@ -202,7 +254,9 @@ fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
             PERF_FLAG_FD_CLOEXEC,
         )
     };
-    cvt(fd as c_int)
+    // High: the host's own opens rarely reach the number (`fds.rs`). Before any routing: the
+    // signal carries the number the event was routed with.
+    cvt(fd as c_int).map(fds::move_high)
 }
 
 /// Routes the perf event's overflow signal to `tid` as SIGPROF and enables it.
@@ -338,12 +392,17 @@ pub(super) fn disarm(source: Source, tid: u32) {
             disarm(Source::Perf(fd), tid);
         }
         Source::Perf(fd) => {
+            if !still_ours(fd) {
+                forget_number(fd);
+                return;
+            }
             // SAFETY: `fd` is a perf event fd we own.
             unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
             let placeholder = placeholder();
             // SAFETY: both fds are ours; dup3 closes the perf event's file (its last reference)
             // before it returns and leaves `fd` naming the placeholder.
             if placeholder >= 0 && unsafe { libc::dup3(placeholder, fd, libc::O_CLOEXEC) } == fd {
+                PERF_IDS.lock().remove(&fd);
                 QUARANTINE.lock().push((fd, tid));
             } else {
                 unmark_and_close(fd);
@@ -371,6 +430,10 @@ pub(super) fn disarm_own(source: Source, tid: u32) {
         disarm(source, tid);
         return;
     };
+    if !still_ours(fd) {
+        forget_number(fd);
+        return;
+    }
     // No PERF_EVENT_IOC_DISABLE first: the event counts this thread's user time only, and the
     // thread is in the kernel until `dup3` has closed it, so it cannot overflow in between.
     let placeholder = placeholder();
@@ -379,6 +442,7 @@ pub(super) fn disarm_own(source: Source, tid: u32) {
         unmark_and_close(fd);
         return;
     }
+    PERF_IDS.lock().remove(&fd);
     // SAFETY: zeroed is a valid sigset_t; sigpending writes it.
     let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -390,11 +454,43 @@ pub(super) fn disarm_own(source: Source, tid: u32) {
     }
 }
 
+/// The placeholder's fd (-1 if none can be made): the one we made, if its number still names it,
+/// else a new one (the host closed ours).
 fn placeholder() -> c_int {
-    *PLACEHOLDER.get_or_init(|| {
-        // SAFETY: plain open of a path we pass as a C string.
-        unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
-    })
+    let mut held = PLACEHOLDER.lock();
+    if let Some((fd, id)) = *held {
+        if fds::identity(fd) == Some(id) {
+            return fd;
+        }
+        fds::count_taken();
+    }
+    // SAFETY: a NUL-terminated name and flags; creates an empty anonymous file of ours.
+    let fd = unsafe { libc::memfd_create(c"recorder-placeholder".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        *held = None;
+        return -1;
+    }
+    let fd = fds::move_high(fd);
+    *held = fds::identity(fd).map(|id| (fd, id));
+    if held.is_some() {
+        fd
+    } else {
+        -1
+    }
+}
+
+/// Whether `fd` names our placeholder (a quarantined number the host did not take).
+fn is_placeholder(fd: c_int) -> bool {
+    let held = *PLACEHOLDER.lock();
+    held.is_some_and(|(_, id)| fds::identity(fd) == Some(id))
+}
+
+/// Gives up a number the host took: unmarked (a signal carrying it is not ours), never closed.
+fn forget_number(fd: c_int) {
+    if let Some(mark) = PERF_FDS.get(fd as usize) {
+        // Relaxed: the event of ours that had this number is gone with the host's close.
+        mark.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Releases quarantined fd numbers whose thread has no SIGPROF pending any more (or is dead).
@@ -409,7 +505,12 @@ pub(super) fn release_quarantine() {
         if sigprof_may_be_pending(tid, &mut buf) {
             return true;
         }
-        unmark_and_close(fd);
+        if is_placeholder(fd) {
+            unmark_and_close(fd);
+        } else {
+            fds::count_taken();
+            forget_number(fd);
+        }
         false
     });
 }
@@ -437,9 +538,18 @@ pub(super) fn forget_locks_in_child() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
         unsafe { QUARANTINE.release_after_fork(true) };
     }
+    if PLACEHOLDER.is_locked() {
+        // SAFETY: as above.
+        unsafe { PLACEHOLDER.release_after_fork(true) };
+    }
+    if PERF_IDS.is_locked() {
+        // SAFETY: as above.
+        unsafe { PERF_IDS.release_after_fork(true) };
+    }
 }
 
 fn unmark_and_close(fd: c_int) {
+    PERF_IDS.lock().remove(&fd);
     if let Some(mark) = PERF_FDS.get(fd as usize) {
         // Relaxed: no signal carrying this number can be pending (the caller checked), and the
         // number is not reused before the close below.
@@ -452,16 +562,13 @@ fn unmark_and_close(fd: c_int) {
 /// Whether thread `tid` may still have a SIGPROF pending: true unless it is dead or its `SigPnd`
 /// says none (unreadable: true).
 fn sigprof_may_be_pending(tid: u32, buf: &mut String) -> bool {
-    use std::io::Read;
     // SAFETY: signal 0 only checks that the target exists.
     let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
     if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         // A dead thread's pending signals died with it.
         return false;
     }
-    buf.clear();
-    let read = std::fs::File::open(format!("/proc/self/task/{tid}/status")).and_then(|mut f| f.read_to_string(buf));
-    if read.is_err() {
+    if fds::read_to_string(&format!("/proc/self/task/{tid}/status"), buf).is_err() {
         return true;
     }
     let Some(mask) =
