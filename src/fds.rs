@@ -181,14 +181,9 @@ pub(crate) fn in_private_table<R: Send, F: FnOnce() -> R + Send>(f: F) -> R {
     let slot = std::sync::Mutex::new(Some(f));
     let take = || slot.lock().unwrap_or_else(|e| e.into_inner()).take();
     let result = std::thread::scope(|scope| {
-        let handle = std::thread::Builder::new().name("recorder-load".into()).spawn_scoped(scope, || {
-            // SAFETY: a full signal set blocked on this thread only: the program's signals are
-            // never handled here.
-            unsafe {
-                let mut all: libc::sigset_t = std::mem::zeroed();
-                libc::sigfillset(&mut all);
-                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-            }
+        // One of the recorder's own threads: never sampled (a perf event armed on it would stay
+        // in the shared table, out of its reach at exit), signals blocked from its start.
+        let handle = crate::own_thread::spawn_scoped(scope, "recorder-load", || {
             crate::alloc::exclude_current_thread();
             // SAFETY: this thread leaves the shared table for a copy of its own, then closes
             // every descriptor of the copy (the program's files stay open in its own table).

@@ -56,20 +56,46 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    while_spawning(|| {
+        std::thread::Builder::new().name(name.into()).spawn(move || {
+            let _listed = OwnTid::list();
+            f()
+        })
+    })
+}
+
+/// [`spawn`] for a scoped thread (one that borrows from its caller).
+pub(crate) fn spawn_scoped<'scope, 'env, F, T>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: F,
+) -> io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    while_spawning(|| {
+        std::thread::Builder::new().name(name.into()).spawn_scoped(scope, move || {
+            let _listed = OwnTid::list();
+            f()
+        })
+    })
+}
+
+/// Runs `create` (which creates one thread) with every asynchronous signal blocked and
+/// [`spawning`] true in the calling thread, then restores both.
+fn while_spawning<R>(create: impl FnOnce() -> R) -> R {
     let blocked = asynchronous_signals();
     // SAFETY: zeroed is a valid sigset_t for pthread_sigmask to overwrite.
     let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: valid sets; changes only this thread's mask, restored below.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &blocked, &mut previous) };
     let was = SPAWNING.try_with(|s| s.replace(true)).unwrap_or(false);
-    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
-        let _listed = OwnTid::list();
-        f()
-    });
+    let created = create();
     let _ = SPAWNING.try_with(|s| s.set(was));
     // SAFETY: the mask this thread had on entry.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
-    spawned
+    created
 }
 
 /// Whether the calling thread is creating one of the recorder's own threads: for the
@@ -99,8 +125,7 @@ impl OwnTid {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         // AcqRel: a free entry claimed by one thread only; pairs with the Release store of `drop`.
-        let entry =
-            OWN_TIDS.iter().find(|t| t.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        let entry = OWN_TIDS.iter().find(|t| t.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
         OwnTid(entry)
     }
 }
