@@ -74,6 +74,39 @@ pub(crate) fn move_high(fd: libc::c_int) -> libc::c_int {
     high
 }
 
+/// The base [`move_high_or_close`] holds to: [`high_base`] when first asked (at the recording's
+/// start, before the program could lower its descriptor limit); 0 until then.
+static FIRST_HIGH_BASE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// [`move_high`] for descriptors the recorder can do without (a thread's perf event has a POSIX
+/// timer as its fallback): moved at or above the base the recording started with, or closed and
+/// an error. A program that lowered its descriptor limit below that base (a daemon's
+/// `setrlimit(RLIMIT_NOFILE, 16)`) keeps every number below its limit for itself.
+pub(crate) fn move_high_or_close(fd: libc::c_int) -> io::Result<libc::c_int> {
+    // Relaxed: a number, the same whichever thread computes it first.
+    let mut base = FIRST_HIGH_BASE.load(Ordering::Relaxed);
+    if base == 0 {
+        base = high_base();
+        // Relaxed: as above; a racing first computation stores an equal or near value.
+        let _ = FIRST_HIGH_BASE.compare_exchange(0, base, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    if fd >= base {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; it takes an integer argument.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, base) };
+    let error = io::Error::last_os_error();
+    // SAFETY: `fd` is ours; nothing else holds its number (duplicated above, or given up).
+    unsafe { libc::close(fd) };
+    if high < 0 {
+        return Err(io::Error::new(
+            error.kind(),
+            format!("no descriptor number at or above {base} (the program's descriptor limit is lower): {error}"),
+        ));
+    }
+    Ok(high)
+}
+
 /// A file's identity: (`st_dev`, `st_ino`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Identity {

@@ -254,9 +254,10 @@ fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
             PERF_FLAG_FD_CLOEXEC,
         )
     };
-    // High: the host's own opens rarely reach the number (`fds.rs`). Before any routing: the
-    // signal carries the number the event was routed with.
-    cvt(fd as c_int).map(fds::move_high)
+    // High: the host's own opens rarely reach the number (`fds.rs`), and none below it is ever
+    // taken from the host (the thread gets a POSIX CPU timer instead, which needs no descriptor).
+    // Before any routing: the signal carries the number the event was routed with.
+    cvt(fd as c_int).and_then(fds::move_high_or_close)
 }
 
 /// Routes the perf event's overflow signal to `tid` as SIGPROF and enables it.
