@@ -22,8 +22,12 @@ extern "C" {
 /// The file name the loader gives the library; `LD_PRELOAD` entries ending in it are ours.
 pub const LIBRARY_FILE_NAME: &str = "librecorder_preload.so";
 
+/// Set by an exec of the recorded process for the new image: `PID:DIR`, the recording
+/// directory its recording continues (only in process PID: a child that inherits it does not).
+pub const ENV_CONTINUE: &str = "RECORDER_CONTINUE";
+
 /// Variables removed whole.
-const OURS: [&str; 3] = ["RECORDER_OPTIONS", "RECORDER_PRELOAD", crate::exec::ENV_CONTINUE];
+const OURS: [&str; 3] = ["RECORDER_OPTIONS", "RECORDER_PRELOAD", ENV_CONTINUE];
 
 /// What `LD_PRELOAD` keeps once our entries are gone (`None`: nothing is left). Entries are
 /// separated by spaces or colons, as the loader reads them.

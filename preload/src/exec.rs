@@ -40,6 +40,7 @@
 //! An exec that is bound to fail (no such file, not executable) is passed through without
 //! stopping anything: shells and Python's `os.execvp` try every `PATH` entry in turn.
 
+use crate::environ::ENV_CONTINUE;
 use crate::{OPTIONS, OWNER_PID, RECORDING, RECORDING_ACTIVE};
 use libc::{c_char, c_int};
 use std::ffi::{CStr, CString, OsStr};
@@ -47,10 +48,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-
-/// Set by an exec of the recorded process for the new image: `PID:DIR`, the recording
-/// directory its recording continues (only in process PID: a child that inherits it does not).
-pub const ENV_CONTINUE: &str = "RECORDER_CONTINUE";
 
 extern "C" {
     static mut environ: *mut *mut c_char;

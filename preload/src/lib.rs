@@ -96,7 +96,7 @@ extern "C" fn constructor() {
         }
         // Never inherited: it names this process's recording.
         // SAFETY: as above.
-        unsafe { environ::remove_variable(exec::ENV_CONTINUE) };
+        unsafe { environ::remove_variable(environ::ENV_CONTINUE) };
         let _ = OPTIONS.set(options);
     });
 }

@@ -224,19 +224,8 @@ pub(crate) struct AllocConfig {
 /// Records of a recording's pool at the default interval: 1024 (about 1 MiB at the default
 /// depth of 128 frames). At 512 KiB a process allocating 1 GB/s takes ~2000 samples/s per core;
 /// the flusher is woken at each quarter of the pool taken (early flushes are at least 20 ms
-/// apart), and when a sample needs a record of the reserve ([`reserve_for`]).
+/// apart), and when a sample needs a record of the reserve ([`super::pool::reserve_for`]).
 pub(crate) const DEFAULT_RECORDS: usize = 1024;
-
-/// Address space a pool's reserve may take: 64 MiB (memory only for the records a burst writes).
-const RESERVE_BYTES: usize = 64 << 20;
-
-/// Records of the reserve behind a pool of `base` records of `record_words` words: the samples a
-/// flusher that falls behind (a loaded machine, a flush slowed by deep stacks) leaves in the pool
-/// go there rather than being lost. 31 times the base (31 744 records, 16 GiB allocated at the
-/// default interval, 8 s of 1 GB/s on two cores), at most 64 MiB, and never less than the base.
-pub(crate) fn reserve_for(base: usize, record_words: usize) -> usize {
-    (RESERVE_BYTES / (record_words.max(1) * 8)).clamp(base, base.saturating_mul(31))
-}
 
 /// Records for `interval`: a smaller interval takes proportionally more samples, so the pool
 /// grows with it (to 8192 records, about 8 MiB at the default depth).

@@ -83,7 +83,7 @@ impl Active {
             pool: Pool::new(
                 records,
                 RECORD_HEADER_WORDS + inner + outer,
-                super::allocator::reserve_for(records, RECORD_HEADER_WORDS + inner + outer),
+                super::pool::reserve_for(records, RECORD_HEADER_WORDS + inner + outer),
             ),
             interval: interval.max(1),
             live,

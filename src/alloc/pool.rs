@@ -62,6 +62,17 @@
 use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr;
 
+/// Address space a pool's reserve may take: 64 MiB (memory only for the records a burst writes).
+const RESERVE_BYTES: usize = 64 << 20;
+
+/// Records of the reserve behind a pool of `base` records of `record_words` words: the samples a
+/// flusher that falls behind (a loaded machine, a flush slowed by deep stacks) leaves in the pool
+/// go there rather than being lost. 31 times the base (31 744 records, 16 GiB allocated at the
+/// default interval, 8 s of 1 GB/s on two cores), at most 64 MiB, and never less than the base.
+pub(crate) fn reserve_for(base: usize, record_words: usize) -> usize {
+    (RESERVE_BYTES / (record_words.max(1) * 8)).clamp(base, base.saturating_mul(31))
+}
+
 const FREE: u32 = 0;
 const WRITING: u32 = 1;
 const READY: u32 = 2;
