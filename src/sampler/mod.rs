@@ -855,10 +855,6 @@ mod imp {
         Some(String::from_utf8_lossy(buf.get(..len)?).into_owned())
     }
 
-    /// How long stop looks for our perf signals still pending (see `teardown`) before it keeps
-    /// its handler installed for good.
-    const QUARANTINE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
-
     /// Exited threads whose names wait for a drain; beyond this (no drain for a long time) the
     /// oldest are forgotten and those samples fall back to `thread-<tid>`.
     const MAX_EXIT_NAMES: usize = 1 << 14;
@@ -1784,11 +1780,7 @@ mod imp {
         }
         // A perf signal still pending on some thread would reach a restored application handler
         // directly: then ours stays installed; with no sampler it drops our stale signals and
-        // chains every other SIGPROF to the application's handler. A signal is pending only
-        // while its thread blocks SIGPROF, usually for the microseconds a handler of ours (or a
-        // chained one) runs: look again for a short while before keeping ours for good, so an
-        // application with a SIGPROF handler of its own gets it back.
-        timer::settle_quarantine(QUARANTINE_PATIENCE);
+        // chains every other SIGPROF to the application's handler.
         if timer::quarantine_is_empty() {
             signal::uninstall();
         }

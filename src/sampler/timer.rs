@@ -516,18 +516,6 @@ pub(super) fn release_quarantine() {
     });
 }
 
-/// [`release_quarantine`] until nothing is held back or `patience` has passed (normal context).
-pub(super) fn settle_quarantine(patience: std::time::Duration) {
-    let started = std::time::Instant::now();
-    loop {
-        release_quarantine();
-        if quarantine_is_empty() || started.elapsed() >= patience {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
 /// Whether no perf fd number is held back (no stale signal of ours can still arrive).
 pub(super) fn quarantine_is_empty() -> bool {
     QUARANTINE.lock().is_empty()
