@@ -121,8 +121,8 @@ fn a_go_program_built_with_cgo_runs_and_profiles_itself_while_it_is_sampled() {
         assert_eq!(code, Some(0), "{name}: {out}\n{err}");
         assert!(out.contains("go ok"), "{name}: {out}\n{err}");
         assert!(!err.contains("fatal error"), "{name}: {err}");
-        // Its threads were sampled (Go leaves through exit_group: no exit handler finishes the
-        // recording, whose chunks `record` closes).
+        // Its threads were sampled (it leaves through the C library's exit, so the recording is
+        // finished with every sample it took).
         let samples = out
             .lines()
             .find(|l| l.trim_start().starts_with("jdk.ExecutionSample"))
