@@ -137,7 +137,7 @@ fn record(
     let rec = b.start().unwrap();
     // This thread runs the test while it records: registered, its samples have exact stack
     // bounds. A discovered Rust thread's samples taken on its small alternate signal stack before
-    // discovery learns its bounds are counted lost (no stack known to have room for the walk),
+    // discovery learns its bounds hold the leaf alone (no stack known to have room for a walk),
     // which is not what the runs below measure.
     rec.register_current_thread().unwrap();
     let repo = rec.repository_dir().to_owned();

@@ -227,8 +227,12 @@ fn stop_exact(rec: Recorder, repo: &Path) -> recorder::sampler::WallStats {
     let w = s.wall.expect("wall statistics");
     let events = all_events(repo, "profiler.WallClockSample");
     let written: u64 = events.iter().map(samples_of).sum();
-    // With CPU sampling off, the sampler's buffer losses are wall samples.
-    assert_eq!(w.periods, written + w.lost + s.lost, "periods = written + lost: {w:?}, sampler {s:?}");
+    // Wall samples lost in the sampler's buffers are the taken ones never written, whatever
+    // CPU samples were lost beside them.
+    assert_eq!(s.taken, s.written + s.lost, "sampler: taken = written + lost: {s:?}");
+    assert!(s.wall_written <= s.wall_taken && s.wall_taken <= s.taken, "{s:?}");
+    let lost_in_buffers = s.wall_taken - s.wall_written;
+    assert_eq!(w.periods, written + w.lost + lost_in_buffers, "periods = written + lost: {w:?}, sampler {s:?}");
     assert_eq!(w.requests, w.served + w.unserved, "{w:?}");
     let reported: i64 = all_events(repo, "recorder.DataLoss")
         .iter()

@@ -276,7 +276,7 @@ fn setup(records: usize, nbuffers: usize) -> (Arc<Core>, LockedState) {
 /// the stack's definition is shared across the rotation.
 fn produce_same_stack(core: &Core, id: u64) {
     let slot = core.slot(0).unwrap();
-    if let Some(adm) = core.admit(slot, TID_BASE) {
+    if let Some(adm) = core.admit(slot, TID_BASE, false) {
         let hdr = RecordHeader {
             ticks: id as i64,
             tid: TID_BASE,

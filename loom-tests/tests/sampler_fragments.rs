@@ -32,7 +32,7 @@ fn collect(out: &mut Vec<(u64, Vec<u64>)>) -> impl FnMut(&SampleRecord<'_>) + '_
 
 fn sample(core: &Core, id: u64, n: usize) -> bool {
     let slot = core.slot(0).unwrap();
-    let adm = core.admit(slot, TID).expect("admitted");
+    let adm = core.admit(slot, TID, false).expect("admitted");
     let hdr = RecordHeader {
         ticks: 0,
         tid: TID,

@@ -318,6 +318,11 @@ pub struct ThreadSlot {
     taken: AtomicU64,
     lost_total: AtomicU64,
     written: AtomicU64,
+    /// Of those, the wall-clock samples (`FLAG_WALL`): taken and written. A wall sample taken and
+    /// not written is lost (I6), so the wall sampler's accounting stays exact while CPU samples
+    /// are lost beside it.
+    wall_taken: AtomicU64,
+    wall_written: AtomicU64,
     /// Stack bounds [lo, hi) for the frame walk; `hi == 0` means unknown (leaf only). `lo` is
     /// as low as the stack may ever reach (a growing main-thread stack's limit); words in
     /// `[verified_lo, hi)` are known to be mapped. The handler reads below `verified_lo` only after
@@ -346,6 +351,8 @@ impl ThreadSlot {
             taken: AtomicU64::new(0),
             lost_total: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            wall_taken: AtomicU64::new(0),
+            wall_written: AtomicU64::new(0),
             stack_lo: AtomicUsize::new(0),
             stack_verified_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
@@ -474,6 +481,10 @@ pub struct SlotStats {
     pub written: u64,
     /// Samples counted lost.
     pub lost: u64,
+    /// Wall-clock samples taken (included in `taken`).
+    pub wall_taken: u64,
+    /// Wall-clock samples handed to a drain callback (included in `written`).
+    pub wall_written: u64,
 }
 
 /// State only L holders touch: reassembly, ordering and scratch space. It holds indices, never
@@ -538,6 +549,8 @@ pub struct Core {
     retired_taken: AtomicU64,
     retired_written: AtomicU64,
     retired_lost: AtomicU64,
+    retired_wall_taken: AtomicU64,
+    retired_wall_written: AtomicU64,
     max_record_words: usize,
     /// Where the next `claim_slot` starts looking (claims are serialized by their caller).
     claim_hint: AtomicUsize,
@@ -658,6 +671,8 @@ impl Core {
             retired_taken: AtomicU64::new(0),
             retired_written: AtomicU64::new(0),
             retired_lost: AtomicU64::new(0),
+            retired_wall_taken: AtomicU64::new(0),
+            retired_wall_written: AtomicU64::new(0),
             max_record_words: capacity_words,
             claim_hint: AtomicUsize::new(0),
         };
@@ -783,7 +798,8 @@ impl Core {
         None
     }
 
-    /// Handler admission (I13): the slot belongs to thread `tid` and is not retired. On success
+    /// Handler admission (I13) of a sample (a wall-clock one if `wall`): the slot belongs to
+    /// thread `tid` and is not retired. On success
     /// the handler holds the slot's gate until it drops the returned [`Admission`], and writes
     /// through it. Counts the sample as taken when the slot is `tid`'s (and lost when it is
     /// retired or, rarely, a stale handler of another thread holds the gate); a slot of another
@@ -799,7 +815,7 @@ impl Core {
     /// # Signal safety
     /// Atomic loads and RMWs only.
     #[inline]
-    pub fn admit<'a>(&self, slot: &'a ThreadSlot, tid: u32) -> Option<Admission<'a>> {
+    pub fn admit<'a>(&self, slot: &'a ThreadSlot, tid: u32, wall: bool) -> Option<Admission<'a>> {
         // Acquire (success): pairs with the Release store in `claim_slot` (the new tid and bounds
         // are visible) and with the Release clear of INSIDE by the previous admission. Acquire
         // (failure): the tid check below reads the claimer's tid.
@@ -813,8 +829,7 @@ impl Core {
                     self.count_unattributed();
                     return None;
                 }
-                // Relaxed: statistics; single writer (the admitted owner).
-                slot.taken.fetch_add(1, Ordering::Relaxed);
+                Self::count_taken(slot, wall);
                 Some(Admission { slot, recovered: false })
             }
             Err(word) => {
@@ -826,8 +841,7 @@ impl Core {
                 if held_by(word, tid) {
                     // The abandoned handler's sample: taken, never written.
                     Self::count_lost(slot);
-                    // Relaxed: statistics; single writer (this thread, holder of the gate).
-                    slot.taken.fetch_add(1, Ordering::Relaxed);
+                    Self::count_taken(slot, wall);
                     if word & RETIRED == 0 {
                         return Some(Admission { slot, recovered: true });
                     }
@@ -840,8 +854,7 @@ impl Core {
                 }
                 // Retired (the owner's own exit in progress, or on its behalf), or a stale handler
                 // of another thread holds the gate for a moment: this thread's sample is lost.
-                // Relaxed: statistics.
-                slot.taken.fetch_add(1, Ordering::Relaxed);
+                Self::count_taken(slot, wall);
                 Self::count_lost(slot);
                 None
             }
@@ -855,6 +868,17 @@ impl Core {
     #[inline]
     pub fn lose(&self, adm: &Admission<'_>) {
         Self::count_lost(adm.slot);
+    }
+
+    #[inline]
+    fn count_taken(slot: &ThreadSlot, wall: bool) {
+        // Relaxed: statistics; single writer (the admitted owner, or the handler that holds the
+        // gate), read by L holders for reports only.
+        slot.taken.fetch_add(1, Ordering::Relaxed);
+        if wall {
+            // Relaxed: as `taken`.
+            slot.wall_taken.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     #[inline]
@@ -1473,6 +1497,10 @@ impl Core {
         if let Some(slot) = slot {
             // Relaxed: statistics; only L holders write it.
             slot.written.fetch_add(1, Ordering::Relaxed);
+            if rec.wall {
+                // Relaxed: as `written`.
+                slot.wall_written.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1621,6 +1649,10 @@ impl Core {
         self.retired_taken.fetch_add(t, Ordering::Relaxed);
         self.retired_written.fetch_add(w, Ordering::Relaxed);
         self.retired_lost.fetch_add(l, Ordering::Relaxed);
+        let wt = slot.wall_taken.swap(0, Ordering::Relaxed);
+        let ww = slot.wall_written.swap(0, Ordering::Relaxed);
+        self.retired_wall_taken.fetch_add(wt, Ordering::Relaxed);
+        self.retired_wall_written.fetch_add(ww, Ordering::Relaxed);
         uncollected
     }
 
@@ -1649,7 +1681,15 @@ impl Core {
             taken: slot.taken.load(Ordering::Relaxed),
             written: slot.written.load(Ordering::Relaxed),
             lost: slot.lost_total.load(Ordering::Relaxed),
+            wall_taken: slot.wall_taken.load(Ordering::Relaxed),
+            wall_written: slot.wall_written.load(Ordering::Relaxed),
         }
+    }
+
+    /// Wall-clock totals of reaped slots `(taken, written)`.
+    pub fn retired_wall_totals(&self) -> (u64, u64) {
+        // Relaxed (both): statistics.
+        (self.retired_wall_taken.load(Ordering::Relaxed), self.retired_wall_written.load(Ordering::Relaxed))
     }
 
     /// Totals of reaped slots `(taken, written, lost)`.
@@ -1703,7 +1743,7 @@ mod fragment_tests {
         // The handler writes all fragments of a sample in one admission; here each fragment is
         // written separately, and only the first counts the sample taken.
         let adm = if k == 0 || n == 1 {
-            core.admit(slot, TID + i as u32).unwrap()
+            core.admit(slot, TID + i as u32, false).unwrap()
         } else {
             Admission { slot, recovered: false }
         };
@@ -1745,14 +1785,14 @@ mod fragment_tests {
     fn an_abandoned_admission_is_taken_over_by_the_same_threads_next_handler_and_exit() {
         let (c, mut l) = core(1, 4, 64, 1);
         let slot = c.slot(0).unwrap();
-        std::mem::forget(c.admit(slot, TID).unwrap());
-        assert!(c.admit(slot, TID + 1).is_none(), "another thread's stale signal still stays out");
-        let adm = c.admit(slot, TID).expect("the same thread's next handler is admitted");
+        std::mem::forget(c.admit(slot, TID, false).unwrap());
+        assert!(c.admit(slot, TID + 1, false).is_none(), "another thread's stale signal still stays out");
+        let adm = c.admit(slot, TID, false).expect("the same thread's next handler is admitted");
         assert!(adm.recovered());
         c.lose(&adm);
         drop(adm);
         frag(&c, 0, 1, 0, 1, &[1, 2]);
-        std::mem::forget(c.admit(slot, TID).unwrap());
+        std::mem::forget(c.admit(slot, TID, false).unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
         // On another thread with a generous limit: a retirement that waits for the gate never
         // returns.
@@ -1830,7 +1870,7 @@ mod fragment_tests {
         let (c, mut l) = core(1, 6, 16, 2);
         let slot = c.slot(0).unwrap();
         let hdr = RecordHeader { tid: TID, sample_id: 1, ..RecordHeader::default() };
-        let adm = c.admit(slot, TID).unwrap();
+        let adm = c.admit(slot, TID, false).unwrap();
         // Nothing active yet, so at most 2 spares * `per` frames.
         let o = c.write_sample(&adm, &hdr, 2 * per + 1, |i| i as u64);
         drop(adm);
@@ -1838,7 +1878,7 @@ mod fragment_tests {
         assert!(drain(&c, &mut l).is_empty());
         exact(&c, 0, 0, 1);
         // The same sample with one frame fewer fits two buffers exactly.
-        let adm = c.admit(slot, TID).unwrap();
+        let adm = c.admit(slot, TID, false).unwrap();
         let hdr = RecordHeader { sample_id: 2, flags: FLAG_TRUNCATED, ..hdr };
         assert!(c.write_sample(&adm, &hdr, 2 * per, |i| 1000 + i as u64).committed);
         drop(adm);
@@ -1855,7 +1895,7 @@ mod fragment_tests {
         let slot = c.slot(0).unwrap();
         let mut want = Vec::new();
         for id in 1..=6u64 {
-            let adm = c.admit(slot, TID).unwrap();
+            let adm = c.admit(slot, TID, false).unwrap();
             let n = [3usize, 30, 7, 44, 11, 12][id as usize - 1];
             let hdr = RecordHeader { tid: TID, sample_id: id, flags: FLAG_TRUNCATED, ..RecordHeader::default() };
             assert!(c.write_sample(&adm, &hdr, n, |i| id * 100 + i as u64).committed, "sample {id}");

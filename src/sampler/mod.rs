@@ -252,6 +252,11 @@ mod imp {
         /// The wall-clock sampler's counters, if it runs (its served requests are also counted
         /// in `taken`, `written` and `lost` above, as one sample each).
         pub wall: Option<WallStats>,
+        /// Wall-clock samples among `taken` (served requests that reached their slot).
+        pub wall_taken: u64,
+        /// Wall-clock samples among `written`. Once everything is drained, the wall samples
+        /// lost in the sampler's buffers are `wall_taken - wall_written` (I6).
+        pub wall_written: u64,
     }
 
     /// State only holders of the chunk-writer lock L may touch (reassembly, order, scratch space).
@@ -1709,10 +1714,13 @@ mod imp {
     fn stats_of(shared: &Shared) -> SamplerStats {
         let core = &shared.core;
         let (t, w, l) = core.retired_totals();
+        let (wall_taken, wall_written) = core.retired_wall_totals();
         let mut st = SamplerStats {
             taken: t,
             written: w,
             lost: l,
+            wall_taken,
+            wall_written,
             unattributed: core.unattributed(),
             // Relaxed: statistics.
             stale: shared.stale.load(Ordering::Relaxed),
@@ -1731,6 +1739,8 @@ mod imp {
             st.taken += s.taken;
             st.written += s.written;
             st.lost += s.lost;
+            st.wall_taken += s.wall_taken;
+            st.wall_written += s.wall_written;
             st.slots_in_use += 1;
             st.threads.push(ThreadStats { tid: s.tid, taken: s.taken, written: s.written, lost: s.lost });
         }

@@ -447,7 +447,7 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     };
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    let Some(adm) = core.admit(slot, tid) else {
+    let Some(adm) = core.admit(slot, tid, wall) else {
         return;
     };
     if adm.recovered() {
@@ -467,8 +467,13 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     // SAFETY: a switch goes below the interrupted stack pointer, inside the thread's own stack
     // `[lo, hi)` with `HANDLER_ROOM` left below it (`stacks::placement`).
     if !unsafe { stacks::run(place, sample_work, (&mut work as *mut SampleWork).cast()) } {
-        // No stack with room to walk on: lost.
-        core.lose(&adm);
+        // No stack known to have room for a walk (a discovered thread whose bounds are not known
+        // yet, on a small alternate stack): its leaf alone needs little, else the sample is lost.
+        if stacks::room_for_leaf() {
+            work.wake = write_leaf(core, &adm, tid, wall, &regs);
+        } else {
+            core.lose(&adm);
+        }
     }
     let wake = work.wake;
     // Leave the slot (I13) before the syscall.
@@ -476,6 +481,35 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
     if wake {
         shared.post_wake();
     }
+}
+
+/// Writes the interrupted PC alone as a leaf-only record (no walk): what a sample is where no
+/// stack has room for a walk ([`stacks::room_for_leaf`]). Returns whether the caller must post
+/// the recorder's wakeup.
+///
+/// # Signal safety
+/// As the handler: atomics and writes into the slot's own buffers.
+#[inline(never)]
+fn write_leaf(
+    core: &super::buffer::Core,
+    adm: &super::buffer::Admission<'_>,
+    tid: u32,
+    wall: bool,
+    regs: &Registers,
+) -> bool {
+    let hdr = RecordHeader {
+        ticks: crate::clock::ticks_in_signal_handler(),
+        tid,
+        flags: FLAG_LEAF_ONLY | if wall { FLAG_WALL } else { 0 },
+        frag_index: 0,
+        frag_count: 1,
+        sample_id: core.next_sample_id(),
+        sp: regs.sp as u64,
+        span: adm.slot().span(),
+        comm: crate::thread::RawComm::current_in_signal_handler(),
+    };
+    let pc = regs.pc as u64;
+    core.write_record(adm, &hdr, 1, |sink| sink.push(pc)).wake
 }
 
 /// One sample's walk and write, for [`sample_work`] on the stack [`stacks::placement`] chose.
@@ -812,6 +846,40 @@ mod tests {
 
     /// The handler runs with every asynchronous signal blocked (a program's handler cannot nest
     /// in it), glibc's cancellation signal included, and the synchronous ones open.
+    #[test]
+    fn a_leaf_record_is_written_within_the_leaf_room() {
+        struct Leaf<'a> {
+            core: &'a super::super::buffer::Core,
+            adm: super::super::buffer::Admission<'a>,
+        }
+        extern "C" fn leaf(arg: *mut c_void) {
+            // SAFETY: the test passes its own `Leaf`, alive for the call.
+            let l = unsafe { &*arg.cast::<Leaf<'_>>() };
+            let regs = Registers { pc: 0x1234, fp: 0, sp: 0x8000 };
+            write_leaf(l.core, &l.adm, 77, true, &regs);
+        }
+        let (core, mut locked) = super::super::buffer::Core::new(1, 4, 256);
+        core.claim_slot(77, super::super::buffer::StackBounds::default()).unwrap();
+        core.refill_spares();
+        // Admitted before, as the handler is (on the stack it started on).
+        let l = Leaf { core: &core, adm: core.admit(core.slot(0).unwrap(), 77, true).unwrap() };
+        let mut stack = vec![0xa5u8; 64 << 10];
+        let base = stack.as_mut_ptr() as usize;
+        let top = (base + stack.len()) & !15;
+        // SAFETY: `top` is the aligned end of a buffer of ours, unused otherwise.
+        assert!(unsafe { stacks::run(stacks::Placement::Switch(top), leaf, &l as *const Leaf<'_> as *mut c_void) });
+        drop(l);
+        let untouched = stack.iter().take_while(|&&b| b == 0xa5).count();
+        let used = top - (base + untouched);
+        eprintln!("a leaf write used {used} bytes of stack");
+        assert!(used < stacks::LEAF_ROOM, "a leaf write used {used} bytes of stack");
+        let mut seen = Vec::new();
+        core.drain(&mut locked, &mut |r| seen.push((r.tid, r.leaf_only, r.wall, r.ips.to_vec())));
+        assert_eq!(seen, vec![(77, true, true, vec![0x1234])]);
+        let s = core.slot_stats(core.slot(0).unwrap());
+        assert_eq!((s.taken, s.written, s.wall_taken, s.wall_written), (1, 1, 1, 1));
+    }
+
     #[test]
     fn the_handler_mask_blocks_asynchronous_signals_only() {
         let mask = handler_mask();

@@ -9,7 +9,8 @@
 //! is known to be a thread stack with room ([`Placement::Switch`]: just below the interrupted
 //! stack pointer, past the red zone), stays on the alternate stack only when the interrupted code
 //! ran elsewhere (a goroutine's or a fiber's stack) and the alternate stack has room
-//! ([`Placement::Here`]), and otherwise takes no sample. A chained application handler gets the
+//! ([`Placement::Here`]), and otherwise records the interrupted PC alone, which needs little
+//! room ([`room_for_leaf`]), or counts the sample lost. A chained application handler gets the
 //! stack its own flags ask for.
 //!
 //! Nothing here allocates, locks or panics; the only system call is `sigaltstack`'s query.
@@ -21,6 +22,10 @@ use libc::c_void;
 /// take under 10 KiB in a debug build (measured on an alternate stack filled with a pattern),
 /// less optimized; the kernel's signal frame is below the handler's start already.
 pub(super) const HANDLER_ROOM: usize = 16 << 10;
+
+/// What writing a leaf-only record (no walk) needs below the stack pointer: about 3 KiB in a
+/// debug build, 208 bytes optimized (`signal.rs`, `a_leaf_record_is_written_within_the_leaf_room`).
+pub(super) const LEAF_ROOM: usize = 4 << 10;
 
 /// A handler whose stack pointer lies less than this below the interrupted one runs on the
 /// interrupted stack (the kernel put its frame right there); farther away or above it, on an
@@ -38,7 +43,8 @@ pub(super) enum Placement {
     Here,
     /// On the interrupted thread stack, with this stack pointer (16-byte aligned).
     Switch(usize),
-    /// Nowhere: no stack known to have room (the sample is counted lost).
+    /// Nowhere: no stack known to have room for a walk (the leaf alone is recorded if
+    /// [`room_for_leaf`], else the sample is counted lost).
     Nowhere,
 }
 
@@ -85,6 +91,16 @@ pub(super) fn placement(interrupted_sp: usize, lo: usize, hi: usize) -> Placemen
     } else {
         Placement::Nowhere
     }
+}
+
+/// Whether the stack the handler runs on has [`LEAF_ROOM`] left: an alternate signal stack
+/// (where [`Placement::Nowhere`] leaves it) with that much below the current stack pointer.
+///
+/// # Signal safety
+/// One `sigaltstack` query.
+#[inline]
+pub(super) fn room_for_leaf() -> bool {
+    room_on_alternate_stack(current_sp()) >= LEAF_ROOM
 }
 
 /// Bytes left below `here` on the alternate signal stack the thread runs on (0 if it is not on

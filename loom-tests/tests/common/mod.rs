@@ -48,7 +48,7 @@ impl Model {
 /// written.
 pub fn produce_as(core: &Core, i: usize, tid: u32, id: u64) -> bool {
     let slot = core.slot(i).expect("slot");
-    let Some(adm) = core.admit(slot, tid) else {
+    let Some(adm) = core.admit(slot, tid, false) else {
         return false;
     };
     let hdr = RecordHeader {
