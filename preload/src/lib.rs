@@ -344,15 +344,17 @@ static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 /// does not replace the sampler's: it becomes the handler the sampler passes every SIGPROF that
 /// is not its own to (a program's `setitimer(ITIMER_PROF)` profiler keeps working, sees none of
 /// the sampler's signals, and the recording keeps its samples), and the query reports it as the
-/// installed one. Every other call, and every call while nothing records (including the
-/// sampler's own install and restore), goes to the C library unchanged.
+/// installed one. Every other call, every call while the sampler's handler is not installed, and
+/// the sampler's own install and restore, go to the C library unchanged.
 ///
 /// # Safety
 /// `sigaction`'s contract: `act` and `old` are null or valid.
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    // Relaxed: a hint, as for `pthread_create`; the sampler checks its handler is installed.
-    if sig == libc::SIGPROF && RECORDING_ACTIVE.load(Ordering::Relaxed) {
+    // Not gated on RECORDING_ACTIVE: that is cleared before a stop restores the program's
+    // action, and a query in between must still report the program's (the sampler checks its
+    // handler is installed, so outside a recording this goes to the C library below).
+    if sig == libc::SIGPROF && !recorder::sampler::changing_own_action() {
         // SAFETY: the caller passes a valid action or null.
         let adopted = adopt(unsafe { act.as_ref() });
         if let Some(previous) = adopted {
@@ -396,8 +398,8 @@ fn adopt_like_signal(
     flags: c_int,
     block_sig: bool,
 ) -> Option<libc::sighandler_t> {
-    // Relaxed: as in `sigaction`.
-    if sig != libc::SIGPROF || !RECORDING_ACTIVE.load(Ordering::Relaxed) {
+    // As in `sigaction`.
+    if sig != libc::SIGPROF || recorder::sampler::changing_own_action() {
         return None;
     }
     // SAFETY: zeroed is a valid `sigaction`.

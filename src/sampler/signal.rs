@@ -73,6 +73,10 @@ const POLL_HUP: c_int = 6;
 /// Installs the handler unless it is already the current SIGPROF action (normal context; caller
 /// holds the lifecycle lock). Whatever else is installed becomes the handler we chain to.
 pub(super) fn install() -> std::io::Result<()> {
+    as_own_change(install_action)
+}
+
+fn install_action() -> std::io::Result<()> {
     // SAFETY: zeroed is a valid `sigaction` (empty mask, no flags, SIG_DFL).
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: query only; `old` is a valid out pointer.
@@ -125,23 +129,52 @@ fn handler_mask() -> libc::sigset_t {
 /// stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal still pending from a
 /// disarmed source can never kill the process.
 pub(super) fn uninstall() {
-    let prev = *PREV_ACTION.lock();
-    let Some(prev) = prev else { return };
+    // Held throughout: an application `sigaction` adopted meanwhile (`adopt_application_action`)
+    // would otherwise change the action after we read it and be lost by the restore.
+    let prev = PREV_ACTION.lock();
+    let Some(prev) = *prev else { return };
     if prev.sa_sigaction == libc::SIG_DFL {
         return;
     }
-    // SAFETY: zeroed is a valid `sigaction`.
-    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: query only; `current` is a valid out pointer.
-    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0 {
-        return;
-    }
-    if current.sa_sigaction != on_sigprof as *const () as usize {
-        // The application replaced ours while we recorded: it keeps its own.
-        return;
-    }
-    // SAFETY: `prev` is the action the kernel gave us in `install`.
-    unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
+    as_own_change(|| {
+        // SAFETY: zeroed is a valid `sigaction`.
+        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: query only; `current` is a valid out pointer.
+        if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0 {
+            return;
+        }
+        if current.sa_sigaction != on_sigprof as *const () as usize {
+            // The application replaced ours while we recorded: it keeps its own.
+            return;
+        }
+        // SAFETY: `prev` is the action the kernel gave us in `install`.
+        unsafe { libc::sigaction(libc::SIGPROF, &prev, ptr::null_mut()) };
+    });
+}
+
+thread_local! {
+    /// Set while this thread installs or restores the sampler's own SIGPROF action.
+    static CHANGING_OWN_ACTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (which installs, restores or queries our SIGPROF action) marked as the sampler's own
+/// call.
+fn as_own_change<R>(f: impl FnOnce() -> R) -> R {
+    let _ = CHANGING_OWN_ACTION.try_with(|c| c.set(true));
+    let out = f();
+    let _ = CHANGING_OWN_ACTION.try_with(|c| c.set(false));
+    out
+}
+
+/// Whether the calling thread is installing, restoring or querying (for the application) the
+/// sampler's own SIGPROF action: an
+/// interposed `sigaction` (the preload library's) must then pass the call to the C library
+/// instead of adopting it as the application's. Any other SIGPROF `sigaction` goes through
+/// [`adopt_application_action`], which adopts it only while our handler is installed, so that a
+/// program's call during a stop, before the restore, is still reported and restored right
+/// (hostile prof_after_stop, a stop slowed by load).
+pub fn changing_own_action() -> bool {
+    CHANGING_OWN_ACTION.try_with(std::cell::Cell::get).unwrap_or(false)
 }
 
 /// While our handler is the current SIGPROF action, makes `act` the application's action instead
@@ -154,10 +187,11 @@ pub fn adopt_application_action(act: Option<&libc::sigaction>) -> Option<libc::s
     let mut prev = PREV_ACTION.lock();
     // SAFETY: zeroed is a valid `sigaction`.
     let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // Our own query: an interposed `sigaction` passes it to the C library (it would otherwise
+    // come back here, and take the lock held above).
     // SAFETY: query only; `current` is a valid out pointer.
-    if unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) } != 0
-        || current.sa_sigaction != on_sigprof as *const () as usize
-    {
+    let queried = as_own_change(|| unsafe { libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) });
+    if queried != 0 || current.sa_sigaction != on_sigprof as *const () as usize {
         return None;
     }
     // SAFETY: zeroed is a valid `sigaction` (SIG_DFL): what there was if we never saw one.
