@@ -72,6 +72,8 @@
 mod blocked;
 pub mod buffer;
 #[cfg(not(loom))]
+mod handler_time;
+#[cfg(not(loom))]
 mod signal;
 #[cfg(not(loom))]
 mod stacks;
@@ -92,6 +94,7 @@ pub(crate) use signal::with_unwind_tables;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod bench_support {
+    pub use super::handler_time::{enable as time_handler, report as handler_times, HandlerTimes};
     use std::io;
     use std::time::Duration;
 

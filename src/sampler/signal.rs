@@ -294,6 +294,7 @@ pub(super) fn publish(shared: *mut Shared) {
 /// The whole point: atomics, `clock_gettime`, `gettid`, `prctl(PR_GET_NAME)`, and a `write` to
 /// an eventfd.
 extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
+    let started = super::handler_time::start();
     // SAFETY: `__errno_location` returns this thread's errno; reading/writing it is signal-safe.
     let errno = unsafe { *libc::__errno_location() };
     // Relaxed + SeqCst fence: Dekker with `unpublish_and_wait` (see there).
@@ -315,6 +316,7 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+    super::handler_time::finish(started);
 }
 
 /// Passes a foreign SIGPROF to the application's previous handler; SIG_DFL/SIG_IGN: drop it.
