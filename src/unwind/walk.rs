@@ -138,40 +138,39 @@ pub fn walk(
     if hi == 0 {
         return (1, End::Lost);
     }
+    // The fields the loop reads at every frame; the others only where it ends.
+    let (tables, mode, limit) = (rules.tables, rules.mode, rules.limit);
     let mut n = 1usize;
     let mut cur = start;
-    let mut first = pc_exact;
-    // The frame record read last (0: none yet), for the entry rule: a start from a record
-    // ([`caller_of_record`]) read the one below its stack pointer.
-    let mut last_record = if pc_exact { 0 } else { start.sp.wrapping_sub(16) };
     let mut rules_seen = RuleCache::new();
     loop {
-        let row = match rules.tables {
+        let row = match tables {
             None => None,
-            Some(_) if first => rule_at(rules.tables, rules.mode, cur.pc, true),
-            Some(_) => rules_seen.rule(rules.tables, rules.mode, cur.pc),
+            // Only the first frame's PC may be exact.
+            Some(_) if n == 1 => rule_at(tables, mode, cur.pc, pc_exact),
+            Some(_) => rules_seen.rule(tables, mode, cur.pc),
         };
-        first = false;
         let next = match step_by_rule(row, cur, lo, hi, memory) {
             Ok(next) if next.sp > cur.sp => next,
             Ok(_) | Err(End::Lost) => {
+                // The frame record read last, where a frame-pointer step read it (none yet at
+                // an interrupted context; a start from a record read the one below its sp).
+                let last_record = if n == 1 && pc_exact { 0 } else { cur.sp.wrapping_sub(16) };
                 let at_root = at_entry(last_record, rules.entry);
                 return (n, if at_root { End::Root } else { End::Lost });
             }
             Err(end) => return (n, end),
         };
-        if rules.known_code_only && rules.tables.is_none_or(|t| t.module(next.pc).is_none()) {
+        if rules.known_code_only && tables.is_none_or(|t| t.module(next.pc).is_none()) {
             return (n, End::Lost);
         }
-        if n >= rules.limit {
+        if n >= limit {
             return (n, End::Full);
         }
         n += 1;
         if !visit(next) {
             return (n, End::Full);
         }
-        // Where the frame's record is if it has one (a frame-pointer step read it there).
-        last_record = next.sp - 16;
         cur = next;
     }
 }
@@ -258,15 +257,22 @@ impl RuleCache {
 ///
 /// # Signal safety
 /// Reads through `memory` only.
-#[inline(always)]
+#[inline]
 fn step_by_rule(row: Option<Row>, regs: Regs, lo: usize, hi: usize, memory: &impl StackMemory) -> Result<Regs, End> {
-    let cfa = match row.map(|r| (r.kind, r)) {
-        Some((kind::CFA_SP, r)) => regs.sp.wrapping_add_signed(r.cfa_offset as isize),
-        Some((kind::CFA_FP, r)) => regs.fp.wrapping_add_signed(r.cfa_offset as isize),
-        Some((kind::PLT, r)) => regs.sp + 8 + if (regs.pc & 15) as i32 >= r.cfa_offset { 8 } else { 0 },
-        Some((kind::OUTERMOST, _)) => return Err(End::Root),
-        Some((kind::SIGNAL, _)) => return signal_step(regs, memory),
-        _ => return frame_pointer_step(regs, lo, hi, memory),
+    let Some(r) = row else { return frame_pointer_step(regs, lo, hi, memory) };
+    // The two common rules first, as plain compares (a jump table over all of them mispredicted
+    // on every step of a deep recursion: `cargo bench --bench unwind`).
+    let cfa = if r.kind == kind::CFA_FP {
+        regs.fp.wrapping_add_signed(r.cfa_offset as isize)
+    } else if r.kind == kind::CFA_SP {
+        regs.sp.wrapping_add_signed(r.cfa_offset as isize)
+    } else {
+        match r.kind {
+            kind::PLT => regs.sp + 8 + if (regs.pc & 15) as i32 >= r.cfa_offset { 8 } else { 0 },
+            kind::OUTERMOST => return Err(End::Root),
+            kind::SIGNAL => return signal_step(regs, memory),
+            _ => return frame_pointer_step(regs, lo, hi, memory),
+        }
     };
     if cfa <= regs.sp || cfa > hi {
         return Err(End::Lost);
@@ -275,11 +281,10 @@ fn step_by_rule(row: Option<Row>, regs: Regs, lo: usize, hi: usize, memory: &imp
     if ra == 0 {
         return Err(End::Root);
     }
-    let fp = match row {
-        Some(r) if r.fp_rule == fp_rule::AT_CFA => {
-            memory.read(cfa.wrapping_add_signed(r.fp_offset as isize)).ok_or(End::Lost)?
-        }
-        _ => regs.fp,
+    let fp = if r.fp_rule == fp_rule::AT_CFA {
+        memory.read(cfa.wrapping_add_signed(r.fp_offset as isize)).ok_or(End::Lost)?
+    } else {
+        regs.fp
     };
     Ok(Regs { pc: ra, sp: cfa, fp })
 }
@@ -300,7 +305,7 @@ fn signal_step(regs: Regs, memory: &impl StackMemory) -> Result<Regs, End> {
 }
 
 /// The frame-pointer step: the caller's frame pointer at `fp`, the return address at `fp + 8`.
-#[inline(always)]
+#[inline]
 fn frame_pointer_step(regs: Regs, lo: usize, hi: usize, memory: &impl StackMemory) -> Result<Regs, End> {
     let fp = regs.fp;
     if fp == 0 {
