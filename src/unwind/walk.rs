@@ -257,7 +257,10 @@ impl RuleCache {
 ///
 /// # Signal safety
 /// Reads through `memory` only.
-#[inline]
+// Inlined into the walk: returned through memory, its result was read back before the stores
+// that wrote it had retired (a store-forwarding stall at every frame: +7 ns per frame in the
+// SIGPROF handler, `cargo bench --bench sampling -- handler-time`).
+#[inline(always)]
 fn step_by_rule(row: Option<Row>, regs: Regs, lo: usize, hi: usize, memory: &impl StackMemory) -> Result<Regs, End> {
     let Some(r) = row else { return frame_pointer_step(regs, lo, hi, memory) };
     // The two common rules first, as plain compares (a jump table over all of them mispredicted
@@ -305,7 +308,7 @@ fn signal_step(regs: Regs, memory: &impl StackMemory) -> Result<Regs, End> {
 }
 
 /// The frame-pointer step: the caller's frame pointer at `fp`, the return address at `fp + 8`.
-#[inline]
+#[inline(always)]
 fn frame_pointer_step(regs: Regs, lo: usize, hi: usize, memory: &impl StackMemory) -> Result<Regs, End> {
     let fp = regs.fp;
     if fp == 0 {
