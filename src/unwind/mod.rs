@@ -235,23 +235,28 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     let mut keep = if inner == 0 && outer == 0 { KeepEnds::new(usize::MAX, 0) } else { KeepEnds::new(inner, outer) };
     let stack = OwnStack { lo, hi };
     let Some(start) = caller_of_record(&stack, frame_pointer()) else { return true };
-    // The walked frames in `ring`, at the places `keep` gives them (in order, each at most one
-    // past the end).
+    // The walked frames go into `out` at the places `keep` gives them (in order, each at most
+    // one past the end, until the ring wraps).
     let (_, end) = walk(&stack, &WalkRules::frame_pointers(HARD_WALK_LIMIT, own_entry()), start, false, |frame| {
         // Frames whose record (16 bytes below their stack pointer) lies below the anchor are
         // the recorder's own.
         if frame.sp - 16 >= anchor {
             if let Some(at) = keep.next_slot() {
-                match ring.get_mut(at) {
+                match out.get_mut(at) {
                     Some(word) => *word = frame.pc as u64,
-                    None => ring.push(frame.pc as u64),
+                    None => out.push(frame.pc as u64),
                 }
             }
         }
         true
     });
     let layout = keep.layout();
-    out.extend((0..layout.len()).map(|i| layout.word(i, |at| ring.get(at).copied().unwrap_or(0))));
+    if layout.dropped() > 0 {
+        // The ring wrapped (or frames were only counted): read the kept stack back in order.
+        ring.extend_from_slice(out);
+        out.clear();
+        out.extend((0..layout.len()).map(|i| layout.word(i, |at| ring.get(at).copied().unwrap_or(0))));
+    }
     if let Some(first) = out.first_mut() {
         if crate::stack::as_elided(*first).is_none() {
             *first = first.saturating_sub(1);
