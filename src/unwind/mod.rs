@@ -234,18 +234,16 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     // No limit at either end: every frame is an innermost one.
     let mut keep = if inner == 0 && outer == 0 { KeepEnds::new(usize::MAX, 0) } else { KeepEnds::new(inner, outer) };
     let stack = OwnStack { lo, hi };
-    let Some(start) = caller_of_record(&stack, frame_pointer()) else { return true };
+    // The walk starts at the anchor's record (a frame-pointer value of one of the recorder's
+    // own frames on this chain, below which every frame is the recorder's) or at this one's.
+    let Some(start) = caller_of_record(&stack, anchor.max(frame_pointer())) else { return true };
     // The walked frames go into `out` at the places `keep` gives them (in order, each at most
     // one past the end, until the ring wraps).
     let (_, end) = walk(&stack, &WalkRules::frame_pointers(HARD_WALK_LIMIT, own_entry()), start, false, |frame| {
-        // Frames whose record (16 bytes below their stack pointer) lies below the anchor are
-        // the recorder's own.
-        if frame.sp - 16 >= anchor {
-            if let Some(at) = keep.next_slot() {
-                match out.get_mut(at) {
-                    Some(word) => *word = frame.pc as u64,
-                    None => out.push(frame.pc as u64),
-                }
+        if let Some(at) = keep.next_slot() {
+            match out.get_mut(at) {
+                Some(word) => *word = frame.pc as u64,
+                None => out.push(frame.pc as u64),
             }
         }
         true
