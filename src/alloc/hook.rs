@@ -553,7 +553,7 @@ pub(crate) fn decode(
     frames.clear();
     frames.extend((0..layout.len()).map(|i| layout.word(i, |at| w(RECORD_HEADER_WORDS + at))));
     // Every frame is a return address; the first one kept is stored minus one, so that every
-    // stack of the recording says "frame 0 lies inside its instruction" (as `unwind.rs` does).
+    // stack of the recording says "frame 0 lies inside its instruction" (as `unwind::capture_current` does).
     if let Some(first) = frames.first_mut() {
         if crate::stack::as_elided(*first).is_none() {
             *first = first.saturating_sub(1);

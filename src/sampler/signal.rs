@@ -573,7 +573,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
         flags |= FLAG_TRUNCATED;
     }
     // With only the outer end kept, frame 0 is a return address: store it minus one, so every
-    // record follows the convention "frame 0 lies inside its instruction" (as `unwind.rs` does).
+    // record follows the convention "frame 0 lies inside its instruction" (as `unwind::capture_current` does).
     let first_is_return = layout.dropped() > 0 && depth.inner == 0;
     let hdr = RecordHeader {
         ticks: crate::clock::ticks_in_signal_handler(),
