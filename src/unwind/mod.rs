@@ -21,12 +21,72 @@ pub mod compile;
 pub mod tables;
 pub mod walk;
 
-pub use tables::{Mapped, ModuleTable, Published, Regs, Row, Tables, Unwinder};
-pub use walk::{caller_of_record, walk, End, OwnStack, StackMemory, WalkRules};
+pub use tables::{Mapped, ModuleTable, Regs, Row, Tables, Unwinder};
+pub use walk::{caller_of_record, walk, End, OwnStack, StackMemory, WalkRules, ENTRY_SLACK};
 
 use crate::stack::{DepthPolicy, KeepEnds, MAX_DEPTH_PER_END};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// The tables the handler reads: a snapshot published through an atomic pointer, replaced
+/// (never changed in place) when the process's executable mappings change. Replaced snapshots
+/// are kept until this is dropped, which the sampler does only after its grace period (no
+/// handler can still be reading one).
+#[derive(Debug, Default)]
+pub struct Published {
+    current: AtomicPtr<Tables>,
+    /// The compiler (files already compiled) and the addresses of replaced snapshots.
+    state: crate::fork::ForkSafeMutex<(compile::Compiler, Vec<usize>)>,
+}
+
+impl Published {
+    /// Compiles the tables of every module mapped now, or of those mapped since the last call,
+    /// and publishes them (normal context: reads files, allocates).
+    pub fn refresh(&self) {
+        self.refresh_files(&|_| true);
+    }
+
+    /// As [`Published::refresh`], for the files `wanted` accepts only (a later `refresh` adds the
+    /// others).
+    pub fn refresh_files(&self, wanted: &dyn Fn(&str) -> bool) {
+        let mut state = self.state.lock();
+        let Some(tables) = state.0.refresh_files(wanted) else { return };
+        let new = Box::into_raw(Box::new(tables));
+        // AcqRel: Release publishes the built snapshot to the handler's Acquire load in `load`;
+        // Acquire orders the old snapshot's construction before it is kept for freeing.
+        let old = self.current.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            state.1.push(old as usize);
+        }
+    }
+
+    /// The published tables, if any.
+    ///
+    /// # Signal safety
+    /// One atomic load.
+    #[inline]
+    pub fn load(&self) -> Option<&Tables> {
+        // Acquire: pairs with the Release swap in `refresh` (the snapshot is fully built).
+        let p = self.current.load(Ordering::Acquire);
+        // SAFETY: non-null pointers come from `Box::into_raw` in `refresh` and are freed only in
+        // `drop`, which needs `&mut self`: no reference handed out here outlives them.
+        unsafe { p.as_ref() }
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        let current = std::mem::replace(self.current.get_mut(), std::ptr::null_mut());
+        let retired = std::mem::take(&mut self.state.get_mut().1);
+        for p in retired.into_iter().map(|a| a as *mut Tables).chain(std::iter::once(current)) {
+            if !p.is_null() {
+                // SAFETY: each came from `Box::into_raw` in `refresh`, is freed once, and `&mut
+                // self` means no reader is left.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
 
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
@@ -53,10 +113,6 @@ pub fn sample_walk_limit(inner: usize, outer: usize) -> usize {
         SAMPLE_WALK_LIMIT
     }
 }
-
-/// How far below the process's start stack the main thread's outermost frame record may lie
-/// (glibc 2.36 x86_64: 272 bytes; musl's start-up frames are smaller).
-pub const ENTRY_SLACK: usize = 4096;
 
 /// The process's start stack (the stack pointer `_start` got, `/proc/self/stat` field 28), 0 if
 /// unknown. Normal context; read once.

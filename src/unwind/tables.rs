@@ -1,6 +1,6 @@
 //! Unwinding without frame pointers: call frame information (`.eh_frame`) compiled ahead of time
-//! into compact per-module tables ([`super::compile`], normal context), which the stack walk
-//! ([`super::walk`]) reads in a signal handler: no allocation, no lock, no syscall.
+//! into compact per-module tables (`unwind::compile`, normal context), which the stack walk
+//! (`unwind::walk`) reads in a signal handler: no allocation, no lock, no syscall.
 //!
 //! # The choice: tables in the handler, not a stack copy unwound later
 //! The alternative was to copy a bounded slice of the stack and the registers into the
@@ -30,12 +30,10 @@
 //! built without frame pointers links a standard library built with them; C dependencies such as
 //! zstd are built without). Finding the page costs one index read, not a row search.
 //!
-//! x86_64 only: on other targets [`super::compile`] returns no tables and the walk is the frame-pointer
+//! x86_64 only: on other targets `unwind::compile` returns no tables and the walk is the frame-pointer
 //! walk.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::compile;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 /// How the sampler unwinds (`RecorderBuilder::unwinder`).
@@ -232,66 +230,3 @@ impl ModuleTable {
 
 /// Pages of the row index: 4 KiB of code.
 pub(crate) const PAGE_SHIFT: u32 = 12;
-
-/// The tables the handler reads: a snapshot published through an atomic pointer, replaced
-/// (never changed in place) when the process's executable mappings change. Replaced snapshots
-/// are kept until this is dropped, which the sampler does only after its grace period (no
-/// handler can still be reading one).
-#[cfg(not(loom))]
-#[derive(Debug, Default)]
-pub struct Published {
-    current: AtomicPtr<Tables>,
-    /// The compiler (files already compiled) and the addresses of replaced snapshots.
-    state: crate::fork::ForkSafeMutex<(compile::Compiler, Vec<usize>)>,
-}
-
-#[cfg(not(loom))]
-impl Published {
-    /// Compiles the tables of every module mapped now, or of those mapped since the last call,
-    /// and publishes them (normal context: reads files, allocates).
-    pub fn refresh(&self) {
-        self.refresh_files(&|_| true);
-    }
-
-    /// As [`Published::refresh`], for the files `wanted` accepts only (a later `refresh` adds the
-    /// others).
-    pub fn refresh_files(&self, wanted: &dyn Fn(&str) -> bool) {
-        let mut state = self.state.lock();
-        let Some(tables) = state.0.refresh_files(wanted) else { return };
-        let new = Box::into_raw(Box::new(tables));
-        // AcqRel: Release publishes the built snapshot to the handler's Acquire load in `load`;
-        // Acquire orders the old snapshot's construction before it is kept for freeing.
-        let old = self.current.swap(new, Ordering::AcqRel);
-        if !old.is_null() {
-            state.1.push(old as usize);
-        }
-    }
-
-    /// The published tables, if any.
-    ///
-    /// # Signal safety
-    /// One atomic load.
-    #[inline]
-    pub fn load(&self) -> Option<&Tables> {
-        // Acquire: pairs with the Release swap in `refresh` (the snapshot is fully built).
-        let p = self.current.load(Ordering::Acquire);
-        // SAFETY: non-null pointers come from `Box::into_raw` in `refresh` and are freed only in
-        // `drop`, which needs `&mut self`: no reference handed out here outlives them.
-        unsafe { p.as_ref() }
-    }
-}
-
-#[cfg(not(loom))]
-impl Drop for Published {
-    fn drop(&mut self) {
-        let current = std::mem::replace(self.current.get_mut(), std::ptr::null_mut());
-        let retired = std::mem::take(&mut self.state.get_mut().1);
-        for p in retired.into_iter().map(|a| a as *mut Tables).chain(std::iter::once(current)) {
-            if !p.is_null() {
-                // SAFETY: each came from `Box::into_raw` in `refresh`, is freed once, and `&mut
-                // self` means no reader is left.
-                drop(unsafe { Box::from_raw(p) });
-            }
-        }
-    }
-}

@@ -20,7 +20,6 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::tables::{fp_rule, kind, Regs, Row, Tables, Unwinder};
-use super::ENTRY_SLACK;
 
 /// Offsets of the interrupted frame pointer, stack pointer and PC in the kernel's x86_64
 /// `ucontext_t` (`uc_mcontext.gregs[REG_RBP]`, `[REG_RSP]`, `[REG_RIP]`; the same for glibc and
@@ -28,6 +27,10 @@ use super::ENTRY_SLACK;
 const UC_RBP: usize = 120;
 const UC_RSP: usize = 160;
 const UC_RIP: usize = 168;
+
+/// How far below the process's start stack the main thread's outermost frame record may lie
+/// (glibc 2.36 x86_64: 272 bytes; musl's start-up frames are smaller).
+pub const ENTRY_SLACK: usize = 4096;
 
 /// A stack the walk reads: the words of `[lo, hi)`.
 pub trait StackMemory {
@@ -92,7 +95,7 @@ pub struct WalkRules<'a> {
     pub mode: Unwinder,
     /// Frames visited at most, the first one included.
     pub limit: usize,
-    /// The process's start stack on the main thread ([`super::main_thread_entry`]), 0 elsewhere.
+    /// The process's start stack on the main thread (`unwind::main_thread_entry`), 0 elsewhere.
     pub entry: usize,
     /// Every caller's PC must lie in a module of `tables` (a copied stack's walk).
     pub known_code_only: bool,
@@ -189,7 +192,7 @@ pub fn caller_of_record(memory: &impl StackMemory, fp: usize) -> Option<Regs> {
 }
 
 /// Whether a chain that broke after the frame record at `last` ended at the main thread's entry.
-/// `entry`: [`super::main_thread_entry`] on the main thread, 0 elsewhere.
+/// `entry`: `unwind::main_thread_entry` on the main thread, 0 elsewhere.
 ///
 /// # Signal safety
 /// Arithmetic only.
