@@ -34,11 +34,6 @@
 pub mod alloc;
 mod buffer;
 mod builtin;
-/// Unwinding without frame pointers (DWARF CFI tables); public for the benchmarks.
-#[cfg(not(loom))]
-#[allow(unsafe_code)]
-#[doc(hidden)]
-pub mod cfi;
 #[cfg_attr(loom, allow(dead_code))]
 mod chunk;
 #[allow(unsafe_code)]
@@ -114,11 +109,12 @@ mod tracing {
         pub fields: String,
     }
 }
+/// Stack unwinding: the DWARF CFI tables and the one stack walk; public for the benchmarks.
 #[cfg(not(loom))]
-mod unwind;
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod unwind;
 
-#[cfg(not(loom))]
-pub use cfi::Unwinder;
 #[cfg(not(loom))]
 pub use encoder::Encoder;
 #[cfg(not(loom))]
@@ -140,6 +136,8 @@ pub use recorder_macros::profile;
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 #[cfg(not(loom))]
 pub use scope::{scope_at, ScopeReport};
+#[cfg(not(loom))]
+pub use unwind::Unwinder;
 
 #[cfg(not(loom))]
 #[doc(hidden)]

@@ -470,7 +470,7 @@ impl ObjectState {
     /// local, so absent from a stripped library's `.dynsym`), else `library+0xOFFSET`.
     fn nameless(&self, svma: u64, here: u64) -> SymbolizedFrame {
         let trampolines = self.signal_trampolines.get_or_init(|| {
-            crate::cfi::compile::signal_trampolines(&self.open_path.to_string_lossy()).unwrap_or_default()
+            crate::unwind::compile::signal_trampolines(&self.open_path.to_string_lossy()).unwrap_or_default()
         });
         if trampolines.iter().any(|&(start, end)| (start..end).contains(&svma)) {
             named("__restore_rt".to_owned(), &self.name, None, None, false)

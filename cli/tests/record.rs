@@ -788,7 +788,7 @@ fn the_programs_main_does_not_wait_for_the_preload_librarys_unwind_table() {
     let without_tables = (0..3).map(|i| premain("fp", i)).min().unwrap();
     let t0 = thread_cpu();
     let path = preload_library().to_str().unwrap();
-    recorder::cfi::compile::compile_file(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    recorder::unwind::compile::compile_file(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
     let preload_table_us = (thread_cpu() - t0).as_micros() as u64;
     let added = with_tables.saturating_sub(without_tables);
     assert!(

@@ -72,6 +72,8 @@
 mod blocked;
 pub mod buffer;
 #[cfg(not(loom))]
+mod handler_time;
+#[cfg(not(loom))]
 mod signal;
 #[cfg(not(loom))]
 mod stacks;
@@ -92,6 +94,7 @@ pub use signal::{adopt_application_action, changing_own_action};
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod bench_support {
+    pub use super::handler_time::{enable as time_handler, report as handler_times, HandlerTimes};
     use std::io;
     use std::time::Duration;
 
@@ -163,7 +166,7 @@ mod imp {
         /// `max_threads * buffers_per_thread * buffer_bytes`, allocated at start.
         pub max_threads: usize,
         /// How stacks are walked: frame pointers, DWARF CFI tables, or both (default `Auto`).
-        pub unwinder: crate::cfi::Unwinder,
+        pub unwinder: crate::unwind::Unwinder,
         /// Build the DWARF table of the shared library the recorder's code is in (the preload
         /// library of `recorder record`: the largest of a process's tables, and of code that keeps
         /// frame pointers) on the recorder's sampler thread ([`Sampler::build_unwind_tables`])
@@ -187,7 +190,7 @@ mod imp {
                 buffer_bytes: 16 * 1024,
                 buffers_per_thread: 3,
                 max_threads: 128,
-                unwinder: crate::cfi::Unwinder::Auto,
+                unwinder: crate::unwind::Unwinder::Auto,
                 tables_in_background: false,
                 cpu: true,
                 wall: None,
@@ -385,8 +388,8 @@ mod imp {
         pub(super) registry: crate::fork::ForkSafeMutex<Registry>,
         /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
         /// (published before the handler is installed, refreshed by thread discovery).
-        pub(super) unwinder: crate::cfi::Unwinder,
-        pub(super) cfi: crate::cfi::Published,
+        pub(super) unwinder: crate::unwind::Unwinder,
+        pub(super) cfi: crate::unwind::Published,
         /// New threads register themselves at their start ([`register_thread_start`], called by
         /// `thread_hooks`); off unless the owner asked for it.
         register_new_threads: AtomicBool,
@@ -1238,7 +1241,7 @@ mod imp {
                 cpu: config.cpu,
                 wall: wall_period.map(|p| wall::WallShared::new(p, nslots)),
                 unwinder: config.unwinder,
-                cfi: crate::cfi::Published::default(),
+                cfi: crate::unwind::Published::default(),
                 generation: *life,
                 registry: crate::fork::ForkSafeMutex::new(Registry {
                     entries: (0..nslots).map(|_| None).collect(),
@@ -1252,7 +1255,7 @@ mod imp {
             });
             let mut locked = SamplerLocked { inner: locked };
             shared.core.bind(&mut locked.inner);
-            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+            if shared.unwinder != crate::unwind::Unwinder::FramePointer {
                 // Before the first signal: samples of code without frame pointers are whole from
                 // the start (compiling the loaded modules' tables takes milliseconds). In the
                 // background mode, all but the recorder's own library's (see
@@ -1317,7 +1320,7 @@ mod imp {
         }
 
         /// How stacks are walked.
-        pub fn unwinder(&self) -> crate::cfi::Unwinder {
+        pub fn unwinder(&self) -> crate::unwind::Unwinder {
             self.shared().unwinder
         }
 
@@ -1383,7 +1386,7 @@ mod imp {
         /// started with [`SamplerConfig::tables_in_background`]. Normal context; reads files.
         pub fn build_unwind_tables(&self) {
             let shared = self.shared();
-            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+            if shared.unwinder != crate::unwind::Unwinder::FramePointer {
                 shared.cfi.refresh();
             }
         }
@@ -1412,7 +1415,7 @@ mod imp {
         /// module docs); a failed /proc read only means less is learned this time.
         pub fn discover_threads_unlocked(&self) -> DiscoveryReport {
             let shared = self.shared();
-            if shared.unwinder != crate::cfi::Unwinder::FramePointer {
+            if shared.unwinder != crate::unwind::Unwinder::FramePointer {
                 // Libraries loaded since (dlopen): their tables, before their code is sampled much.
                 shared.cfi.refresh();
             }

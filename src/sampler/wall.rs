@@ -307,7 +307,7 @@ fn idle_state(
     let registers = syscall_registers(tid);
     let pc = registers.map_or(0, |(_, pc)| pc as u64);
     let tables = match shared.unwinder {
-        crate::cfi::Unwinder::FramePointer => None,
+        crate::unwind::Unwinder::FramePointer => None,
         mode => shared.cfi.load().map(|t| (t, mode)),
     };
     let limit = shared.depth.inner.max(1) + shared.depth.outer;

@@ -5,7 +5,7 @@
 //! when its rule is one the walk expresses. A file's table is built once and shared by every
 //! snapshot that maps it ([`Compiler`] keeps them by path, device and inode).
 
-use super::{fp_rule, kind, Mapped, ModuleTable, Row, Tables, PAGE_SHIFT};
+use super::tables::{fp_rule, kind, Mapped, ModuleTable, Row, Tables, PAGE_SHIFT};
 use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use std::collections::HashMap;
