@@ -22,10 +22,11 @@
 //! name and renamed, so it is never half-written; errors name the file asked for.
 
 use crate::args::{DumpConfig, DumpFormat, DumpWeight, TypeFilter};
-use crate::fold::{self, Folded, Selection};
+use crate::fold::Folded;
 use crate::pprof;
 use crate::profile::{ProfileKind, Unit, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
+use crate::selection::{self, Selection};
 use crate::source::{self, Damage, SourceChunk};
 use crate::spans::{self, SpanNames};
 use crate::Outcome;
@@ -660,7 +661,11 @@ fn relink_checkpoint(
 
 /// Does the selection keep the event record at chunk offset `offset` (decoded only when the
 /// selection has a time or thread condition)?
-fn selected(chunk: &jfr_format::Chunk, offset: u64, select: &mut fold::ChunkSelection<'_>) -> jfr_format::Result<bool> {
+fn selected(
+    chunk: &jfr_format::Chunk,
+    offset: u64,
+    select: &mut selection::ChunkSelection<'_>,
+) -> jfr_format::Result<bool> {
     if select.is_all() {
         return Ok(true);
     }
