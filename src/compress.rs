@@ -1,15 +1,13 @@
 //! zstd storage of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
 //! default, so an embedding application builds no C code unless it asks for compressed chunks.
 
-use std::io;
+use crate::repository::layout;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-
-/// The zstd frame magic, at the start of a compressed chunk file.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// The chunk bytes of a finished chunk file's contents: decompressed if they are zstd.
 pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
-    if !bytes.starts_with(&ZSTD_MAGIC) {
+    if !layout::is_zstd(&bytes) {
         return Ok(bytes);
     }
     #[cfg(feature = "zstd")]
@@ -21,6 +19,21 @@ pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         format!("{}: a zstd-compressed chunk, and recorder was built without its `zstd` feature", path.display()),
+    ))
+}
+
+/// A reader of the decompressed contents of the zstd stream `input`.
+#[cfg(feature = "zstd")]
+pub(crate) fn decoder<R: Read>(input: R) -> io::Result<impl Read> {
+    zstd::stream::read::Decoder::new(input)
+}
+
+/// Without the `zstd` feature a compressed chunk is an error that says why.
+#[cfg(not(feature = "zstd"))]
+pub(crate) fn decoder<R: Read>(_input: R) -> io::Result<io::Empty> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "a zstd-compressed chunk: reading it needs recorder's `zstd` feature",
     ))
 }
 
@@ -39,16 +52,9 @@ pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     partial.push(".part");
     let partial = PathBuf::from(partial);
     // Held open through `sync_all`: in a descriptor table of its own (`fds::in_private_table`).
-    let written = crate::fds::in_private_table(|| {
-        let mut f = std::fs::File::create(&partial)?;
-        io::Write::write_all(&mut f, &compressed)?;
-        f.sync_all()?;
-        std::fs::rename(&partial, &zst)
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e);
-    }
+    crate::fds::in_private_table(|| {
+        layout::replace_file(&partial, &zst, 0o666, |f| io::Write::write_all(f, &compressed))
+    })?;
     Ok((zst, compressed.len() as u64))
 }
 

@@ -256,26 +256,7 @@ impl DumpPlan {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory (never following a
-/// symlink), synced and renamed into place.
-pub(super) fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("dump.jfr");
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)?;
-    let result = file.write_all(bytes).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&temp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
-}
+pub(super) use crate::repository::layout::write_file_atomically;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
