@@ -635,14 +635,9 @@ fn relink_checkpoint(
     let at = sc.chunk.base() + offset;
     let bad = || jfr_format::Error::UnexpectedEof { offset: at, expected: "a checkpoint header" };
     // size, type id, start time, duration, delta: five varints; the rest is copied as is.
-    let mut pos = 0;
-    let mut fields = [0u64; 5];
-    for f in &mut fields {
-        let (v, n) = varint::read_u64(bytes.get(pos..).ok_or_else(bad)?).ok_or_else(bad)?;
-        *f = v;
-        pos += n;
-    }
-    let rest = bytes.get(pos..).ok_or_else(bad)?;
+    let mut lead = jfr_format::LeadingFields::new(bytes);
+    let fields: [u64; 5] = lead.varints().ok_or_else(bad)?;
+    let rest = lead.rest();
     let mut body = Vec::with_capacity(rest.len() + 32);
     write::put_varint(&mut body, 1);
     write::put_varint(&mut body, fields[2]);
