@@ -45,9 +45,7 @@ pub(crate) fn decoder<R: Read>(_input: R) -> io::Result<io::Empty> {
 pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     let plain = std::fs::read(path)?;
     let compressed = zstd::encode_all(&plain[..], 3)?;
-    let mut zst = path.as_os_str().to_owned();
-    zst.push(".zst");
-    let zst = PathBuf::from(zst);
+    let zst = layout::compressed_path(path);
     let mut partial = zst.clone().into_os_string();
     partial.push(".part");
     let partial = PathBuf::from(partial);

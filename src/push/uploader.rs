@@ -567,7 +567,7 @@ fn scan_recording(dir: &Path) -> io::Result<Vec<Found>> {
 
 /// The finished chunks of a `.jfr` file (chunks back to back; zstd-compressed files too).
 fn scan_file(path: &Path) -> io::Result<Vec<Found>> {
-    let bytes = read_maybe_zstd(path)?;
+    let bytes = crate::compress::chunk_bytes(std::fs::read(path)?, path)?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("chunk").replace([' ', '#', '@'], "_");
     let mut out = Vec::new();
@@ -597,21 +597,9 @@ fn scan_file(path: &Path) -> io::Result<Vec<Found>> {
     Ok(out)
 }
 
-fn read_maybe_zstd(path: &Path) -> io::Result<Vec<u8>> {
-    crate::compress::chunk_bytes(std::fs::read(path)?, path)
-}
-
 /// The chunk's bytes (exactly one chunk).
 fn load(f: &Found) -> io::Result<Bytes> {
-    let bytes = match read_maybe_zstd(&f.path) {
-        // Compressed since the directory was read (`compress_finished_chunks`): same chunk.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && f.path.extension().is_some_and(|x| x == "jfr") => {
-            let mut zst = f.path.clone().into_os_string();
-            zst.push(".zst");
-            read_maybe_zstd(Path::new(&zst)).map_err(|_| e)?
-        }
-        other => other?,
-    };
+    let bytes = layout::read_finished_chunk(&f.path)?;
     let start = f.offset.unwrap_or(0) as usize;
     let end = start.saturating_add(f.size as usize);
     if end > bytes.len() {

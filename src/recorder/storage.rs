@@ -8,7 +8,6 @@
 
 use crate::chunk::Publish;
 use crate::clock::{self, ClockPair};
-use crate::compress;
 use crate::push;
 use crate::repository::{self, ChunkFile, ChunkNames, FinishedChunk};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED};
@@ -219,16 +218,7 @@ impl DumpPlan {
         let mut out = Vec::new();
         let mut last_start = None;
         for path in &self.finished {
-            let mut read = std::fs::read(path);
-            if matches!(&read, Err(e) if e.kind() == io::ErrorKind::NotFound)
-                && !path.to_string_lossy().ends_with(".zst")
-            {
-                let mut zst = path.as_os_str().to_owned();
-                zst.push(".zst");
-                read = std::fs::read(PathBuf::from(zst));
-            }
-            let read = read.and_then(|bytes| compress::chunk_bytes(bytes, path));
-            match read {
+            match crate::repository::layout::read_finished_chunk(path) {
                 Ok(bytes) => {
                     last_start = Some(out.len());
                     out.extend_from_slice(&bytes);

@@ -123,6 +123,30 @@ pub fn read_chunk_header(path: &Path) -> io::Result<ChunkHeader> {
     ChunkHeader::parse(&bytes, 0).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
 
+/// `<path>.zst`: the name a finished chunk file has once it is compressed.
+pub fn compressed_path(path: &Path) -> PathBuf {
+    let mut zst = path.as_os_str().to_owned();
+    zst.push(".zst");
+    PathBuf::from(zst)
+}
+
+/// The chunk bytes of the finished chunk file `path`, decompressed if it is zstd. A plain `.jfr`
+/// chunk compressed since it was listed (`compress_finished_chunks`) is read from its `.zst`: the
+/// same chunk. `NotFound` when neither is there (removed by retention).
+pub fn read_finished_chunk(path: &Path) -> io::Result<Vec<u8>> {
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && path.extension().is_some_and(|x| x == "jfr") => {
+            let zst = compressed_path(path);
+            return match std::fs::read(&zst) {
+                Err(z) if z.kind() == io::ErrorKind::NotFound => Err(e),
+                read => crate::compress::chunk_bytes(read?, &zst),
+            };
+        }
+        read => read?,
+    };
+    crate::compress::chunk_bytes(bytes, path)
+}
+
 /// The temporary name [`replace_file`] writes `path` under first: `.<name>.<pid>.tmp` beside it.
 pub fn temporary_path(path: &Path) -> PathBuf {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
