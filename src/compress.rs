@@ -51,6 +51,8 @@ pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     let partial = PathBuf::from(partial);
     // Held open through `sync_all`: in a descriptor table of its own (`fds::in_private_table`).
     crate::fds::in_private_table(|| {
+        // Left by a compression cut short (removing a name never follows a symlink).
+        let _ = std::fs::remove_file(&partial);
         layout::replace_file(&partial, &zst, 0o666, |f| io::Write::write_all(f, &compressed))
     })?;
     Ok((zst, compressed.len() as u64))

@@ -84,6 +84,8 @@ impl Marker {
             .filter(|l| l.split_once(' ').is_some_and(|(key, _)| keep(key.split(['#', '@']).next().unwrap_or(key))))
             .collect();
         let temp = self.path.with_extension("compact");
+        // Left by a process killed while compacting (removing a name never follows a symlink).
+        let _ = std::fs::remove_file(&temp);
         crate::repository::layout::replace_file(&temp, &self.path, 0o600, |f| {
             for line in &kept {
                 f.write_all(line.as_bytes())?;

@@ -155,31 +155,22 @@ pub fn temporary_path(path: &Path) -> PathBuf {
 }
 
 /// Replaces `path` whole: `write` fills the new file `temp` (in the same directory, created with
-/// `mode` and never through a symlink), which is synced and renamed to `path`. A reader finds the
-/// old file or the complete new one, never a part; on failure `temp` is removed and `path` is left
-/// as it was. A `temp` left by a process killed while writing it is replaced.
+/// `mode`), which is synced and renamed to `path`. A reader finds the old file or the complete new
+/// one, never a part; on failure `temp` is removed and `path` is left as it was. `temp` is created
+/// exclusively: a name already there (a symlink planted in a shared directory, or anything else)
+/// makes the write fail and is left alone.
 pub fn replace_file(
     temp: &Path,
     path: &Path,
     mode: u32,
     write: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> io::Result<()> {
-    let open = || {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(temp)
-    };
-    let mut file = match open() {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            // Removing a name never follows it: a planted symlink goes, not its target.
-            std::fs::remove_file(temp)?;
-            open()?
-        }
-        other => other?,
-    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(temp)?;
     let result = write(&mut file).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(temp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(temp);
@@ -243,11 +234,10 @@ mod tests {
     }
 
     #[test]
-    fn a_replaced_file_is_whole_and_a_stale_temporary_is_replaced() {
+    fn a_replaced_file_is_whole_or_left_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jfr");
         std::fs::write(&path, b"old").unwrap();
-        std::fs::write(temporary_path(&path), b"left by a killed writer").unwrap();
         write_file_atomically(&path, b"new").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert!(!temporary_path(&path).exists());
@@ -255,5 +245,9 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"new", "a failed write leaves the file");
         assert!(!temporary_path(&path).exists(), "and no temporary file");
+        std::fs::write(temporary_path(&path), b"planted").unwrap();
+        assert!(write_file_atomically(&path, b"newer").is_err(), "a temporary name already there");
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read(temporary_path(&path)).unwrap(), b"planted");
     }
 }
