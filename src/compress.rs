@@ -1,41 +1,11 @@
-//! zstd storage of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
+//! zstd compression of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
 //! default, so an embedding application builds no C code unless it asks for compressed chunks.
+//! Reading them back is `repository::layout`'s (every reader needs it).
 
-use crate::repository::layout;
-use std::io::{self, Read};
-use std::path::{Path, PathBuf};
-
-/// The chunk bytes of a finished chunk file's contents: decompressed if they are zstd.
-pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
-    if !layout::is_zstd(&bytes) {
-        return Ok(bytes);
-    }
-    #[cfg(feature = "zstd")]
-    {
-        let _ = path;
-        zstd::decode_all(&bytes[..])
-    }
-    #[cfg(not(feature = "zstd"))]
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        format!("{}: a zstd-compressed chunk, and recorder was built without its `zstd` feature", path.display()),
-    ))
-}
-
-/// A reader of the decompressed contents of the zstd stream `input`.
 #[cfg(feature = "zstd")]
-pub(crate) fn decoder<R: Read>(input: R) -> io::Result<impl Read> {
-    zstd::stream::read::Decoder::new(input)
-}
-
-/// Without the `zstd` feature a compressed chunk is an error that says why.
-#[cfg(not(feature = "zstd"))]
-pub(crate) fn decoder<R: Read>(_input: R) -> io::Result<io::Empty> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "a zstd-compressed chunk: reading it needs recorder's `zstd` feature",
-    ))
-}
+use crate::repository::layout;
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// Writes `<path>.zst`, the compressed copy of the finished chunk file `path`, and returns its
 /// path and size. The plain file stays: the caller removes it once the copy replaced it in its

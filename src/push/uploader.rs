@@ -567,7 +567,7 @@ fn scan_recording(dir: &Path) -> io::Result<Vec<Found>> {
 
 /// The finished chunks of a `.jfr` file (chunks back to back; zstd-compressed files too).
 fn scan_file(path: &Path) -> io::Result<Vec<Found>> {
-    let bytes = crate::compress::chunk_bytes(std::fs::read(path)?, path)?;
+    let bytes = layout::chunk_bytes(std::fs::read(path)?, path)?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("chunk").replace([' ', '#', '@'], "_");
     let mut out = Vec::new();

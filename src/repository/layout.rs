@@ -1,6 +1,6 @@
 //! The repository on disk, for its writer and its readers alike (the recorder, `consumer`, `push`
 //! and the CLI): the names of recording directories and chunk files, their listing, how a
-//! compressed chunk file is recognized, and how a file is replaced whole.
+//! compressed chunk file is recognized and read, and how a file is replaced whole.
 //!
 //! Layout: `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>[_<n>]/<yyyy_MM_dd_HH_mm_ss>[_NN].jfr[.zst]`, as the
 //! JVM names its repositories (a second recording of one process in the same second gets `_<n>`).
@@ -17,6 +17,38 @@ pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Are `bytes` (the start of a file) zstd-compressed?
 pub fn is_zstd(bytes: &[u8]) -> bool {
     bytes.starts_with(&ZSTD_MAGIC)
+}
+
+/// The chunk bytes of a finished chunk file's contents: decompressed if they are zstd.
+pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
+    if !is_zstd(&bytes) {
+        return Ok(bytes);
+    }
+    #[cfg(feature = "zstd")]
+    {
+        let _ = path;
+        zstd::decode_all(&bytes[..])
+    }
+    #[cfg(not(feature = "zstd"))]
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: a zstd-compressed chunk, and recorder was built without its `zstd` feature", path.display()),
+    ))
+}
+
+/// A reader of the decompressed contents of the zstd stream `input`.
+#[cfg(feature = "zstd")]
+fn decoder<R: Read>(input: R) -> io::Result<impl Read> {
+    zstd::stream::read::Decoder::new(input)
+}
+
+/// Without the `zstd` feature a compressed chunk is an error that says why.
+#[cfg(not(feature = "zstd"))]
+fn decoder<R: Read>(_input: R) -> io::Result<io::Empty> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "a zstd-compressed chunk: reading it needs recorder's `zstd` feature",
+    ))
 }
 
 /// The name of the recording directory of process `pid` started at `timestamp`
@@ -116,7 +148,7 @@ pub fn read_chunk_header(path: &Path) -> io::Result<ChunkHeader> {
     let mut magic = [0u8; ZSTD_MAGIC.len()];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0)?;
     if is_zstd(&magic) {
-        crate::compress::decoder(file)?.read_exact(&mut bytes)?;
+        decoder(file)?.read_exact(&mut bytes)?;
     } else {
         file.read_exact(&mut bytes)?;
     }
@@ -139,12 +171,12 @@ pub fn read_finished_chunk(path: &Path) -> io::Result<Vec<u8>> {
             let zst = compressed_path(path);
             return match std::fs::read(&zst) {
                 Err(z) if z.kind() == io::ErrorKind::NotFound => Err(e),
-                read => crate::compress::chunk_bytes(read?, &zst),
+                read => chunk_bytes(read?, &zst),
             };
         }
         read => read?,
     };
-    crate::compress::chunk_bytes(bytes, path)
+    chunk_bytes(bytes, path)
 }
 
 /// The temporary name [`replace_file`] writes `path` under first: `.<name>.<pid>.tmp` beside it.
