@@ -179,7 +179,8 @@ pub fn read_finished_chunk(path: &Path) -> io::Result<Vec<u8>> {
     chunk_bytes(bytes, path)
 }
 
-/// The temporary name [`replace_file`] writes `path` under first: `.<name>.<pid>.tmp` beside it.
+/// The temporary name beside `path` that [`write_file_atomically`] and [`write_recording_file`]
+/// write first: `.<name>.<pid>.tmp`.
 pub fn temporary_path(path: &Path) -> PathBuf {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
