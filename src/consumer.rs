@@ -13,9 +13,10 @@
 //! ```
 //!
 //! # How a live repository is followed (jfr-format.md §6.2, §6.4)
-//! - The chunk directory: a path holding `DDDD_DD_DD_DD_DD_DD_*` subdirectories means the most
-//!   recently modified one (re-chosen at every scan until a chunk was found there, then fixed, as
-//!   the JDK does); otherwise the path itself.
+//! - The chunk directory: a path holding recording subdirectories (`yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`,
+//!   `repository::layout::recording_dir_pid`) means the most recently modified one (re-chosen at
+//!   every scan until a chunk was found there, then fixed, as the JDK does); otherwise the path
+//!   itself.
 //! - Chunks are the `*.jfr` files of at least 68 bytes whose header parses, ordered by the header's
 //!   `startNanos`. After a finished chunk the next is the one with the smallest
 //!   `startNanos ≥ start + max(duration, 1)`. A finished chunk with the final flag ends the stream.
@@ -28,6 +29,7 @@
 //!   iterator) and reading goes on with the next chunk (the smallest `startNanos` greater than the
 //!   corrupt one's).
 
+use crate::repository::layout;
 use bytes::Bytes;
 use jfr_format::header::{ChunkHeader, HEADER_SIZE, STATE_GUARD, STATE_OFFSET};
 use jfr_format::read::TypeTable;
@@ -973,30 +975,17 @@ impl Follower {
         Ok(true)
     }
 
-    /// The chunk directory to scan: the most recently modified `DDDD_DD_DD_DD_DD_DD_*`
-    /// subdirectory of the root, or the root itself.
+    /// The chunk directory to scan: the most recently modified recording subdirectory of the
+    /// root, or the root itself.
     fn pick_dir(&self) -> PathBuf {
-        let Ok(entries) = std::fs::read_dir(&self.root) else {
+        let Ok(recordings) = layout::recording_dirs(&self.root) else {
             return self.root.clone();
         };
         let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else {
-                continue;
-            };
-            if !is_recording_dir_name(name) {
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else {
-                continue;
-            };
-            if !meta.is_dir() {
-                continue;
-            }
-            let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        for r in recordings {
+            let modified = r.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
             if best.as_ref().is_none_or(|(m, _)| modified > *m) {
-                best = Some((modified, entry.path()));
+                best = Some((modified, r.path));
             }
         }
         best.map(|(_, p)| p).unwrap_or_else(|| self.root.clone())
@@ -1053,18 +1042,6 @@ impl Follower {
         self.starts = starts;
         (out, locked)
     }
-}
-
-/// `DDDD_DD_DD_DD_DD_DD_` prefix of the JDK's recording directories.
-fn is_recording_dir_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    if b.len() < 20 {
-        return false;
-    }
-    b[..20].iter().enumerate().all(|(i, &c)| match i {
-        4 | 7 | 10 | 13 | 16 | 19 => c == b'_',
-        _ => c.is_ascii_digit(),
-    })
 }
 
 /// Reads the 68-byte header twice; returns it only if both reads agree and the guard is not set
@@ -1139,17 +1116,5 @@ fn refresh(cur: &mut Current) -> Result<Option<bool>, ConsumerError> {
         Ok(jfr_format::Refresh::Unchanged) => Ok(Some(false)),
         Ok(jfr_format::Refresh::Locked) => Ok(None),
         Err(e) => Err(format_err(&cur.path, e)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recording_dir_names() {
-        assert!(is_recording_dir_name("2026_11_29_16_36_53_10829"));
-        assert!(!is_recording_dir_name("2026_11_29_16_36_5310829"));
-        assert!(!is_recording_dir_name("control"));
     }
 }

@@ -36,7 +36,7 @@ pub mod write;
 pub use error::{Error, Result};
 pub use header::ChunkHeader;
 pub use metadata::{Class, Field, Metadata};
-pub use read::{chunks, Chunk, Event, Item, Refresh};
+pub use read::{chunks, Chunk, Event, Item, LeadingFields, Refresh};
 pub use value::{Object, Text, Value};
 pub use view::{FrameInfo, StackTraceInfo, ThreadInfo};
 pub use write::{Checkpoint, ChunkWriter};

@@ -25,8 +25,8 @@ use crate::stack::{DepthPolicy, StackKey, StackTable};
 use crate::thread::RawComm;
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
-use jfr_format::varint;
 use jfr_format::write::{self, Checkpoint};
+use jfr_format::LeadingFields;
 use pools::Pools;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -526,15 +526,11 @@ fn scan_records(bytes: &[u8], refs: &mut Refs) -> u64 {
     // Consecutive records mostly repeat the previous ids: skip the set lookups for those.
     let (mut last_thread, mut last_stack) = (u32::MAX, u64::MAX);
     while pos < bytes.len() {
-        let rest = &bytes[pos..];
-        let mut at = 0usize;
+        let mut lead = LeadingFields::new(&bytes[pos..]);
         let mut fields = [0u64; 6];
         for f in fields.iter_mut() {
-            match varint::read_u64(rest.get(at..).unwrap_or(&[])) {
-                Some((v, n)) => {
-                    *f = v;
-                    at += n;
-                }
+            match lead.varint() {
+                Some(v) => *f = v,
                 None => break,
             }
         }

@@ -422,7 +422,8 @@ impl Drop for Reservation {
 
 /// Creates `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>[_N]` and closes the recordings of dead processes.
 fn create_recording_dir(base: &Path, wall: ClockPair) -> Result<PathBuf, Error> {
-    let dir_name = format!("{}_{}", repository::timestamp_name(wall.epoch_nanos), std::process::id());
+    let dir_name =
+        repository::layout::recording_dir_name(&repository::timestamp_name(wall.epoch_nanos), std::process::id());
     let mut dir = base.join(&dir_name);
     let mut n = 1;
     while dir.exists() {
