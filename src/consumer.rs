@@ -12,7 +12,8 @@
 //! # Ok::<(), recorder::consumer::ConsumerError>(())
 //! ```
 //!
-//! # How a live repository is followed (jfr-format.md §6.2, §6.4)
+//! # How a live repository is followed
+//! (docs/jfr-format.md, "Publishing a live chunk" and "Repository layout")
 //! - The chunk directory: a path holding `DDDD_DD_DD_DD_DD_DD_*` subdirectories means the most
 //!   recently modified one (re-chosen at every scan until a chunk was found there, then fixed, as
 //!   the JDK does); otherwise the path itself.
@@ -1068,7 +1069,7 @@ fn is_recording_dir_name(name: &str) -> bool {
 }
 
 /// Reads the 68-byte header twice; returns it only if both reads agree and the guard is not set
-/// (jfr-format.md §6.2 step 1–3). `None`: being rewritten, or shorter than a header; try later.
+/// (docs/jfr-format.md, "Publishing a live chunk"). `None`: being rewritten, or shorter than a header; try later.
 fn read_header(file: &File) -> io::Result<Option<[u8; HEADER_SIZE]>> {
     let mut a = [0u8; HEADER_SIZE];
     let mut b = [0u8; HEADER_SIZE];

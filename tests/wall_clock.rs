@@ -1,4 +1,4 @@
-//! Wall-clock sampling (issue 13 §2, §4): the application's blocking system calls never see
+//! Wall-clock sampling: the application's blocking system calls never see
 //! EINTR nor return early under 1 kHz wall (or CPU) sampling, while a naive `tgkill` sampler
 //! breaks them (so the checker can fail); a thread blocked in `recv` for 5 s stands for its
 //! 5 s in sleeping wall samples, a spinning one for running samples with its function on top;
