@@ -85,7 +85,7 @@ fn drive(name: &str, run: Duration, timeout: Duration, mut call: impl FnMut(Dura
     out
 }
 
-/// The blocking calls the issue names, each on its own thread: poll, epoll_wait, select and
+/// The blocking calls that must never see EINTR, each on its own thread: poll, epoll_wait, select and
 /// nanosleep time out; read on a pipe and recv on a socket get their data from a writer after
 /// `timeout` (an early return would be EINTR or a short wait).
 fn exercise_blocking_calls(run: Duration) -> Vec<(String, Outcome)> {
