@@ -1,4 +1,5 @@
-//! On the real main thread (so this test has no harness): a *discovered* main thread's stack bounds follow its growing stack. Its bounds come
+//! On the real main thread (so this test has no harness): a *discovered* main thread's stack
+//! bounds follow its growing stack. Its bounds come
 //! from the `[stack]` mapping, which grows down on demand; a 4000-deep recursion (about 4 MiB)
 //! takes it far below what was mapped when the thread was discovered. Before, every sample down
 //! there held one frame and said nothing about it (the walk's bounds ended where the mapping

@@ -68,7 +68,8 @@
 //! `--cfg recorder_mutation="NAME"` weakens one step of this protocol on purpose, so that the loom
 //! models can show they catch it: `pos_relaxed` (the commit store of `pos`), `refill_cas_relaxed`
 //! (the CAS that fills a spare), `drain_without_gating` (the activation check of [`Core::drain`]),
-//! `retire_without_gate` (a retirer does not wait for an admitted handler, I13), `claim_relaxed` (the store that opens a claimed slot to its handler),
+//! `retire_without_gate` (a retirer does not wait for an admitted handler, I13), `claim_relaxed`
+//! (the store that opens a claimed slot to its handler),
 //! `push_relaxed` (the CAS that pushes a full buffer). Never set in a build that ships.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
