@@ -3,7 +3,7 @@
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// Whether `jdk.ExecutionSample` declares and carries `spanId` (issue 12 §1): the recording's
+/// Whether `jdk.ExecutionSample` declares and carries `spanId`: the recording's
 /// setting ([`SPAN_IDS_AUTO`]: when a `RecorderLayer` exists), decided for the whole recording
 /// when its first sample is written, so every chunk of a recording has one layout of the event
 /// (JMC splits a type whose fields differ between chunks into two). Until then the metadata

@@ -1,7 +1,7 @@
 //! The commit path: what runs on an application thread when it records an event.
 //!
 //! Fast path (no stack trace, the plain settings): one load to see whether a recording runs, one
-//! word of the type's settings, the thread's in-flight mark (review finding 11), one tick read,
+//! word of the type's settings, the thread's in-flight mark (`tests/stop_race.rs`), one tick read,
 //! the record encoded straight into the thread's event buffer (no scratch copy, no lock, no wait
 //! for the flusher) and a Release store. Slow paths: a stack trace (walk and interning; no
 //! allocation for a known stack, none at all if it is the thread's previous stack), the thread's
@@ -222,7 +222,7 @@ impl Shared {
     }
 
     /// `stop`, after clearing `GENERATION` and `CURRENT`: waits until no commit that found this
-    /// recording running is still writing its record (review finding 11). Returns how many were
+    /// recording running is still writing its record (`tests/stop_race.rs`). Returns how many were
     /// still in flight after `timeout` (a field encoder that blocks); the caller counts them lost.
     pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
         // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
@@ -725,7 +725,7 @@ fn times(span_start: Option<i64>) -> (i64, i64) {
 
 /// Marks the calling thread's commit in flight (its mark from the cursor; null before the
 /// thread's first attach, whose slow path marks it), before the generation check that decides
-/// whether it records (review finding 11). `stop` clears the generation, runs a process-wide
+/// whether it records (`tests/stop_race.rs`). `stop` clears the generation, runs a process-wide
 /// barrier (`thread::process_barrier`, the heavy half of an asymmetric fence whose light half is
 /// the compiler fence here) and then waits for every in-flight mark to clear, so a commit that
 /// found the recording running is in its buffer before the final flush.
@@ -791,7 +791,8 @@ fn commit_in_place(
 /// (written as one 8-byte word).
 const HEADER_MAX: usize = 1 + 4 * MAX_VARINT + 8;
 
-/// Encodes one record: a one-byte size slot, the implicit fields (jfr-format.md §3: type id,
+/// Encodes one record: a one-byte size slot, the implicit fields (docs/jfr-format.md, "Records
+/// and implicit fields": type id,
 /// start, duration, thread, stack trace), the event's own fields, then the size. Its end, or
 /// `None` if it did not fit. `tid`: the thread id's varint as a word and its length. `start` is
 /// padded to 8 bytes (see `Encoder::put_varint_padded_unchecked`: this is what lets the tick read

@@ -12,7 +12,8 @@
 //! # Ok::<(), recorder::consumer::ConsumerError>(())
 //! ```
 //!
-//! # How a live repository is followed (jfr-format.md §6.2, §6.4)
+//! # How a live repository is followed
+//! (docs/jfr-format.md, "Publishing a live chunk" and "Repository layout")
 //! - The chunk directory: a path holding recording subdirectories (`yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`,
 //!   `repository::layout::recording_dir_pid`) means the most recently modified one (re-chosen at
 //!   every scan until a chunk was found there, then fixed, as the JDK does); otherwise the path
@@ -1045,7 +1046,7 @@ impl Follower {
 }
 
 /// Reads the 68-byte header twice; returns it only if both reads agree and the guard is not set
-/// (jfr-format.md §6.2 step 1–3). `None`: being rewritten, or shorter than a header; try later.
+/// (docs/jfr-format.md, "Publishing a live chunk"). `None`: being rewritten, or shorter than a header; try later.
 fn read_header(file: &File) -> io::Result<Option<[u8; HEADER_SIZE]>> {
     let mut a = [0u8; HEADER_SIZE];
     let mut b = [0u8; HEADER_SIZE];

@@ -11,9 +11,10 @@
 //! fork can never copy a lock held by another thread. In the child the recording is marked
 //! stopped; every method of the parent's `Recorder` handle checks the pid first and leaves the
 //! parent's recording alone (no-op, or `Error::ForkedChild`): in particular none takes the
-//! chunk-writer lock L, which a parent thread may have held at fork time (review finding 3). L is
+//! chunk-writer lock L, which a parent thread may have held at fork time (`tests/fork.rs`). L is
 //! not taken here, so a fork never waits for a flush. The recorder registers these hooks before
-//! it takes any of these locks (review finding 5).
+//! it takes any of these locks (a concurrent fork would otherwise hold libc's atfork lock while
+//! its prepare hook waits for one of ours).
 #![allow(unsafe_code)]
 
 use std::sync::Once;

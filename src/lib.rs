@@ -25,9 +25,9 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
-//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
-//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`) and `alloc` (the allocator hook).
+//! - Unsafe code is allowed only where a module says so (`#[allow(unsafe_code)]` below or in the
+//!   module), each block with a `// SAFETY:` line; docs/architecture.md, "Unsafe code", lists
+//!   those modules and why each needs it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -3,8 +3,8 @@
 //! Type ids are assigned once per process and never reused, so they are stable across chunks and
 //! recordings. The descriptor's metadata id is the registry version (twice it, plus one where
 //! `jdk.ExecutionSample` has `spanId`): it changes exactly when a type is added or that layout
-//! differs (pitfall P9: the JDK reuses the previous chunk's descriptor when the id is the same),
-//! and types are only ever added, so metadata grows within a chunk.
+//! differs (docs/jfr-format.md, "Metadata": the JDK reuses the previous chunk's descriptor when
+//! the id is the same), and types are only ever added, so metadata grows within a chunk.
 
 use crate::builtin;
 use crate::fork::ForkSafeMutex as Mutex;

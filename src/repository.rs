@@ -1,11 +1,12 @@
 //! The repository: a directory of chunk files in the JDK's layout, so that `jfr`, JMC and
-//! `EventStream.openRepository` read and follow it. This is the only module of the recorder that
-//! writes files.
+//! `EventStream.openRepository` read and follow it. It creates, writes, renames and deletes the
+//! chunk files; `recorder/storage.rs` drives it (and writes dump files), `compress.rs` and
+//! `push/marker.rs` write files of their own.
 //!
 //! Layout: `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>/<yyyy_MM_dd_HH_mm_ss>[_NN].jfr`, names in local time
 //! as the JVM writes them. A new chunk is written under a hidden temporary name first and renamed
 //! to its `.jfr` name only once its first segment (with metadata) is published, because the JDK
-//! reader spins on a chunk that has a size but no metadata (jfr-format.md §6.4, pitfall P14).
+//! reader spins on a chunk that has a size but no metadata (docs/jfr-format.md, "Publishing a live chunk").
 
 use jfr_format::header::{
     publish_writes, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,

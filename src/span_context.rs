@@ -1,5 +1,5 @@
 //! The span word of each thread: the id of the `tracing` span it is in, where the SIGPROF handler
-//! reads it without a lock (issue 12 §1). The word is a cell of its own, not a thread-local: the
+//! reads it without a lock. The word is a cell of its own, not a thread-local: the
 //! handler reads no thread-local (signal-context rules); the thread's sampler slot points at the
 //! cell instead (`ThreadSlot::span`), and the thread writes it with plain stores.
 //!

@@ -85,7 +85,7 @@ impl StackTable {
 
     /// A table whose keys start above `base` nodes: a recording that continues another's
     /// directory never reuses one of its stack-trace keys (readers keep a key's first value for
-    /// the whole file, jfr-format.md §5).
+    /// the whole file: docs/jfr-format.md, "Constant pools").
     pub fn with_key_base(capacity: usize, base: u64) -> StackTable {
         StackTable { key_base: base, ..StackTable::new(capacity) }
     }
@@ -265,10 +265,10 @@ pub fn as_elided(ip: u64) -> Option<u64> {
     (ip & ELIDED_TAG == ELIDED_TAG).then_some(ip & 0xFF_FFFF_FFFF)
 }
 
-/// Which frames of a deep stack are kept (issue "deep stacks"): the innermost `inner`, the
+/// Which frames of a deep stack are kept: the innermost `inner`, the
 /// outermost `outer`, or both with one elided marker between them.
 ///
-/// The limits count frames **as readers show them** (issue 10 §4), inlined functions included.
+/// The limits count frames **as readers show them** (`tests/deep_stacks.rs`), inlined functions included.
 /// Two steps apply them. The walk (signal handler or commit path) keeps that many *addresses* at
 /// each end ([`DepthPolicy::apply`], [`WalkLayout`]): it cannot symbolize, and an address shows as
 /// at least one frame, so they are enough. When the stack is serialized, each address expands to

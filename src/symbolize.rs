@@ -1,6 +1,6 @@
 //! Symbolization of raw instruction pointers of this process, off the signal path.
 //!
-//! Samples carry raw instruction pointers (design.md §4 "Stacks"); an L holder or the CLI turns
+//! Samples carry raw instruction pointers (docs/architecture.md, data path 2); an L holder or the CLI turns
 //! them into [`SymbolizedFrame`]s here, with a per-address cache, so a hot address costs one hash
 //! lookup. The process symbolizes *itself*: addresses are live virtual addresses. We read
 //! `/proc/self/maps` (no unsafe code, unlike `dl_iterate_phdr`) to find the mapping and file of
@@ -10,7 +10,7 @@
 //! `.dynsym` for stripped libraries such as `libc.so.6`).
 //!
 //! Return addresses (every frame but the leaf) point after the call: we look up `ip - 1`, or the
-//! line and the inlined frames would be those of the next instruction (design.md §6).
+//! line and the inlined frames would be those of the next instruction.
 //!
 //! # Crate choice: addr2line (gimli), measured against blazesym
 //!
@@ -149,7 +149,7 @@ const _: fn() = || {
 
 /// One symbolizer for the recording process: its per-module state and its cache outlive a
 /// recording, so a second recording (or a forked child's) does not parse the debug info again.
-/// The flusher uses it with the chunk-writer lock L released (review finding 9: the first
+/// The flusher uses it with the chunk-writer lock L released (the first
 /// symbolization of a module parses its debug info); `fork` holds it across the fork.
 static PROCESS: crate::fork::ForkSafeMutex<Option<Symbolizer>> = crate::fork::ForkSafeMutex::new(None);
 

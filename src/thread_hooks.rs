@@ -26,7 +26,7 @@
 //! [`create_thread`] (or, from its own wrapper, [`on_thread_start`]); both are idempotent with
 //! the GOT hook (a thread registered twice is registered once).
 //!
-//! # Options measured (Linux 6.18 x86_64, glibc 2.36, 2 cores, 1 kHz; see issue 16's report)
+//! # Options measured (Linux 6.18 x86_64, glibc 2.36, 2 cores, 1 kHz)
 //! - **GOT/PLT interposition (taken).** A child burning 50 ms gets its samples from the first
 //!   period on; cost is paid only at thread creation and exit (`perf_event_open`, three
 //!   `fcntl`s and an enable; at exit `dup3`, `sigpending`, `close`, `getrusage` and `prctl`

@@ -1,4 +1,4 @@
-//! Allocation sampling (issue 13 §1, §4) with the sampling allocator over the system allocator:
+//! Allocation sampling with the sampling allocator over the system allocator:
 //! samples reach the file with their stacks (our reader, `jfr print`, `jfr summary`, the JDK's
 //! `EventStream` following the live repository), every sample taken is written or counted lost,
 //! the estimate per call site is unbiased, and allocations in an application's signal handler,
@@ -181,8 +181,8 @@ fn the_jdk_event_stream_follows_allocation_samples_with_stacks() {
     }
 }
 
-/// Per call site, the summed weights estimate the bytes allocated (issue 13 §3's sites; the
-/// benchmark measures them at the default interval, here the intervals are chosen so that a
+/// Per call site, the summed weights estimate the bytes allocated (the sites of `cargo bench
+/// --bench alloc`; the benchmark measures them at the default interval, here the intervals are chosen so that a
 /// bound of ~5 standard deviations is tight enough to mean something and never flaky).
 #[test]
 fn estimated_bytes_per_call_site_match_the_truth() {

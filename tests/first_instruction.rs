@@ -1,4 +1,4 @@
-//! Issue 16: every thread is sampled from its first instruction, whoever creates it (Rust std,
+//! Every thread is sampled from its first instruction, whoever creates it (Rust std,
 //! C code through pthreads in a library loaded before or after the recording started, a forked
 //! child's own recording), and the last samples of a thread that exited between flushes carry
 //! its name.

@@ -124,7 +124,7 @@ fn in_child(seconds: u32, body: impl FnOnce() -> i32) -> Result<i32, i32> {
     }
 }
 
-/// Review finding 3: every method of a `Recorder` inherited by a forked child checks the pid
+/// Every method of a `Recorder` inherited by a forked child checks the pid
 /// before touching the recording. The parent holds L (explicit flushes in a loop) whenever the
 /// child calls, so any method that takes L hangs.
 #[test]
@@ -179,7 +179,7 @@ fn forked_child_never_waits_for_the_parents_lock() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Review finding 3, second half: a child's `flush()` on the inherited handle while L is free
+/// A child's `flush()` on the inherited handle while L is free
 /// must not publish anything into the parent's live chunk file.
 #[test]
 fn forked_child_flush_leaves_the_parents_chunk_alone() {

@@ -1,4 +1,4 @@
-//! Instrumented scopes (issue 12 §2): the merged report equals what the threads did, exited
+//! Instrumented scopes: the merged report equals what the threads did, exited
 //! threads included; self and total time add up; explicit timestamps are kept exactly; the
 //! deterministic report is byte-identical (golden file); `recorder.ScopeTiming` events carry the
 //! same numbers and pass the JDK's tools.

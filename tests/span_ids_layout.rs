@@ -1,4 +1,4 @@
-//! `jdk.ExecutionSample.spanId` only where span context exists (issue 12 §1): a recording whose
+//! `jdk.ExecutionSample.spanId` only where span context exists: a recording whose
 //! first samples were written with no `RecorderLayer` in the process has the JDK's exact layout
 //! of the event in every chunk (readers that assume it, such as async-profiler's converter, read
 //! every sample; JMC would split a type whose fields change between chunks); once a layer exists,

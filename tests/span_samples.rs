@@ -1,4 +1,4 @@
-//! Span context on CPU samples (issue 12 §1): every `jdk.ExecutionSample` taken while a thread is
+//! Span context on CPU samples: every `jdk.ExecutionSample` taken while a thread is
 //! inside a span carries that span's id (`spanId`, declared in the metadata so the JDK prints
 //! it); samples outside any span carry 0.
 #![cfg(feature = "tracing")]

@@ -1,4 +1,4 @@
-//! `recorder::tracing::RecorderLayer` (issue 12 §1): spans and events of the `tracing` crate as
+//! `recorder::tracing::RecorderLayer`: spans and events of the `tracing` crate as
 //! `recorder.Span` / `recorder.Log`, judged by the JDK's `jfr print`, `jfr summary` and the live
 //! `EventStream`; spans as scopes; bad input (close on another thread, re-entry, no recorder,
 //! recorder stopped while spans are open).

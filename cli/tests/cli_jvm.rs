@@ -490,7 +490,7 @@ fn print_rejects_unknown_types_and_lists_the_known_ones() {
     assert!(err.contains("recorder.test.Work"));
 }
 
-// Issue 11 §2: JVM frames use the same separator in print, collapsed and top (the JDK's dotted
+// JVM frames use the same separator in print, collapsed and top (the JDK's dotted
 // class names: java.lang.Thread.run, not java/lang/Thread.run).
 #[test]
 fn jvm_frames_are_named_alike_in_print_collapsed_and_top() {
@@ -512,7 +512,7 @@ fn jdk_allocation_weight(rec: &str) -> u64 {
     jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).iter().map(|e| e["values"]["weight"].as_u64().unwrap()).sum()
 }
 
-// Issue 11 §2: allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
+// Allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
 // `weight` (bytes), not one per sample.
 #[test]
 fn allocation_views_weigh_samples_by_their_bytes() {

@@ -1,5 +1,5 @@
 //! `dump --by-span`, `top --by-span`, `dump --weight self-time` and the JSON scope tree, on a
-//! recording this test makes with CPU-bound spans and scopes (issue 12).
+//! recording this test makes with CPU-bound spans and scopes.
 
 mod common;
 

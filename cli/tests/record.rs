@@ -1,4 +1,4 @@
-//! `recorder record -- CMD` on real programs that nobody changed (issue 14): C, C++ and Rust
+//! `recorder record -- CMD` on real programs that nobody changed: C, C++ and Rust
 //! programs built without frame pointers, Debian's `xz`, shells and their children, and every way
 //! a program ends. The JDK's `jfr` judges the files; stacks are read back with `recorder dump
 //! --format collapsed` (root first, `;`-separated, count last).

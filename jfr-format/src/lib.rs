@@ -20,7 +20,7 @@
 //!   live chunks) and [`read::chunks`] for multi-chunk files.
 //! - [`view`]: typed views of threads and stack traces.
 //!
-//! The byte-level rules followed here are in `shared/docs/jfr-format.md` of the project.
+//! The format rules followed here, and why, are in the repository's `docs/jfr-format.md`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -720,7 +720,7 @@ impl Chunk {
     }
 
     /// Like [`Chunk::parse`], but reuses `types` when the chunk's metadata has the same id (as the
-    /// JDK reader does; pitfall P9 explains why ids must change with the descriptor).
+    /// JDK reader does; docs/jfr-format.md, "Metadata", explains why ids must change with the descriptor).
     pub fn parse_with(data: Bytes, base: u64, previous: Option<&Arc<TypeTable>>) -> Result<Chunk> {
         // Metadata parsing is cheap next to event decoding; reuse only saves the allocation.
         let chunk = Chunk::parse(data, base)?;

@@ -5,7 +5,7 @@
 //! the per-thread state is one const-initialized thread-local without a destructor (readable at
 //! any time, never lazily registered), and the recording's state is reached through a [`Gate`].
 //!
-//! Sampling (issue 13 §1): each thread counts down the bytes it allocates; when the countdown
+//! Sampling: each thread counts down the bytes it allocates; when the countdown
 //! reaches zero the allocation is sampled and a fresh gap is drawn from an exponential
 //! distribution of mean `interval` (one draw, however large the allocation: the sample's weight,
 //! `size / (1 - exp(-size / interval))`, accounts for the allocations it stands for). No counter

@@ -1,10 +1,10 @@
-//! The sources of a flush (design.md §7) and what they drain into.
+//! The sources of a flush (docs/architecture.md, data paths 1 and 2) and what they drain into.
 //!
 //! A flush drains, in this order and holding L: the event buffers ([`events::EventBuffers`]),
 //! then every sampler-style source ([`SampleSource`]: CPU samples today), then the scope tree
 //! ([`scopes`]: what changed, as `recorder.ScopeTiming`), then the recorder's own events ([`own`]); then the metadata if it changed, one checkpoint, and the publish. The
-//! order is the contract (design.md §6, seed 003): samples after the event buffers, under L,
-//! never skipped. `recorder.rs` runs it; each source only writes into a [`Segment`], and every
+//! order is the contract (docs/sampler-protocol.md I7): samples after the event buffers, under L,
+//! never skipped. `recorder/mod.rs` runs it; each source only writes into a [`Segment`], and every
 //! event it writes reports the threads and stacks it references to the chunk writer.
 //!
 //! A new sampler-style source implements [`SampleSource`] and is added to the recorder's list of

@@ -1,4 +1,4 @@
-//! The recorder: a recording's lifecycle and its flush (design.md §7).
+//! The recorder: a recording's lifecycle and its flush (docs/architecture.md).
 //!
 //! Module map: `chunk` (the chunk writer: live chunk, constant pools, which constants a segment
 //! defines; no I/O), `flush` (the flush sources: event buffers, sampler-style sources, the
@@ -112,7 +112,7 @@ struct Inner {
     /// The last chunk is not the final one: another recording continues the directory
     /// ([`Recorder::stop_for_exec`]).
     continued: AtomicBool,
-    /// The process that started the recording (review finding 3: a forked child has none of its
+    /// The process that started the recording (a forked child has none of its
     /// threads, files or locks and must touch none of them).
     pid: u32,
     flushes: AtomicU64,
@@ -130,7 +130,7 @@ impl Recorder {
         // The recorder's own allocations are not sampled (src/alloc: honest attribution).
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
-        // Before anything takes a lock the fork hooks take (review finding 5).
+        // Before anything takes a lock the fork hooks take (see `fork.rs`).
         crate::fork::install();
         crate::thread::prepare_process_barrier();
         let reservation = Reservation::take()?;
@@ -190,7 +190,7 @@ impl Recorder {
         };
         if let Some(config) = &sampler_config {
             // No lock of the fork hooks is held here: the sampler registers an atfork hook of its
-            // own, which waits for a fork in progress (review finding 5).
+            // own, which waits for a fork in progress (see `fork.rs`).
             #[cfg(test)]
             tests::hooks::sampler_starting();
             // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
@@ -238,7 +238,7 @@ impl Recorder {
         #[cfg(feature = "push")]
         let spawned = spawned.and_then(|()| push.map_or(Ok(()), |(target, link)| inner.start_push(target, link)));
         if let Err(e) = spawned {
-            // Review finding 14: nothing of a failed start keeps running (no flusher, no armed
+            // Nothing of a failed start keeps running (no flusher, no armed
             // timer), and a later start works.
             let _ = inner.shut_down();
             // A continued directory holds the chunks of the recording it continues.
@@ -462,7 +462,7 @@ fn open_recording_dir(dir: &Path) -> Result<(PathBuf, u64), Error> {
 }
 
 impl Inner {
-    /// Review finding 3: the recording belongs to the process that started it.
+    /// The recording belongs to the process that started it (`tests/fork.rs`).
     fn owner(&self) -> Result<(), Error> {
         if std::process::id() == self.pid {
             Ok(())
@@ -478,9 +478,9 @@ impl Inner {
         drop(self.flush_locked(l, id));
     }
 
-    /// The flush (design.md §7). The order is the contract: the event buffers, then the
-    /// sampler-style sources (after the events, under L, never skipped: design.md §6 and seed
-    /// 003), then the recorder's own events; then the metadata if it changed, one checkpoint,
+    /// The flush (docs/architecture.md, data paths 1 and 2). The order is the contract: the event
+    /// buffers, then the sampler-style sources (after the events, under L, never skipped:
+    /// docs/sampler-protocol.md I7), then the recorder's own events; then the metadata if it changed, one checkpoint,
     /// and the publish. Every source reports the threads and stacks it references to the chunk
     /// writer, whose checkpoint defines them in this segment.
     fn flush_locked<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
@@ -501,7 +501,7 @@ impl Inner {
     }
 
     /// Symbolizes the segment's new addresses and reads its new threads' names with L released
-    /// (review finding 9: the first address of a module parses its debug info). The segment
+    /// (the first address of a module parses its debug info). The segment
     /// stays unpublished meanwhile and its references stay in the chunk writer, so any L holder
     /// that closes it defines them. What arrives meanwhile (samples the recorder thread drains)
     /// gets another round; after three, the checkpoint resolves the rest under L.
@@ -563,7 +563,7 @@ impl Inner {
                 GENERATION.store(0, Ordering::Release);
             }
         }
-        // Review finding 11: a commit that found the recording running is in its buffer before
+        // A commit that found the recording running is in its buffer before
         // the final flush, or (a field encoder blocked for a second) counted lost.
         let stuck = self.shared.wait_for_commits(Duration::from_secs(1));
         if stuck > 0 {
@@ -697,7 +697,7 @@ impl Inner {
         }
     }
 
-    /// The recorder thread (sampler-protocol.md §4.4): woken by the handler when a buffer fills
+    /// The recorder thread (docs/sampler-protocol.md §4): woken by the handler when a buffer fills
     /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
     /// lost samples.
     fn sampler_loop(&self, sampler: &Sampler) {
@@ -706,7 +706,7 @@ impl Inner {
         let maintain = || {
             // Modules loaded since the last pass get their `pthread_create` interposed.
             crate::thread_hooks::rescan();
-            // Discovery reads /proc for every thread: without L (review finding 9). Only the
+            // Discovery reads /proc for every thread: without L. Only the
             // names it read go to the chunk, under L.
             let names = sampler.discover_threads_unlocked().names;
             self.l.lock(Holder::Maintain, 0).maintain_sources(names);
@@ -803,7 +803,7 @@ mod tests {
             .collect()
     }
 
-    /// Review finding 5: `start` must not hold `CURRENT` (which the fork prepare hook takes)
+    /// `start` must not hold `CURRENT` (which the fork prepare hook takes)
     /// while the sampler registers its atfork hook: on glibc < 2.36 and musl, a concurrent fork
     /// holds the atfork lock while its prepare hook waits for `CURRENT`.
     #[test]
@@ -817,7 +817,7 @@ mod tests {
         assert_eq!(held, Some(false), "CURRENT was held while the sampler started");
     }
 
-    /// Review finding 14: when the recorder thread cannot be spawned, `start` fails and leaves
+    /// When the recorder thread cannot be spawned, `start` fails and leaves
     /// nothing running (no flusher, no sampler with armed timers), and the next start works.
     #[test]
     fn a_failed_start_leaves_nothing_running() {

@@ -1,4 +1,4 @@
-//! The slow work a checkpoint needs, done with L released (review finding 9): symbolizing
+//! The slow work a checkpoint needs, done with L released: symbolizing
 //! addresses never seen (the first address of a module parses its debug info) and reading the
 //! names of threads from `/proc`. The flusher asks the chunk writer what is missing
 //! (`ChunkWriter::unresolved`), lets go of L, resolves it here and hands the answers back.

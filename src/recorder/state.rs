@@ -1,5 +1,5 @@
 //! Everything L protects, and the steps L holders run on it. `recorder/mod.rs` puts the steps in
-//! order; each one here is short and does no slow work (review finding 9).
+//! order; each one here is short and does no slow work (docs/architecture.md, "Who may touch what").
 
 use super::resolve::UnderLock;
 use super::settings::Settings;

@@ -4,7 +4,7 @@
 //!
 //! Under L only what must be consistent with the chunk writer: writing a segment and its
 //! header, finishing a chunk, retention (unlinks). Compressing a finished chunk and reading the
-//! files of a dump run with L released (review finding 9).
+//! files of a dump run with L released.
 
 use crate::chunk::Publish;
 use crate::clock::{self, ClockPair};

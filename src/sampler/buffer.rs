@@ -1,5 +1,6 @@
-//! The flush-safe SamplerBuffer protocol (sampler-protocol.md §4), free of signals and syscalls so
-//! that the loom models in `loom-tests` run exactly this code.
+//! The flush-safe SamplerBuffer protocol (docs/sampler-protocol.md), free of signals and syscalls so
+//! that the loom models in `loom-tests` run exactly this code. The § numbers below are sections of
+//! that document.
 //!
 //! # Actors
 //! - **Owner**: the sampled thread's SIGPROF handler, admitted by [`Core::admit`] (it writes
@@ -27,7 +28,7 @@
 //! are refilled while an L holder is busy for long (a flush serializing new stacks, a chunk
 //! rotation): the recorder thread and registering threads refill without waiting for L.
 //!
-//! # Invariants (numbering of sampler-protocol.md §4.7, plus I13-I14 added here)
+//! # Invariants (as numbered in docs/sampler-protocol.md §7; I7-I9 are the chunk writer's)
 //! - I1: `0 <= flushed_pos <= pos <= capacity` whenever an L holder observes `pos` with Acquire.
 //! - I2: words `>= pos` are written only by the owner; words in `[0, pos)` are never written until
 //!   recycle, and recycle happens only in DRAINING under L.
@@ -67,8 +68,8 @@
 //! `--cfg recorder_mutation="NAME"` weakens one step of this protocol on purpose, so that the loom
 //! models can show they catch it: `pos_relaxed` (the commit store of `pos`), `refill_cas_relaxed`
 //! (the CAS that fills a spare), `drain_without_gating` (the activation check of [`Core::drain`]),
-//! `retire_without_gate` (a retirer does not wait for an admitted handler, finding 1 of the
-//! 2026-11-30 review), `claim_relaxed` (the store that opens a claimed slot to its handler),
+//! `retire_without_gate` (a retirer does not wait for an admitted handler, I13), `claim_relaxed`
+//! (the store that opens a claimed slot to its handler),
 //! `push_relaxed` (the CAS that pushes a full buffer). Never set in a build that ships.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -295,7 +296,7 @@ pub struct ThreadSlot {
     /// (Relaxed), L holders (Acquire).
     active: AtomicPtr<SamplerBuffer>,
     /// CLEAN buffers ready for rotation (one or more: an oversized sample takes several in one
-    /// handler call, see [`Core::write_sample`]). Each entry is the §4 spare handoff on its own:
+    /// handler call, see [`Core::write_sample`]). Each entry is the spare handoff (§2 step 5) on its own:
     /// L holders fill it (null -> buf, Release CAS); the owner empties it (swap to null, Acquire).
     /// Only the owner empties entries, so an entry the owner sees non-null stays non-null until
     /// the owner takes it.
@@ -889,7 +890,7 @@ impl Core {
         slot.lost_total.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The handler's buffer step (§4.2 steps 4-7): reserve `HEADER_WORDS + nframes` words in the
+    /// The handler's buffer step (§2 steps 4-7): reserve `HEADER_WORDS + nframes` words in the
     /// slot's active buffer, rotating to the spare when it does not fit, write the header, let
     /// `fill` push exactly `nframes` IPs (missing ones are written as 0), and commit with a Release
     /// store of `pos`. Call [`Core::admit`] first (it counts the sample as taken). A record larger
@@ -947,7 +948,7 @@ impl Core {
         WriteOutcome { committed: true, wake: rotated && self.notify_recorder() }
     }
 
-    /// Rotation (§4.2 step 5): takes the first non-empty spare, publishes it as `active`, then
+    /// Rotation (§2 step 5): takes the first non-empty spare, publishes it as `active`, then
     /// pushes the old buffer `b` (if any) on the full queue. `None` (nothing changed) if every
     /// spare is empty. Owner only.
     ///
@@ -978,7 +979,7 @@ impl Core {
         nb.activation.store((u64::from(slot.index) << 40) | (seq & ACTIVATION_MASK), Ordering::Relaxed);
         // Release: the new buffer's clean positions (and this slot's switch) are visible to an L
         // holder's Acquire load of `active` in `drain`. Stored before the old
-        // buffer becomes reachable from the full queue (§4.2 publication order).
+        // buffer becomes reachable from the full queue (§2, publication order).
         slot.active.store(n, Ordering::Release);
         if !b.is_null() {
             // SAFETY: `b` points into `self.buffers` (the caller's active buffer).
@@ -1218,7 +1219,7 @@ impl Core {
         was & INSIDE == 0 || slot.suppress.load(Ordering::Acquire) & INSIDE == 0
     }
 
-    /// Owner-side retirement (§4.6 exit), normal context on the owning thread: close the gate
+    /// Owner-side retirement (§6, exit), normal context on the owning thread: close the gate
     /// (I11, I13), take `active` and the spares, push them on the full queue, mark the slot
     /// EXITED. Disarm the thread's timer before calling. Returns true if the caller should post
     /// the wakeup.
@@ -1304,7 +1305,7 @@ impl Core {
 
     // ---------------------------------------------------------------- L holders
 
-    /// Full pass (§4.3 step 3 / §4.4): swaps out the full queue, processes what is left of each
+    /// Full pass (§3 step 2 / §4): swaps out the full queue, processes what is left of each
     /// buffer, recycles them into the pool, reaps retired slots and refills spares.
     pub fn drain_full(&self, locked: &mut LockedState, f: &mut dyn FnMut(&SampleRecord<'_>)) {
         self.check_locked(locked);
@@ -1356,7 +1357,7 @@ impl Core {
         }
     }
 
-    /// The flusher's pass (§4.3 steps 2-3) with per-thread order kept: drains the full queue
+    /// The flusher's pass (§3 steps 2-3) with per-thread order kept: drains the full queue
     /// (oldest first; reaps, refills), then hands out the records of each slot's active buffer if
     /// every older buffer of that thread has been drained. One that is not (the owner rotated
     /// after the queue was taken, so the buffer it rotated out is still queued) waits for the next

@@ -1,13 +1,14 @@
 //! The CPU sampler core: per-thread sampling sources, the SIGPROF capture path, and the
-//! flush-safe SamplerBuffer protocol of `sampler-protocol.md` §4.
+//! flush-safe SamplerBuffer protocol of `docs/sampler-protocol.md`.
 //!
 //! # Who calls what
 //! ```text
 //! let (sampler, locked) = Sampler::start(config)?;      // once; Arc<Sampler> if shared
-//! let l = Mutex::new(ChunkWriter { sampler_locked: locked, .. });   // L owns SamplerLocked
+//! // L owns SamplerLocked: `flush::samples::CpuSamples` keeps it, in the recorder's `State`
+//! state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&sampler), locked)));
 //!
 //! flusher (every flush interval), holding L:
-//!     event buffers -> sampler.drain(&mut w.sampler_locked, &mut |rec| intern + ExecutionSample)
+//!     event buffers -> sampler.drain(&mut locked, &mut |rec| intern + ExecutionSample)
 //!     -> own event buffer -> checkpoint -> header           (sampler pass AFTER event buffers)
 //! recorder thread (sampler.exclude_current_thread() first):
 //!     loop { let work = sampler.wait_pending(timeout);       // without L; refills spares
@@ -24,7 +25,7 @@
 //!   which the caller keeps *inside* the chunk-writer mutex L, so every method that takes
 //!   `&mut SamplerLocked` is proven to run under L.
 //! - The flusher, holding L, calls [`Sampler::drain`] after the event buffers (full queue, then
-//!   active buffers; §4.3 steps 2-3).
+//!   active buffers; docs/sampler-protocol.md §3 steps 2-3).
 //! - The recorder thread loops on [`Sampler::wait_pending`] (which refills spares, no L needed);
 //!   when it returns true or times out it takes L and calls [`Sampler::drain_full`] and
 //!   [`Sampler::take_lost`]. Periodically, *without* L, it calls
@@ -53,7 +54,7 @@
 //! frame-pointer read validated against the thread's stack bounds, and frames read only when the
 //! stack pointer lies inside them.
 //!
-//! # Thread discovery and retirement (design.md §6, and findings 1, 6 and 9 of the 2026-11-30 review)
+//! # Thread discovery and retirement (docs/sampler-protocol.md §6)
 //! Until its stack bounds are known, a discovered thread's samples carry the leaf PC and the stack
 //! pointer only; discovery looks the last stack pointer up in /proc/self/maps and stores the
 //! mapping as the bounds. The main thread's stack grows down: its bounds reach as low as the
@@ -65,7 +66,7 @@
 //! read (EMFILE, ENOMEM), a stat that could not be read or a thread that registered after the
 //! listing is never taken for dead. Even then the retirer takes over the slot only once no
 //! handler is admitted to it (I13), and the next `drain_full` processes its buffers and reaps it.
-//! fork (§6): a `pthread_atfork` child hook leaves the child not recording, with no lock held.
+//! fork: a `pthread_atfork` child hook leaves the child not recording, with no lock held.
 
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
@@ -501,7 +502,7 @@ mod imp {
         }
 
         /// Retires `slot` on its owner's thread (normal context) and posts the wakeup if asked
-        /// (finding 10 of the review: every retirement wakes the recorder when it must).
+        /// (every retirement wakes the recorder when it must: `tests/sampler_lifecycle.rs`).
         fn retire_own(&self, slot: &ThreadSlot) {
             let retired = self.core.retire_own(slot);
             if retired.abandoned {
@@ -630,7 +631,7 @@ mod imp {
     static LIFECYCLE: crate::fork::ForkSafeMutex<u64> = crate::fork::ForkSafeMutex::new(0);
     const ATFORK_REGISTERED: u64 = 1 << 63;
 
-    /// `pthread_atfork` child hook (design.md §6 "fork"): the child inherits the handler and
+    /// `pthread_atfork` child hook (docs/sampler-protocol.md §6, fork): the child inherits the handler and
     /// memory but no timers and no other threads. Leave it "not recording" with no lock held:
     /// forget the parent's sampler and force-release locks a vanished parent thread may hold.
     /// The parent's `Shared` is leaked in the child (a copy of the parent's memory).
@@ -744,7 +745,7 @@ mod imp {
         Unknown,
     }
 
-    /// Proves a thread dead, or not (finding 1 of the review): only the kernel's word counts.
+    /// Proves a thread dead, or not (docs/sampler-protocol.md §6): only the kernel's word counts.
     /// `tgkill(pid, tid, 0)` failing with ESRCH (no task with that tid in this process), or its
     /// tid naming a task with another start time (tid reuse) or a zombie, is death. Anything that
     /// cannot be read is `Unknown`, never death.
@@ -1111,7 +1112,7 @@ mod imp {
 
     /// Bounds for a thread whose stack pointer is `sp`, from the mapping that contains it. For the
     /// main thread's growing `[stack]`, `lo` is as low as it may grow: RLIMIT_STACK below its top,
-    /// and never into the mapping below (finding 6 of the review).
+    /// and never into the mapping below (`tests/main_thread_stack.rs`).
     fn bounds_from_maps(maps: &[(usize, usize, bool)], sp: usize) -> Option<StackBounds> {
         let i = maps.partition_point(|&(lo, _, _)| lo <= sp).checked_sub(1)?;
         let &(lo, hi, growing) = maps.get(i)?;
@@ -1161,7 +1162,7 @@ mod imp {
             Sampler::start_with_depth(config, depth)
         }
 
-        /// Like [`Sampler::start`], keeping the frames `depth` selects (design.md §4 "Depth"):
+        /// Like [`Sampler::start`], keeping the frames `depth` selects (README, "Settings and defaults"):
         /// the innermost `inner`, the outermost `outer`, or both with one `<elided:K>` frame
         /// ([`crate::stack::elided_marker`]) between them; records that dropped frames are marked
         /// truncated. Each end is clamped to 2048; both 0 keeps the innermost frame only.
@@ -1633,14 +1634,14 @@ mod imp {
 
         /// Flusher pass (L held): the full queue (processed oldest first, recycled), reaping and
         /// spare refills, then the records in `[flushed_pos, pos)` of every active buffer
-        /// (§4.3 steps 2-3, in the order that keeps each thread's records in sequence; see
+        /// (docs/sampler-protocol.md §3 steps 2-3, in the order that keeps each thread's records in sequence; see
         /// `Core::drain`). `f` sees whole samples only: fragments of oversized samples are
         /// reassembled first, incomplete ones counted lost.
         pub fn drain(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
             self.shared().core.drain(&mut locked.inner, f);
         }
 
-        /// Recorder pass (L held): the full queue only, then reaping and spare refills (§4.4).
+        /// Recorder pass (L held): the full queue only, then reaping and spare refills (docs/sampler-protocol.md §4).
         pub fn drain_full(&self, locked: &mut SamplerLocked, f: &mut dyn FnMut(&SampleRecord<'_>)) {
             self.shared().core.drain_full(&mut locked.inner, f);
         }

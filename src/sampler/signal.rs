@@ -2,7 +2,7 @@
 //! extraction (one arch module), the call of the stack walk (`crate::unwind::walk`), and the static through which
 //! the handler finds the sampler. Nothing here allocates, locks, formats or panics.
 //!
-//! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
+//! The handler is a straight line: save errno, count itself in `IN_HANDLER`, load
 //! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
 //! preallocated table), get admitted to the slot (it belongs to this thread and is not retired;
 //! I13), check the stack pointer lies in the thread's stack, walk once under the depth policy
@@ -125,7 +125,7 @@ fn handler_mask() -> libc::sigset_t {
 
 /// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN), but only
 /// while ours is the current one: a handler the application (or another profiler) installed while
-/// we recorded stays (finding 4 of the 2026-11-30 review). If the previous one was SIG_DFL ours
+/// we recorded stays (`tests/sampler_lifecycle.rs`). If the previous one was SIG_DFL ours
 /// stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal still pending from a
 /// disarmed source can never kill the process.
 pub(super) fn uninstall() {
@@ -577,8 +577,8 @@ extern "C" fn sample_work(arg: *mut c_void) {
     let scratch = shared.scratch(index);
     let mut flags = if wall { FLAG_WALL } else { 0 };
     // Frames are read only from [sp, hi) of a stack known to be mapped there. On a signal stack,
-    // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded (finding 7 of
-    // the 2026-11-30 review).
+    // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded
+    // (`tests/sampler_lifecycle.rs`).
     let (lo, hi) = if walkable(slot, shared.page_size, regs.sp) {
         (regs.sp, slot.stack_bounds().hi)
     } else {
@@ -586,7 +586,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
         (0, 0)
     };
     let entry = if tid == shared.pid { shared.main_entry } else { 0 };
-    // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
+    // One bounded walk (README, "Settings and defaults"): the innermost `inner` frames in order, the last
     // `outer` in a ring, the rest counted. At most `sample_walk_limit` frames: the handler's cost
     // is bounded whatever the depth.
     let tables = match shared.unwinder {
@@ -643,7 +643,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
 
 /// Whether the frames above `sp` may be read: `sp` lies in the thread's stack `[lo, hi)` and
 /// `[sp, hi)` is mapped. Below `verified_lo` (a main-thread stack that grew since its bounds were
-/// taken, finding 6 of the review) one `msync(MS_ASYNC)` checks that the new part is mapped (it
+/// taken: `tests/main_thread_stack.rs`) one `msync(MS_ASYNC)` checks that the new part is mapped (it
 /// fails with ENOMEM on any hole and, since Linux 2.6.19, does nothing else); a success lowers
 /// `verified_lo`, so each growth is checked once.
 ///

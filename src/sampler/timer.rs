@@ -3,7 +3,7 @@
 //! F_SETOWN_EX with the tid), or per-thread POSIX timers on the thread's CPU clock
 //! (`timer_create` + SIGEV_THREAD_ID).
 //!
-//! # Stale signals (finding 13 of the 2026-11-30 review)
+//! # Stale signals (`tests/sampler_lifecycle.rs`)
 //! A disarmed source must not have its late signals passed to the application's own SIGPROF
 //! handler. `timer_delete` discards a timer's pending signal, and a timer signal names our tag in
 //! `si_value` anyway. A perf event's signal carries only its fd number, and a SIGPROF the kernel

@@ -1,4 +1,4 @@
-//! The wall-clock sampler (issue 13 §2): one thread that, every period, accounts one period to
+//! The wall-clock sampler: one thread that, every period, accounts one period to
 //! every sampled thread, and asks for a stack only from the threads that ran since their last
 //! visit, at most [`REQUESTS_PER_TICK`] per tick (the rest wait for later ticks, round robin).
 //! Normal context only; the handler's part is two lines in `signal.rs`.

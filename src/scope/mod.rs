@@ -1,6 +1,6 @@
 //! Instrumented scopes with exact self time: [`scope!`](crate::scope), `#[recorder::profile]`,
 //! [`scope_at`], and the spans of [`RecorderLayer`](crate::tracing::RecorderLayer) — one
-//! mechanism for all of them, the profiler design of seed 004:
+//! mechanism for all of them:
 //!
 //! - **A path is interned incrementally on entry**, by (parent node, function index): the last
 //!   child entered from a node is cached on the node, other children are found in a hash map, a
