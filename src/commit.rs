@@ -227,7 +227,7 @@ impl Shared {
     pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
         // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
         // it before has its in-flight mark visible now, and one that reads it later sees 0.
-        crate::thread::process_barrier();
+        crate::threads::process_barrier();
         let marks = self.in_flight.lock().clone();
         let deadline = std::time::Instant::now() + timeout;
         let mut stuck = 0;
@@ -345,7 +345,7 @@ struct Local {
     /// `tid`'s varint (`encoder::varint_word`).
     tid_word: (u64, usize),
     /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
-    comm: crate::thread::RawComm,
+    comm: crate::threads::RawComm,
     name_epoch: u64,
     /// Set while a commit of this thread is between its generation check and its append; shared
     /// with every recording this thread attached to (see `Local::enter`).
@@ -382,12 +382,12 @@ impl Local {
         let (tid, ticks) = match &shared.logical {
             // Relaxed: a counter (see `LogicalClock`).
             Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
-            None => (crate::thread::current_tid(), crate::clock::ticks()),
+            None => (crate::threads::current_tid(), crate::clock::ticks()),
         };
         self.tid = tid;
         self.tid_word = crate::encoder::varint_word(u64::from(tid));
-        self.comm = crate::thread::RawComm::current().unwrap_or_default();
-        let (name, comm) = crate::thread::current_thread_name();
+        self.comm = crate::threads::RawComm::current().unwrap_or_default();
+        let (name, comm) = crate::threads::current_thread_name();
         // Relaxed: see `NAME_EPOCH`.
         self.name_epoch = NAME_EPOCH.load(Ordering::Relaxed);
         shared.thread_notes.push(ThreadNote { tid, kind: NoteKind::Start, ticks, name, comm });
@@ -425,14 +425,14 @@ impl Local {
         }
         self.name_epoch = epoch;
         // Compared without allocating: this runs once per flush on every committing thread.
-        let Some(raw) = crate::thread::RawComm::current() else { return };
+        let Some(raw) = crate::threads::RawComm::current() else { return };
         if raw == self.comm {
             return;
         }
         self.comm = raw;
         let Some(shared) = self.shared.as_ref() else { return };
         let comm = raw.to_string_lossy();
-        let name = crate::thread::preferred_name(&comm);
+        let name = crate::threads::preferred_name(&comm);
         shared.thread_notes.push(ThreadNote { tid: self.tid, kind: NoteKind::Name, ticks: 0, name, comm });
     }
 
@@ -478,7 +478,7 @@ thread_local! {
             last_key: 0,
             tid: 0,
             tid_word: (0, 1),
-            comm: crate::thread::RawComm::EMPTY,
+            comm: crate::threads::RawComm::EMPTY,
             name_epoch: 0,
             in_flight: None,
         })

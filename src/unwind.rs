@@ -92,9 +92,7 @@ fn own_entry() -> usize {
             return entry;
         }
     }
-    // SAFETY: no preconditions.
-    let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
-    let entry = if tid == pid { main_thread_entry() } else { 0 };
+    let entry = if crate::threads::gettid() == crate::threads::getpid() { main_thread_entry() } else { 0 };
     let _ = OWN_ENTRY.try_with(|c| c.set((forks, entry)));
     entry
 }

@@ -46,7 +46,7 @@ fn write_wall_sample_of(
     seg: &mut Segment<'_>,
     ticks: i64,
     tid: u32,
-    comm: Option<&crate::thread::RawComm>,
+    comm: Option<&crate::threads::RawComm>,
     key: crate::stack::StackKey,
     state: u64,
     samples: u64,

@@ -132,7 +132,7 @@ impl Recorder {
         settings::validate(&settings)?;
         // Before anything takes a lock the fork hooks take (review finding 5).
         crate::fork::install();
-        crate::thread::prepare_process_barrier();
+        crate::threads::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
         let start = if settings.deterministic { ClockPair::logical(0) } else { wall };

@@ -16,6 +16,7 @@ use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Tally};
 use crate::metadata_registry;
 use crate::sampler::SamplerStats;
 use crate::sync::statics::Ordering;
+use crate::threads::proc;
 use std::collections::HashSet;
 use std::io;
 use std::path::PathBuf;
@@ -324,10 +325,10 @@ impl State {
             return;
         }
         let deterministic = self.shared.logical.is_some();
-        let tid = if deterministic { 0 } else { crate::thread::current_tid() };
+        let tid = if deterministic { 0 } else { crate::threads::current_tid() };
         if tid != 0 && self.chunk.thread_name(tid).is_none() {
             // The flushing thread names itself (one prctl).
-            let (name, comm) = crate::thread::current_thread_name();
+            let (name, comm) = crate::threads::current_thread_name();
             self.chunk.observe_thread(tid, &comm, Some(&name));
         }
         if only_new_types {
@@ -602,21 +603,18 @@ impl State {
 /// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left
 /// out).
 fn read_thread_cpu() -> Vec<ThreadCpu> {
-    // Not std's read_dir: its closedir panics on a descriptor the host closed (`fds.rs`).
-    let Ok((tids, _)) = crate::fds::numeric_entries("/proc/self/task") else { return Vec::new() };
+    let Ok((tids, _)) = proc::list_task_ids() else { return Vec::new() };
     let mut out = Vec::new();
     let mut buf = String::new();
     for tid in tids {
-        if crate::fds::read_to_string(&format!("/proc/self/task/{tid}/stat"), &mut buf).is_err() {
-            continue;
-        }
-        let Some(comm) = crate::thread::stat_comm(&buf) else { continue };
-        let Some(rest) = buf.rsplit_once(')').map(|(_, r)| r) else { continue };
-        // Fields after the command name, from field 3: utime 14, stime 15, starttime 22.
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-        if let (Some(user), Some(system), Some(start)) = (field(14), field(15), field(22)) {
-            out.push(ThreadCpu { tid, start, user, system, comm: comm.to_owned() });
+        if let Ok(st) = proc::task_stat(tid, &mut buf) {
+            out.push(ThreadCpu {
+                tid,
+                start: st.start_time,
+                user: st.utime,
+                system: st.stime,
+                comm: st.comm.to_owned(),
+            });
         }
     }
     out
@@ -624,13 +622,8 @@ fn read_thread_cpu() -> Vec<ThreadCpu> {
 
 fn read_cpu_times() -> CpuTimes {
     let mut t = CpuTimes { at: Some(Instant::now()), ..CpuTimes::default() };
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
-        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            t.user = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-            t.system = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-        }
+    if let Some(st) = std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(proc::parse_stat) {
+        (t.user, t.system) = (st.utime, st.stime);
     }
     if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
         if let Some(line) = stat.lines().next() {

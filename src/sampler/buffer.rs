@@ -76,7 +76,7 @@ use crate::sync::{
     compiler_fence, spin_wait, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
     UnsafeCell,
 };
-use crate::thread::RawComm;
+use crate::threads::RawComm;
 use std::ptr;
 
 /// The ordering a protocol step needs, or `Relaxed` when the named mutation is on (see the module

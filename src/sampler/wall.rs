@@ -33,9 +33,12 @@
 //! sampler's buffers, as CPU samples are) + unserved lost.
 
 use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
-use super::imp::{gettid, start_time, task_stat, unregister, Shared};
+use super::registration::unregister;
 use super::timer;
+use super::Shared;
 use crate::sync::Ordering;
+use crate::threads::gettid;
+use crate::threads::proc::{start_time, task_stat};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
