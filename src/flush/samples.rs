@@ -66,7 +66,7 @@ fn write_wall_sample_of(
         e.long(samples.min(u32::MAX as u64) as i64);
     });
     // Counted as the periods it stands for: a failed write loses that many.
-    *seg.tally.wall_periods.entry(tid).or_insert(0) += samples;
+    seg.tally.count_other("wall-clock periods", tid, samples);
 }
 
 #[cfg(not(loom))]
@@ -370,7 +370,7 @@ mod cpu {
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));
             losses.extend(wall_loss(report.wall_lost));
-            Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
+            Stopped { losses, stats: Some(Box::new(report.stats)) }
         }
     }
 }
