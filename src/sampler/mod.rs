@@ -36,7 +36,12 @@
 //! # Design constraints
 //! Modules: `buffer` (the protocol, loom-tested, no syscalls), `signal` (signal context only),
 //! `timer` (sampling sources), `wall` (the wall-clock sampler thread: its requests are one-shot
-//! perf events whose samples go through the same buffers, flagged `FLAG_WALL`). Thread state is found in the handler through the siginfo:
+//! perf events whose samples go through the same buffers, flagged `FLAG_WALL`), `config` and
+//! `stats` (what goes in and comes out), `shared` (what the handler reaches; arming and
+//! disarming sources), `lifecycle` (start, the owner's calls, stop), `registration` and
+//! `discovery` (the sampler's side of the thread registry in `crate::threads`: a thread's
+//! source is armed when it registers or is discovered, disarmed when it unregisters or is
+//! retired). Thread state is found in the handler through the siginfo:
 //! `si_value` of the POSIX timer carries the slot index, `si_fd` of a perf event indexes a
 //! preallocated fd table; no thread-local is read in signal context. A slot is written only by a
 //! handler admitted to it (`Core::admit`: the thread whose tid it holds, while it is not retired;

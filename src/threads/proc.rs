@@ -77,6 +77,9 @@ pub struct Stat<'a> {
     pub stime: u64,
     /// Field 22: start time, in clock ticks since boot.
     pub start_time: u64,
+    /// Field 28: the address of the start (bottom) of the main thread's stack; 0 if the line
+    /// has no such field.
+    pub start_stack: u64,
 }
 
 /// Parses a `stat` line; `None` if it is not one.
@@ -93,6 +96,7 @@ pub fn parse_stat(stat: &str) -> Option<Stat<'_>> {
         utime: number(14)?,
         stime: number(15)?,
         start_time: number(22)?,
+        start_stack: number(28).unwrap_or(0),
     })
 }
 
@@ -218,6 +222,9 @@ mod tests {
         assert_eq!((st.comm, st.state, st.start_time), ("a b) c", b'S', 424242));
         // Fields 14 and 15 are the 11th and 12th numbers after the state.
         assert_eq!((st.utime, st.stime), (11, 12));
+        assert_eq!(st.start_stack, 0);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert_ne!(parse_stat(&own).unwrap().start_stack, 0);
         assert_eq!(parse_stat("garbage"), None);
     }
 
