@@ -180,7 +180,7 @@ mod cpu {
     }
 
     fn thread_alive(tid: u32) -> bool {
-        std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+        crate::threads::proc::task_listed(tid)
     }
 
     /// A thread that got no sampler slot (every slot taken by live threads): its samples are not

@@ -8,7 +8,6 @@ use super::registration::retire_dead;
 use super::stats::DiscoveryReport;
 use super::timer;
 use super::Sampler;
-use crate::sync::Ordering;
 use crate::threads::proc::{self, fate, list_tasks, young_threads, Fate};
 use crate::threads::registry::Entry;
 use std::collections::HashMap;
@@ -46,8 +45,7 @@ impl Sampler {
         report.listed = listing.threads.len();
         report.listing_complete = listing.complete;
         report.names = std::mem::take(&mut listing.names);
-        // Relaxed: see `register_thread_start`.
-        if shared.register_new_threads.load(Ordering::Relaxed) {
+        if shared.threads.registers_new_threads() {
             // A thread this young may not have its own name yet (Rust std names a thread
             // after the thread-start hook registered it): its `comm` is still its creator's,
             // and applied after the thread's own report it would read as a rename. Such a
@@ -60,7 +58,7 @@ impl Sampler {
         // retirements still waiting for a handler to leave, and who is known already.
         let (candidates, excluded_candidates, known) = {
             let since = Instant::now();
-            let reg = shared.registry.lock();
+            let reg = shared.threads.registry.lock();
             let c = reg.compare(&listed_tids);
             drop(reg);
             hold(since);
@@ -89,7 +87,7 @@ impl Sampler {
         // we proved dead), forget dead excluded threads.
         {
             let since = Instant::now();
-            let mut reg = shared.registry.lock();
+            let mut reg = shared.threads.registry.lock();
             reg.excluded.retain(|t| !dead_excluded.contains(t));
             for (i, tid, start) in proven {
                 let same =
@@ -121,7 +119,7 @@ impl Sampler {
             .collect();
         for batch in new.chunks(ARM_BATCH) {
             let since = Instant::now();
-            let mut reg = shared.registry.lock();
+            let mut reg = shared.threads.registry.lock();
             let mut claimed = Vec::with_capacity(batch.len());
             let mut full = false;
             for &(tid, start) in batch {
@@ -145,7 +143,7 @@ impl Sampler {
             let armed: Vec<_> =
                 claimed.into_iter().map(|(index, tid, start)| (index, tid, start, shared.arm(tid, index))).collect();
             let since = Instant::now();
-            let mut reg = shared.registry.lock();
+            let mut reg = shared.threads.registry.lock();
             for (index, tid, start, source) in armed {
                 let entry = reg
                     .entries

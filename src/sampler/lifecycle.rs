@@ -10,10 +10,10 @@ use super::timer;
 use super::wall::{self, WallBatch, WallStats};
 use super::{SamplerConfig, SamplingMode};
 use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use crate::threads::exits::{ExitedThreadCpu, Exits};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::threads::exits::ExitedThreadCpu;
 use crate::threads::proc::start_time;
-use crate::threads::registry::{Refusals, Registry};
+use crate::threads::registry::SampledThreads;
 use crate::threads::{getpid, gettid};
 use std::io;
 use std::time::Duration;
@@ -54,9 +54,9 @@ extern "C" fn atfork_child() {
     }
     // SAFETY: the parent's `Shared` is still mapped in the child (never freed there).
     if let Some(shared) = unsafe { shared.as_ref() } {
-        if shared.registry.is_locked() {
+        if shared.threads.registry.is_locked() {
             // SAFETY: as above.
-            unsafe { shared.registry.release_after_fork(true) };
+            unsafe { shared.threads.registry.release_after_fork(true) };
         }
     }
 }
@@ -172,10 +172,7 @@ impl Sampler {
             unwinder: config.unwinder,
             cfi: crate::cfi::Published::default(),
             generation: *life,
-            registry: crate::fork::ForkSafeMutex::new(Registry::with_slots(nslots)),
-            register_new_threads: AtomicBool::new(false),
-            refusals: Refusals::default(),
-            exits: Exits::default(),
+            threads: SampledThreads::new(nslots),
         });
         let mut locked = SamplerLocked { inner: locked };
         shared.core.bind(&mut locked.inner);
@@ -264,7 +261,7 @@ impl Sampler {
             }
             Err(RegisterError::Io(e)) => Err(e),
             Err(RegisterError::NoSlot) => {
-                shared.refusals.note(gettid());
+                shared.threads.refusals.note(gettid());
                 Err(io::Error::new(io::ErrorKind::OutOfMemory, "no free sampler slot"))
             }
         }
@@ -273,25 +270,24 @@ impl Sampler {
     /// Lets threads that start from now on register themselves first thing
     /// ([`register_thread_start`], called from `thread_hooks`' start routine wrapper).
     pub fn register_new_threads(&self, on: bool) {
-        // Relaxed: see `register_thread_start`.
-        self.shared().register_new_threads.store(on, Ordering::Relaxed);
+        self.shared().threads.set_register_new_threads(on);
     }
 
     /// Tids refused a slot since the last call (L not needed), for per-thread reports.
     pub fn take_refused(&self) -> Vec<u32> {
-        self.shared().refusals.take()
+        self.shared().threads.refusals.take()
     }
 
     /// Names (`comm`) of registered threads that exited with samples since the last call, for
     /// the drains to name those threads' last samples.
     pub fn take_exited_names(&self) -> Vec<(u32, String)> {
-        self.shared().exits.take_names()
+        self.shared().threads.exits.take_names()
     }
 
     /// CPU times of the registered threads that exited since the last call (at most 16,384,
     /// the oldest dropped first), for `jdk.ThreadCPULoad`.
     pub fn take_exited_cpu(&self) -> Vec<ExitedThreadCpu> {
-        self.shared().exits.take_cpu()
+        self.shared().threads.exits.take_cpu()
     }
 
     /// Stops sampling the calling thread; its buffers go to the full queue (nothing is lost).
@@ -320,7 +316,7 @@ impl Sampler {
     pub fn exclude_current_thread(&self) {
         let tid = gettid();
         let start = start_time(tid);
-        self.shared().registry.lock().excluded.push((tid, start));
+        self.shared().threads.registry.lock().excluded.push((tid, start));
         self.unregister_current_thread();
     }
 
@@ -426,7 +422,7 @@ unsafe fn teardown(shared: *mut Shared, fin: Option<Final<'_>>) -> StopReport {
     }
     let _life = LIFECYCLE.lock();
     {
-        let mut reg = sh.registry.lock();
+        let mut reg = sh.threads.registry.lock();
         for entry in reg.entries.iter_mut().flatten() {
             if let Some(source) = entry.source.take() {
                 sh.disarm(source, entry.tid);

@@ -51,7 +51,7 @@ pub(crate) fn attach_span_cell(tid: u32, cell: *const std::sync::atomic::AtomicU
     let shared = signal::SHARED.load(Ordering::Relaxed);
     // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
     let Some(shared) = (unsafe { shared.as_ref() }) else { return };
-    let reg = shared.registry.lock();
+    let reg = shared.threads.registry.lock();
     for (index, entry) in reg.entries.iter().enumerate() {
         if entry.as_ref().is_some_and(|e| e.tid == tid) {
             if let Some(slot) = shared.core.slot(index) {
@@ -78,7 +78,7 @@ pub(super) fn current_stack_bounds() -> StackBounds {
 /// to the next discovery (a /proc read each: not on every thread's exit path).
 pub(super) fn unregister(shared: &Shared, tid: u32, start: u64) {
     {
-        let mut reg = shared.registry.lock();
+        let mut reg = shared.threads.registry.lock();
         if let Some(index) = reg.find(tid, start) {
             if let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) {
                 if let Some(source) = entry.source {
@@ -88,7 +88,7 @@ pub(super) fn unregister(shared: &Shared, tid: u32, start: u64) {
                     if slot.state() == SLOT_LIVE {
                         // Before the retirement hands the buffers over: a drain that sees
                         // them has the name already.
-                        shared.exits.note_exit(tid, shared.core.slot_stats(slot).taken > 0);
+                        shared.threads.exits.note_exit(tid, shared.core.slot_stats(slot).taken > 0);
                         shared.retire_own(slot);
                     }
                 }
@@ -124,7 +124,7 @@ impl Shared {
         let bounds = current_stack_bounds();
         let start = if new_thread { 0 } else { start_time(tid) };
         {
-            let mut reg = self.registry.lock();
+            let mut reg = self.threads.registry.lock();
             if new_thread && reg.knows_tid(tid) {
                 drop(reg);
                 return self.register_current(false);
@@ -206,9 +206,7 @@ pub fn register_thread_start() -> ThreadStart {
     let Some(shared) = (unsafe { shared.as_ref() }) else {
         return ThreadStart::NotSampling;
     };
-    // Relaxed: set before the hook is installed, under no ordering need (a thread that
-    // misses it is discovered).
-    if !shared.register_new_threads.load(Ordering::Relaxed) {
+    if !shared.threads.registers_new_threads() {
         return ThreadStart::NotSampling;
     }
     match shared.register_current(true) {
@@ -222,7 +220,7 @@ pub fn register_thread_start() -> ThreadStart {
             if shared.reaping_pending() {
                 shared.post_wake();
             }
-            shared.refusals.note(gettid());
+            shared.threads.refusals.note(gettid());
             ThreadStart::Refused
         }
     }

@@ -7,11 +7,9 @@ use super::stats::{SamplerStats, ThreadStats};
 use super::timer::{self, Source};
 use super::wall;
 use super::SamplingMode;
-use crate::fork::ForkSafeMutex;
 use crate::stack::DepthPolicy;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use crate::threads::exits::Exits;
-use crate::threads::registry::{Refusals, Registry};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::threads::registry::SampledThreads;
 use std::io;
 use std::time::Duration;
 
@@ -47,19 +45,12 @@ pub(super) struct Shared {
     /// The wall-clock sampler, if on.
     pub(super) wall: Option<wall::WallShared>,
     pub(super) generation: u64,
-    /// Slot bookkeeping for registration and discovery (normal context; never the handler).
-    pub(super) registry: ForkSafeMutex<Registry<Source>>,
+    /// The sampled threads: registry, refusals, exits (normal context; never the handler).
+    pub(super) threads: SampledThreads<Source>,
     /// How the handler walks stacks, and the DWARF tables it reads for `Auto` and `Dwarf`
     /// (published before the handler is installed, refreshed by thread discovery).
     pub(super) unwinder: crate::cfi::Unwinder,
     pub(super) cfi: crate::cfi::Published,
-    /// New threads register themselves at their start ([`register_thread_start`], called by
-    /// `thread_hooks`); off unless the owner asked for it.
-    pub(super) register_new_threads: AtomicBool,
-    /// Refusals (see `SamplerStats::refused`), and the tids refused not yet collected.
-    pub(super) refusals: Refusals,
-    /// Exited registered threads' names and CPU times, not collected yet.
-    pub(super) exits: Exits,
 }
 
 /// `fd_slots` bit: the event still runs its random first period; its handler sets the whole
@@ -247,7 +238,7 @@ impl Shared {
     /// or replaced it, `fds.rs`): the old number is forgotten, never closed, and a new event
     /// is opened. Normal context; takes the registry lock.
     pub(super) fn rearm_taken(&self) {
-        let mut reg = self.registry.lock();
+        let mut reg = self.threads.registry.lock();
         for (slot, entry) in reg.entries.iter_mut().enumerate() {
             let Some(e) = entry.as_mut().filter(|e| !e.retiring) else { continue };
             if e.source.as_ref().is_none_or(timer::source_intact) {
@@ -282,7 +273,7 @@ pub(super) fn stats_of(shared: &Shared) -> SamplerStats {
         stale: shared.stale.load(Ordering::Relaxed),
         // Relaxed: statistics.
         wakeups: u64::from(shared.wake.load(std::sync::atomic::Ordering::Relaxed)),
-        refused: shared.refusals.count(),
+        refused: shared.threads.refusals.count(),
         wall: shared.wall.as_ref().map(|w| w.stats()),
         ..SamplerStats::default()
     };

@@ -373,7 +373,7 @@ fn run(shared: &Shared) {
 fn exclude_self(shared: &Shared) {
     let tid = gettid();
     let start = start_time(tid);
-    shared.registry.lock().excluded.push((tid, start));
+    shared.threads.registry.lock().excluded.push((tid, start));
     unregister(shared, tid, start);
 }
 
@@ -389,7 +389,7 @@ fn tick(
 ) {
     let now = crate::clock::ticks();
     let entries: Vec<(usize, u32, libc::c_int)> = {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         reg.entries
             .iter()
             .enumerate()
@@ -467,7 +467,7 @@ fn tick(
     }
     let mut requested = 0u64;
     {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         for &(index, tid, fd) in &want {
             let same = reg
                 .entries

@@ -118,6 +118,11 @@ pub fn start_time(tid: u32) -> u64 {
     task_stat(tid, &mut String::new()).map_or(0, |s| s.start_time)
 }
 
+/// Whether /proc/self/task still lists thread `tid`.
+pub fn task_listed(tid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+}
+
 /// The thread ids listed in /proc/self/task, and whether the listing was read to its end.
 pub fn list_task_ids() -> io::Result<(Vec<u32>, bool)> {
     // Not std's read_dir: its closedir panics on a descriptor the host closed (`fds.rs`).

@@ -4,10 +4,52 @@
 //! signal handler); the sampler keeps it behind its registry lock and arms or disarms a thread's
 //! source (`S`) as entries come and go.
 
+use super::exits::Exits;
 use crate::fork::ForkSafeMutex;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
+
+/// What the sampler keeps about the threads it samples (normal context; never the signal
+/// handler): the registry, whether new threads register at their start, the refusals and the
+/// exits not collected yet.
+#[derive(Debug)]
+pub struct SampledThreads<S> {
+    /// Slot bookkeeping for registration and discovery.
+    pub registry: ForkSafeMutex<Registry<S>>,
+    /// New threads register themselves at their start (`register_thread_start`, called by
+    /// `thread_hooks`); off unless the owner asked for it.
+    register_new_threads: AtomicBool,
+    /// Refusals (see `SamplerStats::refused`), and the tids refused not yet collected.
+    pub refusals: Refusals,
+    /// Exited registered threads' names and CPU times, not collected yet.
+    pub exits: Exits,
+}
+
+impl<S> SampledThreads<S> {
+    /// Nothing registered yet, `slots` entries.
+    pub fn new(slots: usize) -> SampledThreads<S> {
+        SampledThreads {
+            registry: ForkSafeMutex::new(Registry::with_slots(slots)),
+            register_new_threads: AtomicBool::new(false),
+            refusals: Refusals::default(),
+            exits: Exits::default(),
+        }
+    }
+
+    /// Whether new threads register themselves at their start.
+    pub fn registers_new_threads(&self) -> bool {
+        // Relaxed: set before the hook is installed, under no ordering need (a thread that
+        // misses it is discovered).
+        self.register_new_threads.load(Ordering::Relaxed)
+    }
+
+    /// Lets new threads register themselves at their start, or not.
+    pub fn set_register_new_threads(&self, on: bool) {
+        // Relaxed: see `registers_new_threads`.
+        self.register_new_threads.store(on, Ordering::Relaxed);
+    }
+}
 
 /// A registry entry: the thread a slot samples, identified by (tid, start time).
 #[derive(Debug)]
