@@ -18,7 +18,12 @@ use crate::sync::compiler_fence;
 use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+mod logical_clock;
+mod wakeup;
+pub(crate) use logical_clock::LogicalClock;
+pub(crate) use wakeup::Wakeup;
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -96,58 +101,6 @@ pub(crate) struct Shared {
     pub logical: Option<LogicalClock>,
     /// The in-flight marks of the threads attached to this recording (see `Local::enter`).
     pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
-}
-
-/// Wakes the flusher from another thread without a lock.
-#[derive(Debug, Default)]
-pub(crate) struct Wakeup {
-    pending: AtomicBool,
-    thread: OnceLock<std::thread::Thread>,
-}
-
-impl Wakeup {
-    /// The thread to wake (the flusher), set once when it starts.
-    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
-        let _ = self.thread.set(thread);
-    }
-
-    /// Asks the flusher to run soon.
-    pub(crate) fn notify(&self) {
-        // Release: pairs with the Acquire swap in `take`; nothing else is published.
-        if !self.pending.swap(true, Ordering::Release) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
-    }
-
-    /// A wakeup was asked for since the last call.
-    pub(crate) fn take(&self) -> bool {
-        // Acquire: pairs with `notify`.
-        self.pending.swap(false, Ordering::Acquire)
-    }
-}
-
-/// The counters of deterministic mode.
-#[derive(Debug, Default)]
-pub(crate) struct LogicalClock {
-    /// The next logical tick.
-    pub ticks: AtomicU64,
-    /// The next logical thread number.
-    pub threads: AtomicU64,
-}
-
-impl LogicalClock {
-    /// Takes the next tick.
-    pub(crate) fn tick(&self) -> i64 {
-        // Relaxed: a counter; deterministic mode is meant for one committing thread at a time.
-        self.ticks.fetch_add(1, Ordering::Relaxed) as i64 + 1
-    }
-    /// The current tick.
-    pub(crate) fn now(&self) -> i64 {
-        // Relaxed: as above.
-        self.ticks.load(Ordering::Relaxed) as i64
-    }
 }
 
 /// Spare buffers kept however idle the recording is.
