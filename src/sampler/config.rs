@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::Sampler;
+
 /// How samples are triggered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SamplingMode {

@@ -13,6 +13,9 @@ use crate::threads::{getpid, gettid};
 use std::cell::RefCell;
 use std::io;
 
+#[cfg(doc)]
+use super::Sampler;
+
 thread_local! {
     /// Unregisters a registered thread when it exits (normal context; never read by the
     /// handler).

@@ -5,6 +5,9 @@ use super::buffer::LockedState;
 use super::wall::{WallBatch, WallStats};
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::Sampler;
+
 /// Per-thread statistics (live or exited-but-not-yet-reaped slots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ThreadStats {
