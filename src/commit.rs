@@ -18,7 +18,12 @@ use crate::sync::compiler_fence;
 use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+mod logical_clock;
+mod wakeup;
+pub(crate) use logical_clock::LogicalClock;
+pub(crate) use wakeup::Wakeup;
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -98,58 +103,6 @@ pub(crate) struct Shared {
     pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
-/// Wakes the flusher from another thread without a lock.
-#[derive(Debug, Default)]
-pub(crate) struct Wakeup {
-    pending: AtomicBool,
-    thread: OnceLock<std::thread::Thread>,
-}
-
-impl Wakeup {
-    /// The thread to wake (the flusher), set once when it starts.
-    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
-        let _ = self.thread.set(thread);
-    }
-
-    /// Asks the flusher to run soon.
-    pub(crate) fn notify(&self) {
-        // Release: pairs with the Acquire swap in `take`; nothing else is published.
-        if !self.pending.swap(true, Ordering::Release) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
-    }
-
-    /// A wakeup was asked for since the last call.
-    pub(crate) fn take(&self) -> bool {
-        // Acquire: pairs with `notify`.
-        self.pending.swap(false, Ordering::Acquire)
-    }
-}
-
-/// The counters of deterministic mode.
-#[derive(Debug, Default)]
-pub(crate) struct LogicalClock {
-    /// The next logical tick.
-    pub ticks: AtomicU64,
-    /// The next logical thread number.
-    pub threads: AtomicU64,
-}
-
-impl LogicalClock {
-    /// Takes the next tick.
-    pub(crate) fn tick(&self) -> i64 {
-        // Relaxed: a counter; deterministic mode is meant for one committing thread at a time.
-        self.ticks.fetch_add(1, Ordering::Relaxed) as i64 + 1
-    }
-    /// The current tick.
-    pub(crate) fn now(&self) -> i64 {
-        // Relaxed: as above.
-        self.ticks.load(Ordering::Relaxed) as i64
-    }
-}
-
 /// Spare buffers kept however idle the recording is.
 const MIN_SPARE_BUFFERS: usize = 4;
 
@@ -227,7 +180,7 @@ impl Shared {
     pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
         // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
         // it before has its in-flight mark visible now, and one that reads it later sees 0.
-        crate::thread::process_barrier();
+        crate::threads::process_barrier();
         let marks = self.in_flight.lock().clone();
         let deadline = std::time::Instant::now() + timeout;
         let mut stuck = 0;
@@ -345,7 +298,7 @@ struct Local {
     /// `tid`'s varint (`encoder::varint_word`).
     tid_word: (u64, usize),
     /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
-    comm: crate::thread::RawComm,
+    comm: crate::threads::RawComm,
     name_epoch: u64,
     /// Set while a commit of this thread is between its generation check and its append; shared
     /// with every recording this thread attached to (see `Local::enter`).
@@ -382,12 +335,12 @@ impl Local {
         let (tid, ticks) = match &shared.logical {
             // Relaxed: a counter (see `LogicalClock`).
             Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
-            None => (crate::thread::current_tid(), crate::clock::ticks()),
+            None => (crate::threads::current_tid(), crate::clock::ticks()),
         };
         self.tid = tid;
         self.tid_word = crate::encoder::varint_word(u64::from(tid));
-        self.comm = crate::thread::RawComm::current().unwrap_or_default();
-        let (name, comm) = crate::thread::current_thread_name();
+        self.comm = crate::threads::RawComm::current().unwrap_or_default();
+        let (name, comm) = crate::threads::current_thread_name();
         // Relaxed: see `NAME_EPOCH`.
         self.name_epoch = NAME_EPOCH.load(Ordering::Relaxed);
         shared.thread_notes.push(ThreadNote { tid, kind: NoteKind::Start, ticks, name, comm });
@@ -425,14 +378,14 @@ impl Local {
         }
         self.name_epoch = epoch;
         // Compared without allocating: this runs once per flush on every committing thread.
-        let Some(raw) = crate::thread::RawComm::current() else { return };
+        let Some(raw) = crate::threads::RawComm::current() else { return };
         if raw == self.comm {
             return;
         }
         self.comm = raw;
         let Some(shared) = self.shared.as_ref() else { return };
         let comm = raw.to_string_lossy();
-        let name = crate::thread::preferred_name(&comm);
+        let name = crate::threads::preferred_name(&comm);
         shared.thread_notes.push(ThreadNote { tid: self.tid, kind: NoteKind::Name, ticks: 0, name, comm });
     }
 
@@ -478,7 +431,7 @@ thread_local! {
             last_key: 0,
             tid: 0,
             tid_word: (0, 1),
-            comm: crate::thread::RawComm::EMPTY,
+            comm: crate::threads::RawComm::EMPTY,
             name_epoch: 0,
             in_flight: None,
         })

@@ -153,7 +153,7 @@ pub struct ThreadRef(pub u32);
 impl ThreadRef {
     /// The calling thread.
     pub fn current() -> ThreadRef {
-        ThreadRef(crate::thread::current_tid())
+        ThreadRef(crate::threads::current_tid())
     }
 }
 

@@ -87,10 +87,9 @@ pub mod symbolize;
 #[allow(unsafe_code)]
 pub(crate) mod sync;
 #[cfg_attr(loom, allow(dead_code))]
-#[allow(unsafe_code)]
-mod thread;
+mod threads;
 #[cfg(not(loom))]
-pub mod thread_hooks;
+pub use threads::thread_hooks;
 #[cfg(all(feature = "tracing", not(loom)))]
 pub mod tracing;
 /// Under the loom models, the tracing layer's span table alone (`tracing/live.rs`), with a

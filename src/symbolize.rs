@@ -89,6 +89,7 @@
 //!   unmapped addresses are dropped from the cache then).
 //! - ELF64 only (x86_64, aarch64); another ELF class assumes file offset = virtual address.
 
+use crate::threads::proc;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -414,19 +415,20 @@ impl Symbolizer {
         for key in self.unmapped.drain(..) {
             self.cache.remove(&key);
         }
-        let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        let Some(text) = proc::read_maps() else {
             return;
         };
         let mut mappings = Vec::new();
         for line in text.lines() {
-            let Some(m) = parse_maps_line(line) else {
+            let Some(m) = proc::parse_maps_line(line) else {
                 continue;
             };
+            let (start, end) = (m.start as u64, m.end as u64);
             if !m.executable {
                 continue;
             }
             let object = if m.path.starts_with('/') || m.path == "[vdso]" {
-                Some(self.object_index(m.path, m.start, m.end))
+                Some(self.object_index(m.path, start, end))
             } else {
                 None
             };
@@ -434,7 +436,7 @@ impl Symbolizer {
                 Some(oi) => self.objects[oi].name.clone(),
                 None => m.path.to_owned(),
             };
-            mappings.push(Mapping { start: m.start, end: m.end, offset: m.offset, object, name });
+            mappings.push(Mapping { start, end, offset: m.offset, object, name });
         }
         mappings.sort_by_key(|m| m.start);
         self.mappings = mappings;
@@ -577,39 +579,6 @@ fn crate_from_path(file: Option<&str>) -> Option<&str> {
         }
     }
     None
-}
-
-struct MapsLine<'a> {
-    start: u64,
-    end: u64,
-    offset: u64,
-    executable: bool,
-    path: &'a str,
-}
-
-/// Parses one line of `/proc/self/maps`: `start-end perms offset dev inode   path`.
-fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        rest = &t[end..];
-        Some(&t[..end]).filter(|f| !f.is_empty())
-    };
-    let range = field()?;
-    let perms = field()?;
-    let offset = field()?;
-    let _dev = field()?;
-    let _inode = field()?;
-    let path = rest.trim_start();
-    let (start, end) = range.split_once('-')?;
-    Some(MapsLine {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        executable: perms.as_bytes().get(2) == Some(&b'x'),
-        path,
-    })
 }
 
 /// The exported (`.dynsym`) function names of a file, sorted by address, one per address: of
@@ -970,24 +939,6 @@ fn strip_type_prefixes(mut s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maps_line() {
-        let m =
-            parse_maps_line("7f1c2a400000-7f1c2a428000 r-xp 00028000 08:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6")
-                .unwrap();
-        assert_eq!(m.start, 0x7f1c2a400000);
-        assert_eq!(m.end, 0x7f1c2a428000);
-        assert_eq!(m.offset, 0x28000);
-        assert!(m.executable);
-        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        let anon = parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0").unwrap();
-        assert!(!anon.executable);
-        assert_eq!(anon.path, "");
-        let spaced = parse_maps_line("1000-2000 r-xp 0 00:00 5 /tmp/a b (deleted)").unwrap();
-        assert_eq!(spaced.path, "/tmp/a b (deleted)");
-        assert!(parse_maps_line("garbage").is_none());
-    }
 
     #[test]
     fn crate_from_source_path() {

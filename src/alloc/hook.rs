@@ -593,8 +593,7 @@ fn tid(l: &Local) -> u32 {
     if t != 0 {
         return t;
     }
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let t = crate::threads::gettid();
     // Relaxed: as above.
     l.tid.store(t, Ordering::Relaxed);
     t

@@ -22,7 +22,7 @@ pub use pools::{Address, FrameName, Resolve};
 
 use crate::clock::ClockPair;
 use crate::stack::{DepthPolicy, StackKey, StackTable};
-use crate::thread::RawComm;
+use crate::threads::RawComm;
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
 use jfr_format::write::{self, Checkpoint};

@@ -134,7 +134,7 @@ pub(super) struct Pools {
     /// Methods named by [`INSTRUMENTATION_PREFIXES`].
     instrumentation_frames: HashSet<u64>,
     /// Thread names, captured while the threads run (and their renames).
-    pub thread_names: crate::thread::ThreadNames,
+    pub thread_names: crate::threads::ThreadNames,
     /// The keys of threads under a name other than the one their own key (the tid) has in a
     /// chunk, per tid: (name, key). See [`Pools::thread_variant`].
     thread_variants: HashMap<u32, Vec<(String, u64)>>,

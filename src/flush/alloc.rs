@@ -298,6 +298,6 @@ impl SampleSource for AllocSamples {
         let losses = self.losses(stats);
         self.sampling = None;
         self.stopped = Some(stats);
-        Stopped { losses, allocation: Some(stats), ..Stopped::default() }
+        Stopped { losses, stats: Some(Box::new(stats)) }
     }
 }

@@ -34,6 +34,7 @@ pub use settings::{AllocationSampling, Error, RecorderBuilder, Settings};
 use crate::clock::ClockPair;
 use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
 use crate::flush::alloc::AllocSamples;
+use crate::flush::periodic;
 use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
 use crate::fork::ForkSafeMutex as Mutex;
@@ -44,7 +45,7 @@ use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use lock::{Held, L};
-use state::{PeriodicReading, State};
+use state::State;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -132,7 +133,7 @@ impl Recorder {
         settings::validate(&settings)?;
         // Before anything takes a lock the fork hooks take (see `fork.rs`).
         crate::fork::install();
-        crate::thread::prepare_process_barrier();
+        crate::threads::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
         let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
@@ -328,7 +329,7 @@ impl Recorder {
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
         let (stats, sampler, allocation) =
-            (state.stats, state.final_sampler_stats.clone(), state.final_allocation_stats);
+            (state.stats, state.final_stats::<SamplerStats>(), state.final_stats::<crate::alloc::AllocationStats>());
         #[cfg(feature = "push")]
         let push = self.inner.push_stats();
         drop(state);
@@ -672,7 +673,7 @@ impl Inner {
             let now = Instant::now();
             let woken = self.shared.wakeup.take();
             if now >= next_periodic {
-                let mut reading = PeriodicReading::now();
+                let mut reading = periodic::Reading::now();
                 if let Some(sampler) = self.sampler.lock().as_ref() {
                     reading.exited = sampler.take_exited_cpu();
                 }

@@ -12,7 +12,7 @@ fn frame_name(f: &SymbolizedFrame) -> FrameName {
 
 /// A thread's name from `/proc`, or a placeholder for a thread that is gone.
 fn os_thread_name(tid: u32) -> String {
-    crate::thread::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"))
+    crate::threads::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"))
 }
 
 /// Resolves `missing`; call without L. Thread names first: they are quick to read, and a thread

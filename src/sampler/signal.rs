@@ -483,8 +483,7 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
         core.count_unattributed();
         return;
     };
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let tid = crate::threads::gettid();
     let Some(adm) = core.admit(slot, tid, wall) else {
         return;
     };
@@ -544,7 +543,7 @@ fn write_leaf(
         sample_id: core.next_sample_id(),
         sp: regs.sp as u64,
         span: adm.slot().span(),
-        comm: crate::thread::RawComm::current_in_signal_handler(),
+        comm: crate::threads::RawComm::current_in_signal_handler(),
     };
     let pc = regs.pc as u64;
     core.write_record(adm, &hdr, 1, |sink| sink.push(pc)).wake
@@ -621,7 +620,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
         // Read at every sample, not when the chunk is written: a thread that renamed itself
         // (std names a spawned thread in its first microseconds) shows each sample under the name
         // it had when it was taken.
-        comm: crate::thread::RawComm::current_in_signal_handler(),
+        comm: crate::threads::RawComm::current_in_signal_handler(),
     };
     // Relaxed (loads below): the scratch was written by this same handler above; it is the
     // owner's alone.

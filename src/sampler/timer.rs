@@ -296,8 +296,7 @@ pub(super) fn wall_request(fd: c_int) -> io::Result<()> {
 /// can be changed once it runs (else every event keeps its first period: [`set_period`] must
 /// not be relied on and the first period is the whole period).
 pub(super) fn perf_available(period: Duration) -> (bool, bool) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let tid = crate::threads::gettid();
     match perf_open_unmarked(tid, period) {
         Ok(fd) => {
             let ns = period.as_nanos().max(1) as u64;

@@ -33,9 +33,12 @@
 //! sampler's buffers, as CPU samples are) + unserved lost.
 
 use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
-use super::imp::{gettid, start_time, task_stat, unregister, Shared};
+use super::registration::unregister;
 use super::timer;
+use super::Shared;
 use crate::sync::Ordering;
+use crate::threads::gettid;
+use crate::threads::proc::{start_time, task_stat};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -370,7 +373,7 @@ fn run(shared: &Shared) {
 fn exclude_self(shared: &Shared) {
     let tid = gettid();
     let start = start_time(tid);
-    shared.registry.lock().excluded.push((tid, start));
+    shared.threads.registry.lock().excluded.push((tid, start));
     unregister(shared, tid, start);
 }
 
@@ -386,7 +389,7 @@ fn tick(
 ) {
     let now = crate::clock::ticks();
     let entries: Vec<(usize, u32, libc::c_int)> = {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         reg.entries
             .iter()
             .enumerate()
@@ -464,7 +467,7 @@ fn tick(
     }
     let mut requested = 0u64;
     {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         for &(index, tid, fd) in &want {
             let same = reg
                 .entries

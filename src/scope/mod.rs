@@ -441,7 +441,7 @@ impl Local {
     #[cold]
     #[inline(never)]
     fn take_cell(&mut self) {
-        let tid = crate::thread::current_tid();
+        let tid = crate::threads::current_tid();
         self.cell = Some((tid, crate::span_context::acquire(tid)));
     }
 

@@ -123,17 +123,13 @@ pub fn main_thread_entry() -> usize {
     if cached != usize::MAX {
         return cached;
     }
-    let entry = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| parse_start_stack(&s)).unwrap_or(0);
+    let entry = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| crate::threads::proc::parse_stat(&s).map(|st| st.start_stack as usize))
+        .unwrap_or(0);
     // Relaxed: as above.
     ENTRY.store(entry, Ordering::Relaxed);
     entry
-}
-
-/// Field 28 (`startstack`) of a `/proc/PID/stat` line.
-fn parse_start_stack(stat: &str) -> Option<usize> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // Fields after the comm start at field 3; field 28 is the 26th of them.
-    rest.split_whitespace().nth(25)?.parse().ok()
 }
 
 /// The entry to pass to [`at_entry`] for the calling thread: cached per thread (two system calls
@@ -147,9 +143,7 @@ fn own_entry() -> usize {
             return entry;
         }
     }
-    // SAFETY: no preconditions.
-    let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
-    let entry = if tid == pid { main_thread_entry() } else { 0 };
+    let entry = if crate::threads::gettid() == crate::threads::getpid() { main_thread_entry() } else { 0 };
     let _ = OWN_ENTRY.try_with(|c| c.set((forks, entry)));
     entry
 }

@@ -81,8 +81,8 @@ pub type PthreadCreate =
 pub fn on_thread_start() -> bool {
     without_cancellation(|| {
         let sampled = matches!(
-            std::panic::catch_unwind(crate::sampler::register_thread_start),
-            Ok(crate::sampler::ThreadStart::Registered)
+            std::panic::catch_unwind(super::registry::thread_started),
+            Ok(super::registry::ThreadStart::Registered)
         );
         if sampled {
             // SAFETY: a signal set built here; changes only this thread's mask.
