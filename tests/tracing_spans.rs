@@ -20,13 +20,6 @@ fn subscriber() -> impl tracing::Subscriber + Send + Sync {
     tracing_subscriber::registry().with(RecorderLayer::new())
 }
 
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::black_box(0);
-    }
-}
-
 /// `jfr print --json` of `file`, for these event types.
 fn jfr_json(file: &Path, types: &str) -> Vec<Json> {
     let text = jdk("jfr", &["print", "--json", "--stack-depth", "64", "--events", types, file.to_str().unwrap()]);
@@ -60,12 +53,12 @@ fn spans_and_events_read_back_with_the_jdk() {
         // Entered twice (an async span polled twice), idle in between.
         {
             let _i = inner.enter();
-            spin(Duration::from_millis(20));
+            spin_wall(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(40));
         {
             let _i = inner.enter();
-            spin(Duration::from_millis(20));
+            spin_wall(Duration::from_millis(20));
             tracing::warn!("slow query");
         }
         drop(inner);
@@ -125,10 +118,10 @@ fn spans_are_scopes() {
     tracing::subscriber::with_default(subscriber(), || {
         for _ in 0..3 {
             let _a = tracing::info_span!("handler").entered();
-            spin(Duration::from_millis(2));
+            spin_wall(Duration::from_millis(2));
             let _b = tracing::info_span!("serialize").entered();
             recorder::scope!("encode");
-            spin(Duration::from_millis(1));
+            spin_wall(Duration::from_millis(1));
         }
     });
     let report = rec.scope_report();
@@ -157,7 +150,7 @@ fn threshold_keeps_only_slow_spans() {
             let _s = tracing::info_span!("fast", i).entered();
         }
         let _s = tracing::info_span!("slow").entered();
-        spin(Duration::from_millis(20));
+        spin_wall(Duration::from_millis(20));
     });
     let file = dir.path().join("threshold.jfr");
     rec.dump(&file).unwrap();
@@ -185,7 +178,7 @@ fn bad_input_is_handled() {
     let moved = tracing::dispatcher::with_default(&dispatch, || {
         // Closed on another thread.
         let moved = tracing::info_span!("moved");
-        moved.in_scope(|| spin(Duration::from_millis(1)));
+        moved.in_scope(|| spin_wall(Duration::from_millis(1)));
         let d = dispatch.clone();
         std::thread::spawn(move || tracing::dispatcher::with_default(&d, move || drop(moved))).join().unwrap();
         // Re-entered while entered.
@@ -291,7 +284,7 @@ fn deterministic_spans_carry_no_real_time() {
         let outer = tracing::info_span!("outer", k = 1);
         let _o = outer.enter();
         let _i = tracing::info_span!("inner").entered();
-        spin(Duration::from_millis(5));
+        spin_wall(Duration::from_millis(5));
     });
     let file = dir.path().join("deterministic.jfr");
     rec.dump(&file).unwrap();

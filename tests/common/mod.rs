@@ -14,6 +14,38 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): what the sampler counts, so a test
+/// that spins for an amount of it gets the same samples however loaded the machine is.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Computes for `d` of this thread's CPU time, in user mode: the sampler sees user time only
+/// (`src/sampler/timer.rs`), and reading the CPU clock is a system call, so the clock is read
+/// between bursts of user work (a loop that only read it would spend most of its time in the
+/// kernel, and get a fraction of the samples its CPU time suggests: a release build got 86 of
+/// 540).
+pub fn spin_cpu(d: std::time::Duration) {
+    let t = thread_cpu_time();
+    let mut x = 0u64;
+    while thread_cpu_time() - t < d {
+        for i in 0..100_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+    }
+}
+
+/// Busy for `d` of wall-clock time (a span or scope that lasts, whatever the CPU gets).
+pub fn spin_wall(d: std::time::Duration) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        std::hint::black_box(0);
+    }
+}
+
 /// The `.jfr` chunk files of a recording directory, in start order (the header's startNanos, as
 /// the JDK orders them; names agree, but this does not rely on them).
 pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {
