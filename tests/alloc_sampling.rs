@@ -11,9 +11,7 @@ use common::*;
 use recorder::alloc::SamplingAllocator;
 use recorder::Recorder;
 use std::alloc::Layout;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,23 +130,7 @@ fn the_jdk_event_stream_follows_allocation_samples_with_stacks() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "jdk.ObjectAllocationSample"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["jdk.ObjectAllocationSample"]);
     // Allocate until the stream shows one of our samples while the recording runs.
     let mut seen_live = 0;
     let deadline = Instant::now() + Duration::from_secs(60);

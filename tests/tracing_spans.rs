@@ -10,9 +10,7 @@ use common::*;
 use recorder::tracing::RecorderLayer;
 use recorder::{EventSettings, Recorder};
 use serde_json::Value as Json;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -232,22 +230,7 @@ fn jdk_event_stream_receives_spans_live() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "recorder.Span", "spanId"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["recorder.Span", "spanId"]);
     let dispatch = tracing::Dispatch::new(subscriber());
     let mut seen = 0;
     for round in 0..3 {

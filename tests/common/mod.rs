@@ -46,6 +46,33 @@ pub fn spin_wall(d: std::time::Duration) {
     }
 }
 
+/// The JDK's `EventStream` following the repository `repo` live (`tests/java/LiveStream.java`,
+/// arguments after the repository: the event type, then optional field names): the `java` child
+/// and its stdout lines (`EVENT ...`, `FLUSH`, `CLOSED`, `ERROR ...`) as they come. The library's
+/// tests only (the path is under its manifest directory).
+pub fn live_jdk_stream(repo: &Path, args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
+    let mut child = Command::new("java")
+        .arg(java)
+        .arg(repo)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("`java` is required (install openjdk-17-jdk-headless)");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
 /// The `.jfr` chunk files of a recording directory, in start order (the header's startNanos, as
 /// the JDK orders them; names agree, but this does not rely on them).
 pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {
