@@ -348,42 +348,24 @@ fn forked_children_allocate_and_sample_on_their_own() {
     std::fs::create_dir(&child_dir).unwrap();
     let mut children = Vec::new();
     for _ in 0..10 {
-        // SAFETY: the child only allocates, calls the recorder and then _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let code = std::panic::catch_unwind(|| {
-                allocate_kib_blocks(10_000); // not recording: no sample, no crash
-                let rec = Recorder::builder()
-                    .repository(&child_dir)
-                    .no_sampling()
-                    .allocation_sampling(64 * 1024)
-                    .start()
-                    .expect("the child starts its own");
-                child_site();
-                let a = rec.stop_with_report().expect("the child stops").allocation.expect("stats");
-                assert!(a.written > 0 && a.taken == a.written + a.lost + a.failed, "{a:?}");
-            })
-            .map_or(3, |()| 0);
-            // SAFETY: leaves the child without running the parent's destructors.
-            unsafe { libc::_exit(code) };
-        }
+        // The child only allocates, calls the recorder and then _exit.
+        let pid = fork_child(|| {
+            allocate_kib_blocks(10_000); // not recording: no sample, no crash
+            let rec = Recorder::builder()
+                .repository(&child_dir)
+                .no_sampling()
+                .allocation_sampling(64 * 1024)
+                .start()
+                .expect("the child starts its own");
+            child_site();
+            let a = rec.stop_with_report().expect("the child stops").allocation.expect("stats");
+            assert!(a.written > 0 && a.taken == a.written + a.lost + a.failed, "{a:?}");
+        });
         children.push(pid);
         std::thread::sleep(Duration::from_millis(5));
     }
     for pid in children {
-        let mut status = 0;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            // SAFETY: plain waitpid on our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                break;
-            }
-            assert!(Instant::now() < deadline, "child {pid} hangs (deadlock after fork?)");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
+        wait_child_ok(pid, Duration::from_secs(60));
     }
     stop.store(true, Ordering::Relaxed);
     for b in busy {

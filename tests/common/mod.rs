@@ -73,6 +73,52 @@ pub fn live_jdk_stream(repo: &Path, args: &[&str]) -> (std::process::Child, std:
     (child, rx)
 }
 
+/// Forks a child that runs `body` and leaves with `_exit`: 0 when `body` returned, 3 when it
+/// panicked (the parent's destructors never run in it). The parent gets the child's pid.
+pub fn fork_child(body: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: the child runs `body` (the caller's recorder calls) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).map_or(3, |()| 0);
+        // SAFETY: leaves the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Waits for the child `pid` (of `fork_child`) to exit with 0. A deadlocked child would hang the
+/// test: after `limit` this panics with what each of its threads is doing (state and kernel wait
+/// channel) and, when gdb is at hand, where.
+pub fn wait_child_ok(pid: libc::pid_t, limit: std::time::Duration) {
+    let mut status = 0;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let mut threads = String::new();
+            for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+                let p = t.path();
+                let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+                let wchan = std::fs::read_to_string(p.join("wchan")).unwrap_or_default();
+                threads.push_str(&format!("\n  {} wchan {wchan}", stat.trim()));
+            }
+            let stacks = Command::new("timeout")
+                .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no gdb: {e})"));
+            panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}\n{stacks}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
+}
+
 /// The `.jfr` chunk files of a recording directory, in start order (the header's startNanos, as
 /// the JDK orders them; names agree, but this does not rely on them).
 pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {
