@@ -34,7 +34,8 @@ pub fn programs_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
 }
 
-/// Compiles one of `tests/programs` once per test binary with the given compiler and flags.
+/// Compiles one of `tests/programs` (or a path relative to it: `../hostile/NAME.c`) once per test
+/// binary with the given compiler and flags.
 pub fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{name} {compiler} {flags:?}");
@@ -45,7 +46,7 @@ pub fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     // One file per (program, flags): the static build of calltree.c must not replace the other.
     let dir = scratch_dir().join("programs").join(built.len().to_string());
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name.split('.').next().unwrap());
+    let out = dir.join(Path::new(name).file_stem().unwrap());
     let src = programs_dir().join(name);
     let mut cmd = Command::new(compiler);
     cmd.args(flags).arg("-o").arg(&out).arg(&src);
