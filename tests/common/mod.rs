@@ -38,6 +38,19 @@ pub fn spin_cpu(d: std::time::Duration) {
     }
 }
 
+/// Burns CPU in user code until `stop` is set; returns the work's result (keep it from being
+/// optimised away).
+#[inline(never)]
+pub fn spin_until(stop: &std::sync::atomic::AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for i in 0..10_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    x
+}
+
 /// Busy for `d` of wall-clock time (a span or scope that lasts, whatever the CPU gets).
 pub fn spin_wall(d: std::time::Duration) {
     let t = std::time::Instant::now();
