@@ -6,18 +6,15 @@
 //! Settings events' thread references are in `tests/constant_refs.rs`, a forked child using the
 //! inherited `Recorder` in `tests/fork.rs`.
 
+mod common;
+
+// One sampler per process: tests take turns (`serial()`).
+use common::serial;
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplerLocked, SamplingMode};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// One sampler per process: tests take turns.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn gettid() -> u32 {
     // SAFETY: no preconditions.

@@ -254,7 +254,7 @@ fn print_json_custom_fields_match_jfr_print() {
         let jv = &j["values"];
         assert_eq!(
             o["start_ns"].as_i64().unwrap(),
-            parse_iso_nanos(jv["startTime"].as_str().unwrap()),
+            epoch_nanos_of_iso(jv["startTime"].as_str().unwrap()),
             "start of {key:?} (chunk {chunk})"
         );
         assert_eq!(
@@ -315,7 +315,7 @@ fn execution_sample_stacks_match_jfr_print() {
     assert_eq!(ours.len(), jdk.len(), "number of samples");
     assert!(ours.len() >= 20, "the workload should be sampled: {}", ours.len());
     let jdk_key = |e: &Json| {
-        (parse_iso_nanos(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
+        (epoch_nanos_of_iso(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
     };
     let our_key = |e: &Json| (e["start_ns"].as_i64().unwrap(), thread_id(&e["thread"]));
     jdk.sort_by_key(|(_, e)| jdk_key(e));

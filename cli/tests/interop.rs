@@ -127,20 +127,9 @@ fn commit_all_kinds(n: u64) {
 }
 
 #[inline(never)]
-fn spin(stop: &AtomicBool) -> u64 {
-    let mut x = 1u64;
-    while !stop.load(Ordering::Relaxed) {
-        for i in 0..10_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
-        }
-    }
-    x
-}
-
-#[inline(never)]
 fn recurse(depth: u32, stop: &AtomicBool) -> u64 {
     if depth == 0 {
-        return spin(stop);
+        return spin_until(stop);
     }
     std::hint::black_box(recurse(depth - 1, stop)) + 1
 }
