@@ -26,8 +26,12 @@
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
 //! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
-//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
-//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`) and `alloc` (the allocator hook).
+//!   buffers), `sampler` (the SIGPROF handler, its timers and buffers), `unwind` and `cfi` (stack
+//!   walks, unwind tables), `alloc` (the allocator hook), `tracing/live` (the span table's slots),
+//!   `fork` (the futex mutex) and `recorder/atfork` (`pthread_atfork`, locks released in a fork
+//!   child), `thread_hooks` (`pthread_create` interposed in the GOT), `own_thread` (signal masks),
+//!   and the libc calls of `thread`, `clock` (and `rdtsc`), `repository`, `fds` and `control`
+//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -70,7 +74,6 @@ mod fork;
 #[cfg_attr(loom, allow(dead_code))]
 mod hash;
 #[cfg(not(loom))]
-#[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]
 pub mod own_thread;
@@ -89,7 +92,6 @@ mod span_context;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;
-#[allow(unsafe_code)]
 pub(crate) mod sync;
 #[cfg_attr(loom, allow(dead_code))]
 #[allow(unsafe_code)]

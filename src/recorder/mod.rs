@@ -22,6 +22,7 @@
 //! compression of finished chunks and reading the files of a dump (`storage`), `/proc` readings
 //! of periodic events (`state`).
 
+mod atfork;
 mod lock;
 mod resolve;
 mod settings;
@@ -131,7 +132,7 @@ impl Recorder {
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
         // Before anything takes a lock the fork hooks take (review finding 5).
-        crate::fork::install();
+        atfork::install();
         crate::thread::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
