@@ -457,33 +457,6 @@ pub(crate) fn attach_current_thread() {
     });
 }
 
-/// Before fork: hold `CURRENT` so no other thread holds it while the process is copied.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(CURRENT.lock());
-}
-
-/// After fork, on both sides: release `CURRENT`; in the child, end the inherited recording (its
-/// threads do not exist there).
-///
-/// # Safety
-/// The calling thread holds `CURRENT` through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    if child {
-        // Release: later commits in the child see no recording.
-        GENERATION.store(0, Ordering::Release);
-        // A start the parent had in progress does not exist in the child. Release: as above.
-        STARTING.store(false, Ordering::Release);
-    }
-    // SAFETY: the caller holds the lock (see above).
-    unsafe { CURRENT.release_after_fork(child) };
-    if child {
-        // The child's own recordings start from a clean slot. The parent's shared state stays
-        // allocated in the child's copy of memory; it is simply no longer reachable.
-        std::mem::forget(CURRENT.lock().take());
-    }
-}
-
 /// The running recording's generation (0: none runs).
 #[inline]
 #[cfg(feature = "tracing")] // the tracing layer's

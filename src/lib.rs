@@ -65,7 +65,6 @@ mod fork;
 #[cfg_attr(loom, allow(dead_code))]
 mod hash;
 #[cfg(not(loom))]
-#[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]
 pub mod own_thread;
@@ -84,7 +83,6 @@ mod span_context;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;
-#[allow(unsafe_code)]
 pub(crate) mod sync;
 #[cfg_attr(loom, allow(dead_code))]
 mod threads;

@@ -151,28 +151,14 @@ const _: fn() = || {
 /// One symbolizer for the recording process: its per-module state and its cache outlive a
 /// recording, so a second recording (or a forked child's) does not parse the debug info again.
 /// The flusher uses it with the chunk-writer lock L released (the first
-/// symbolization of a module parses its debug info); `fork` holds it across the fork.
+/// symbolization of a module parses its debug info); `recorder/atfork.rs` holds it across the fork.
 static PROCESS: crate::fork::ForkSafeMutex<Option<Symbolizer>> = crate::fork::ForkSafeMutex::new(None);
+/// [`PROCESS`], for the atfork handlers, which hold it across fork.
+pub(crate) static PROCESS_LOCK: &dyn crate::fork::HeldAcrossFork = &PROCESS;
 
 /// Runs `f` with the process's symbolizer.
 pub(crate) fn with_process_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     f(PROCESS.lock().get_or_insert_with(Symbolizer::new))
-}
-
-/// Before fork: hold the process's symbolizer so no other thread holds it while the process is
-/// copied.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(PROCESS.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the symbolizer through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { PROCESS.release_after_fork(child) };
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.

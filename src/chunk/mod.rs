@@ -570,9 +570,27 @@ mod tests {
         }
     }
 
+    /// The event the tests write: a sample (start time, thread, stack, thread state).
+    const SAMPLE: u64 = ids::FIRST_EVENT;
+
     fn metadata() -> Metadata {
+        use jfr_format::metadata::{event_class, EventTypeSpec, Field};
         let mut classes = jfr_format::metadata::jdk_types();
-        classes.extend(crate::builtin::classes());
+        classes.push(event_class(EventTypeSpec {
+            id: SAMPLE,
+            name: "test.Sample",
+            label: "Sample",
+            description: None,
+            category: &[],
+            duration: false,
+            thread: false,
+            stack_trace: false,
+            fields: vec![
+                Field::new("sampledThread", ids::THREAD).pooled(),
+                Field::new("stackTrace", ids::STACK_TRACE).pooled(),
+                Field::new("state", ids::THREAD_STATE).pooled(),
+            ],
+        }));
         Metadata { id: 1, classes, region: Default::default() }
     }
 
@@ -609,14 +627,11 @@ mod tests {
         w.open(ClockPair::logical(0));
         let mut file = Vec::new();
         for segment in 0..3u32 {
-            w.event(crate::builtin::EXECUTION_SAMPLE, |e| {
+            w.event(SAMPLE, |e| {
                 e.long(1);
                 e.thread(7 + segment);
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
-                if crate::builtin::sample_span_ids() {
-                    crate::builtin::write_sample_context(e, 0);
-                }
             });
             let unresolved = w.unresolved(&stacks);
             if segment == 0 {

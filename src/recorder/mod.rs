@@ -22,6 +22,7 @@
 //! compression of finished chunks and reading the files of a dump (`storage`), `/proc` readings
 //! of periodic events (`state`).
 
+mod atfork;
 mod lock;
 mod resolve;
 mod settings;
@@ -131,8 +132,8 @@ impl Recorder {
         // The recorder's own allocations are not sampled (src/alloc: honest attribution).
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
-        // Before anything takes a lock the fork hooks take (see `fork.rs`).
-        crate::fork::install();
+        // Before anything takes a lock the fork hooks take (`recorder/atfork.rs`).
+        atfork::install();
         crate::threads::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();

@@ -442,7 +442,7 @@ impl Local {
     #[inline(never)]
     fn take_cell(&mut self) {
         let tid = crate::threads::current_tid();
-        self.cell = Some((tid, crate::span_context::acquire(tid)));
+        self.cell = Some((tid, crate::span_context::acquire(tid, crate::sampler::attach_span_cell)));
     }
 
     /// Sets the span word, where CPU samples read it.
@@ -665,7 +665,7 @@ impl Drop for Local {
         // The thread exits: its tree's values are final (the reports keep them).
         self.detach();
         if let Some((tid, cell)) = self.cell.take() {
-            crate::span_context::release(tid, cell);
+            crate::span_context::release(tid, cell, crate::sampler::attach_span_cell);
         }
     }
 }

@@ -210,6 +210,8 @@ struct Patcher {
 
 static PATCHER: crate::fork::ForkSafeMutex<Patcher> =
     crate::fork::ForkSafeMutex::new(Patcher { adds: u64::MAX, report: HookReport { modules: 0, slots: 0, failed: 0 } });
+/// [`PATCHER`], for the atfork handlers: the child must not inherit it held by another thread.
+pub(crate) static PATCHER_LOCK: &dyn crate::fork::HeldAcrossFork = &PATCHER;
 
 /// Interposes `pthread_create` in every loaded module (idempotent). Returns what was patched;
 /// nothing on architectures without the relocation types below (discovery only there).
@@ -225,18 +227,6 @@ pub(crate) fn rescan() {
     if p.adds != u64::MAX && loaded_count() != p.adds {
         patch_all(&mut p);
     }
-}
-
-/// `pthread_atfork` prepare: the child must not inherit the patcher's lock held by another thread.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(PATCHER.lock());
-}
-
-/// # Safety
-/// Only after [`lock_for_fork`] on this thread.
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller's contract: `lock_for_fork` forgot the guard on this thread.
-    unsafe { PATCHER.release_after_fork(child) };
 }
 
 /// What slots importing `pthread_create` point to now (for tests: all of them are hooked).
