@@ -2,8 +2,8 @@
 //! teardown, and the fork child's hook.
 
 use super::buffer::{Core, LockedState, SampleRecord};
-use super::registration::{register_thread_start, unregister, RegisterError, EXIT_GUARD};
-use super::shared::{stats_of, Shared};
+use super::registration::{register_thread_start, RegisterError, EXIT_GUARD};
+use super::shared::{stats_of, Shared, LIFECYCLE};
 use super::signal;
 use super::stats::{DiscoveryReport, SamplerLocked, SamplerStats, StopReport};
 use super::timer;
@@ -36,9 +36,6 @@ fn own_shared_library() -> Option<String> {
     (path != exe).then(|| path.to_string_lossy().into_owned())
 }
 
-/// Lifecycle lock: serializes start/stop with exit guards of registered threads. The value
-/// is the generation counter of the latest sampler; bit 63 marks the atfork hook as registered.
-pub(super) static LIFECYCLE: crate::fork::ForkSafeMutex<u64> = crate::fork::ForkSafeMutex::new(0);
 const ATFORK_REGISTERED: u64 = 1 << 63;
 
 /// `pthread_atfork` child hook (docs/sampler-protocol.md §6, fork): the child inherits the handler and
@@ -298,7 +295,7 @@ impl Sampler {
             }
         });
         let tid = gettid();
-        unregister(self.shared(), tid, start_time(tid));
+        self.shared().unregister(tid, start_time(tid));
     }
 
     /// Compiles and publishes the DWARF tables of the modules mapped now (those not compiled

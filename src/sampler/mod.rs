@@ -102,9 +102,9 @@ mod wall;
 
 pub use buffer::SampleRecord;
 #[cfg(not(loom))]
-pub use signal::{adopt_application_action, changing_own_action};
-#[cfg(not(loom))]
 pub(crate) use signal::with_unwind_tables;
+#[cfg(not(loom))]
+pub use signal::{adopt_application_action, changing_own_action};
 
 /// The sampler's signal source without the sampler, for `benches/sampling.rs`'s no-op floor: the
 /// same per-thread perf event delivering SIGPROF, so the bench measures exactly what the sampler

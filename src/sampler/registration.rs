@@ -2,8 +2,7 @@
 //! at its start (the thread-start hook), and its retirement on behalf of a thread proven dead.
 
 use super::buffer::{StackBounds, SLOT_EXITED, SLOT_LIVE};
-use super::lifecycle::LIFECYCLE;
-use super::shared::Shared;
+use super::shared::{Shared, LIFECYCLE};
 use super::signal;
 use super::timer::Source;
 use crate::sync::Ordering;
@@ -40,7 +39,7 @@ impl Drop for ExitGuard {
         // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
         if let Some(shared) = unsafe { shared.as_ref() } {
             if shared.generation == self.generation {
-                unregister(shared, gettid(), self.start_time);
+                shared.unregister(gettid(), self.start_time);
             }
         }
     }
@@ -74,30 +73,6 @@ pub(super) fn current_stack_bounds() -> StackBounds {
     }
     let verified_lo = if gettid() == getpid() { crate::unwind::frame_pointer().clamp(lo, hi) } else { lo };
     StackBounds { lo, verified_lo, hi }
-}
-
-/// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
-/// queue). Called on the thread itself. Other threads' quarantined perf fd numbers are left
-/// to the next discovery (a /proc read each: not on every thread's exit path).
-pub(super) fn unregister(shared: &Shared, tid: u32, start: u64) {
-    {
-        let mut reg = shared.threads.registry.lock();
-        if let Some(index) = reg.find(tid, start) {
-            if let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) {
-                if let Some(source) = entry.source {
-                    shared.disarm_own(source, tid);
-                }
-                if let Some(slot) = shared.core.slot(index) {
-                    if slot.state() == SLOT_LIVE {
-                        // Before the retirement hands the buffers over: a drain that sees
-                        // them has the name already.
-                        shared.threads.exits.note_exit(tid, shared.core.slot_stats(slot).taken > 0);
-                        shared.retire_own(slot);
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Why a registration did not happen.

@@ -1,7 +1,7 @@
 //! What the signal handler can reach (`Shared`, published in `signal::SHARED`), and the
 //! arming and disarming of a thread's sampling sources.
 
-use super::buffer::{Core, ThreadSlot, SLOT_FREE};
+use super::buffer::{Core, ThreadSlot, SLOT_FREE, SLOT_LIVE};
 use super::signal;
 use super::stats::{SamplerStats, ThreadStats};
 use super::timer::{self, Source};
@@ -12,6 +12,10 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::threads::registry::SampledThreads;
 use std::io;
 use std::time::Duration;
+
+/// Lifecycle lock: serializes start/stop with exit guards of registered threads. The value
+/// is the generation counter of the latest sampler; bit 63 marks the atfork hook as registered.
+pub(super) static LIFECYCLE: crate::fork::ForkSafeMutex<u64> = crate::fork::ForkSafeMutex::new(0);
 
 /// Everything the handler can reach, behind [`signal::SHARED`].
 #[derive(Debug)]
@@ -58,6 +62,30 @@ pub(super) struct Shared {
 const FIRST_PERIOD: u32 = 1 << 31;
 
 impl Shared {
+    /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
+    /// queue). Called on the thread itself. Other threads' quarantined perf fd numbers are left
+    /// to the next discovery (a /proc read each: not on every thread's exit path).
+    pub(super) fn unregister(&self, tid: u32, start: u64) {
+        {
+            let mut reg = self.threads.registry.lock();
+            if let Some(index) = reg.find(tid, start) {
+                if let Some(entry) = reg.entries.get_mut(index).and_then(Option::take) {
+                    if let Some(source) = entry.source {
+                        self.disarm_own(source, tid);
+                    }
+                    if let Some(slot) = self.core.slot(index) {
+                        if slot.state() == SLOT_LIVE {
+                            // Before the retirement hands the buffers over: a drain that sees
+                            // them has the name already.
+                            self.threads.exits.note_exit(tid, self.core.slot_stats(slot).taken > 0);
+                            self.retire_own(slot);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The walk scratch of slot `index`.
     ///
     /// # Signal safety

@@ -33,7 +33,6 @@
 //! sampler's buffers, as CPU samples are) + unserved lost.
 
 use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
-use super::registration::unregister;
 use super::timer;
 use super::Shared;
 use crate::sync::Ordering;
@@ -374,7 +373,7 @@ fn exclude_self(shared: &Shared) {
     let tid = gettid();
     let start = start_time(tid);
     shared.threads.registry.lock().excluded.push((tid, start));
-    unregister(shared, tid, start);
+    shared.unregister(tid, start);
 }
 
 /// One tick standing for `n` periods (see the module docs).
