@@ -331,7 +331,10 @@ fn jvm_recording_counts_match_jfr_summary() {
     for e in json["recording"]["events"].as_array().unwrap() {
         let v = &e["values"];
         let start = parse_instant(v["startTime"].as_str().unwrap());
-        printed.entry((start, v["sampledThread"]["osThreadId"].as_i64().unwrap())).or_default().push(v);
+        // A thread the JVM knows no OS thread for prints without osThreadId (null); our view
+        // reads that as 0 (`ThreadInfo::os_thread_id`), so both key it the same.
+        let os_thread_id = v["sampledThread"]["osThreadId"].as_i64().unwrap_or(0);
+        printed.entry((start, os_thread_id)).or_default().push(v);
     }
     let mut compared = 0;
     for chunk in chunks(data) {
