@@ -78,6 +78,13 @@ int hostile_alarms_on_recorder_threads(int ms, const char **name) {
         clock_gettime(CLOCK_MONOTONIC, &b);
     } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
     setitimer(ITIMER_REAL, &off, NULL);
+    // A last tick may still be pending on a thread that has not run yet (the kernel gives a
+    // process-directed signal to a sleeping thread too): SIG_IGN discards it before the old
+    // action (SIG_DFL: terminate) is back.
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGALRM, &ignore, NULL);
     sigaction(SIGALRM, &old, NULL);
     *name = first_thread;
     return on_recorder_threads;
