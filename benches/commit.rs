@@ -7,7 +7,7 @@
 //!   committing concurrently (per thread);
 //! - `jvm_commit_no_stack_ns`, `jvm_commit_stack_ns` (and `_2threads`): the same loops in Java
 //!   (`benches/java/CommitBench.java`, compiled with `javac` and run under an active recording);
-//! - `ratio_no_stack`, `ratio_stack` (and `_2threads`): ours / JVM (issue 10 §5: at most 1/3 without a stack);
+//! - `ratio_no_stack`, `ratio_stack` (and `_2threads`): ours / JVM (at most 1/3 without a stack);
 //! - `events_lost`: events the recorder lost (must be 0);
 //! - the floor, same loop and clock: `floor_empty_call_ns` (an `#[inline(never)]` call that does
 //!   nothing), `floor_tick_ns` (`recorder::clock::ticks()`: one `rdtsc` scaled to ns where the

@@ -7,8 +7,9 @@
 //! the handler and the kernel's signal delivery), so a loaded machine disturbs them less than wall
 //! time would. Timing numbers never go into tests.
 
-use recorder::sampler::bench_support::{close_perf_signal, open_perf_signal};
+use recorder::sampler::bench_support::{close_perf_signal, handler_times, open_perf_signal, time_handler};
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplingMode};
+use recorder::Unwinder;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -149,8 +150,20 @@ fn run_ours(period: Duration, depth: u32, chunks: u64, iters: u64) -> OursRun {
 }
 
 fn run_ours_buf(period: Duration, depth: u32, chunks: u64, iters: u64, buffer_bytes: usize) -> OursRun {
+    run_ours_with(period, depth, chunks, iters, buffer_bytes, Unwinder::default())
+}
+
+fn run_ours_with(
+    period: Duration,
+    depth: u32,
+    chunks: u64,
+    iters: u64,
+    buffer_bytes: usize,
+    unwinder: Unwinder,
+) -> OursRun {
     let config = SamplerConfig {
         period,
+        unwinder,
         mode: SamplingMode::PerfEvent,
         max_depth: 2048,
         buffer_bytes,
@@ -274,6 +287,30 @@ fn drain_10k() {
     sampler.stop(&mut locked, &mut |_| {});
 }
 
+/// The handler's own time, measured from inside it (a clock read at its entry and exit, into a
+/// histogram; `sampler::bench_support::time_handler`), by stack depth and unwinder, at 10 kHz.
+fn handler_own_time(chunks: u64, chunk_iters: u64) {
+    println!("\n== handler own time (clock at entry and exit, inside the handler), 10 kHz ==");
+    let period = Duration::from_micros(100);
+    for depth in [16u32, 128] {
+        for (name, unwinder) in [("frame pointers", Unwinder::FramePointer), ("tables (dwarf)", Unwinder::Dwarf)] {
+            time_handler(true);
+            let r = run_ours_with(period, depth, chunks / 2, chunk_iters, 1 << 20, unwinder);
+            time_handler(false);
+            let t = handler_times();
+            println!(
+                "depth {depth:>4} {name:<15}: p50 {:>6.2} us  p99 {:>6.2} us  max {:>7.2} us  ({} handler runs, {} samples taken, {} lost)",
+                t.p50 as f64 / 1e3,
+                t.p99 as f64 / 1e3,
+                t.max as f64 / 1e3,
+                t.count,
+                r.taken,
+                r.lost
+            );
+        }
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("sampling: bench");
@@ -283,6 +320,11 @@ fn main() {
     let chunk_iters = 200_000u64;
     let t = workload(Arc::new(NoHooks), 8, 50, chunk_iters) / THREADS as u32;
     let chunks = ((0.6 / t.as_secs_f64()) * 50.0) as u64;
+    // `cargo bench --bench sampling -- handler-time`: that section alone.
+    if std::env::args().any(|a| a == "handler-time") {
+        handler_own_time(chunks, chunk_iters);
+        return;
+    }
     println!("workload: {THREADS} threads x {chunks} chunks of {chunk_iters} iterations at depth 8 (~0.6 s CPU each)");
     println!(
         "machine: {} cpus; costs in worker CPU time (user+sys), median of 3",
@@ -363,6 +405,7 @@ fn main() {
             r.drain_time.as_nanos() as f64 / r.written.max(1) as f64
         );
     }
+    handler_own_time(chunks, chunk_iters);
     println!();
     drain_10k();
 }

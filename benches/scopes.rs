@@ -1,4 +1,4 @@
-//! Scopes and the tracing layer against their peers, in one run (issue 12 §3).
+//! Scopes and the tracing layer against their peers, in one run.
 //!
 //! `cargo bench --bench scopes` prints three tables (ns per operation on the thread's CPU clock,
 //! the fastest of several repetitions):
@@ -16,7 +16,7 @@
 //!    process's CPU clock, each layer from set-up to teardown: the calling thread's clock leaves
 //!    out work a layer hands to another thread (tracing-chrome's JSON writer, our flusher).
 //! 3. **Excluded-time clock**: a function with a known busy loop, called under 1000 nested
-//!    scopes: the issue's case (the loop and nothing else) and a harder one (the same loop that
+//!    scopes: the plain case (the loop and nothing else) and a harder one (the same loop that
 //!    also opens 1000 empty child scopes, whose bookkeeping the clock must take out of its self
 //!    time). Its reported self time against the same loop timed without scopes, and against the
 //!    loop timed around itself inside the same calls (the comparison that holds on a loaded
@@ -183,7 +183,7 @@ fn timed_busy(iterations: u64) -> u64 {
     x
 }
 
-/// The issue's case: a function with a known busy loop (and nothing else) under 1000 nested
+/// The plain case: a function with a known busy loop (and nothing else) under 1000 nested
 /// scopes.
 #[inline(never)]
 fn loop_only(iterations: u64) -> u64 {

@@ -1,5 +1,5 @@
 //! Cost of one stack walk, per sample and per frame: frame pointers vs the DWARF CFI tables of
-//! `src/cfi` (the walk the SIGPROF handler runs), at 16, 128, 1000 and 4000 frames, and what the
+//! `src/unwind` (the walk the SIGPROF handler runs), at 16, 128, 1000 and 4000 frames, and what the
 //! other design would cost in the handler alone: copying a slice of the stack (8 KiB, 32 KiB) into
 //! a buffer for unwinding later (`cargo bench --bench unwind`). Plain output, side by side in one run.
 //!
@@ -7,8 +7,9 @@
 //! depth; the handler does the same work on the interrupted thread's stack. Best of 7 rounds
 //! (the machine is shared; the minimum is the least disturbed figure).
 
-use recorder::cfi::compile::Compiler;
-use recorder::cfi::{caller_registers, walk, Regs, Tables, Unwinder};
+use recorder::unwind::compile::Compiler;
+use recorder::unwind::walk::caller_registers;
+use recorder::unwind::{walk, OwnStack, Regs, Tables, Unwinder, WalkRules};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -57,10 +58,13 @@ fn walk_cost(tables: &Tables, mode: Unwinder, regs: Regs, lo: usize, hi: usize, 
     let iters = (2_560_000 / frames).clamp(100, 20_000) as u32;
     let ns = time(iters, || {
         let mut i = 0;
-        let (got, _) = walk(Some(tables), mode, black_box(regs), lo, hi, frames, |ip| {
+        let regs = black_box(regs);
+        let rules = WalkRules::with_tables(Some(tables), mode, frames, 0);
+        let (got, _) = walk(&OwnStack { lo: lo.max(regs.sp), hi }, &rules, regs, true, |frame| {
             // The handler keeps 128 frames of a deep stack by default; the walk is what costs.
-            out[i % out.len()] = ip;
+            out[i % out.len()] = frame.pc as u64;
             i += 1;
+            true
         });
         n = got;
         black_box(&out);

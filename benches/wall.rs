@@ -1,4 +1,4 @@
-//! Wall-clock sampling cost (`cargo bench --bench wall`; issue 13 §3), plain output, one run:
+//! Wall-clock sampling cost (`cargo bench --bench wall`), plain output, one run:
 //! 1000 idle threads (blocked on a futex) + 4 busy threads at the 50 ms default period, side by
 //! side with no profiling, and with 100 idle threads to show that requests follow the busy
 //! threads, not all threads.

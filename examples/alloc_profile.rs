@@ -1,4 +1,4 @@
-//! Allocation profiling of a program (issue 13 §1): the sampling allocator installed as the
+//! Allocation profiling of a program: the sampling allocator installed as the
 //! global allocator, a recording that samples allocations and tracks the live set, a call site
 //! that leaks and one that only churns. Writes `alloc.jfr` (or the path given) and prints what
 //! to look at:

@@ -1,5 +1,5 @@
-//! What thread discovery costs in a process with many threads (finding 9 of the 2026-11-30
-//! review): `cargo run --release --example discovery_cost [THREADS]` (default 1500).
+//! What thread discovery costs in a process with many threads (it runs without L, so a long
+//! discovery delays no flush): `cargo run --release --example discovery_cost [THREADS]` (default 1500).
 //!
 //! Spawns THREADS parked threads, starts a sampler with a slot for each, and times
 //! `Sampler::discover_threads_unlocked`: the first discovery (arms every thread), steady-state

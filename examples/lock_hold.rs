@@ -1,6 +1,6 @@
 //! How long the chunk-writer lock L is held, per flush and per other holder, in a process with
-//! many threads (review finding 9: thread discovery, first symbolization and compression used to
-//! run under L).
+//! many threads (thread discovery, first symbolization and compression run with L released:
+//! docs/architecture.md, "Who may touch what").
 //!
 //! ```text
 //! cargo run --release --features zstd --example lock_hold -- [THREADS=1500] [SECONDS=8]

@@ -1,4 +1,4 @@
-//! Issue 16's measurements: are short threads sampled from their first instruction, and what
+//! Measurements: are short threads sampled from their first instruction, and what
 //! does that cost at thread creation?
 //!
 //! `cargo run --release --example thread_start` (add `-- --no-hook` to see discovery alone):

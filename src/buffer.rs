@@ -1,7 +1,7 @@
 //! Per-thread event buffers: the application thread appends committed records, holders of the
 //! chunk-writer lock L copy them into the chunk.
 //!
-//! Actors and indices (design.md §2):
+//! Actors and indices (docs/architecture.md, "Who may touch what"):
 //! - the **owner** (one application thread) writes records at `committed` and publishes them with
 //!   a Release store of `committed`;
 //! - an **L holder** (flusher, recorder thread, dump, stop) copies `[flushed, committed)` into the

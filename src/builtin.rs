@@ -3,7 +3,7 @@
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// Whether `jdk.ExecutionSample` declares and carries `spanId` (issue 12 §1): the recording's
+/// Whether `jdk.ExecutionSample` declares and carries `spanId`: the recording's
 /// setting ([`SPAN_IDS_AUTO`]: when a `RecorderLayer` exists), decided for the whole recording
 /// when its first sample is written, so every chunk of a recording has one layout of the event
 /// (JMC splits a type whose fields differ between chunks into two). Until then the metadata
@@ -43,15 +43,16 @@ pub(crate) fn set_sample_span_ids(setting: Option<bool>) {
 pub(crate) fn note_span_context() {
     // Relaxed: a flag the next L holder reads.
     SPAN_CONTEXT.store(true, Ordering::Relaxed);
+}
+
+/// The samples' layout was decided without `spanId` because no `RecorderLayer` existed then (the
+/// setting left it to the layer): a layer noted now came too late for them.
+#[cfg_attr(loom, allow(dead_code))] // the recorder and the layer are not built under loom
+#[cfg(feature = "tracing")] // the tracing layer's
+pub(crate) fn decided_without_span_context() -> bool {
     // Relaxed (both): written by `set_sample_span_ids` and under L. A decision made at this very
-    // moment, which read the flag just before the store above, goes unreported.
-    #[cfg(not(loom))]
-    if crate::commit::generation() != 0
-        && SPAN_IDS_SETTING.load(Ordering::Relaxed) == SPAN_IDS_AUTO
-        && DECIDED.load(Ordering::Relaxed) == 2
-    {
-        crate::diagnostics::report_late_span_layer();
-    }
+    // moment, which read the flag of `note_span_context` just before its store, goes unreported.
+    SPAN_IDS_SETTING.load(Ordering::Relaxed) == SPAN_IDS_AUTO && DECIDED.load(Ordering::Relaxed) == 2
 }
 
 fn span_ids_wanted() -> bool {

@@ -1,7 +1,7 @@
 //! The commit path: what runs on an application thread when it records an event.
 //!
 //! Fast path (no stack trace, the plain settings): one load to see whether a recording runs, one
-//! word of the type's settings, the thread's in-flight mark (review finding 11), one tick read,
+//! word of the type's settings, the thread's in-flight mark (`tests/stop_race.rs`), one tick read,
 //! the record encoded straight into the thread's event buffer (no scratch copy, no lock, no wait
 //! for the flusher) and a Release store. Slow paths: a stack trace (walk and interning; no
 //! allocation for a known stack, none at all if it is the thread's previous stack), the thread's
@@ -18,7 +18,12 @@ use crate::sync::compiler_fence;
 use crate::sync::statics::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+mod logical_clock;
+mod wakeup;
+pub(crate) use logical_clock::LogicalClock;
+pub(crate) use wakeup::Wakeup;
 
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -98,58 +103,6 @@ pub(crate) struct Shared {
     pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
-/// Wakes the flusher from another thread without a lock.
-#[derive(Debug, Default)]
-pub(crate) struct Wakeup {
-    pending: AtomicBool,
-    thread: OnceLock<std::thread::Thread>,
-}
-
-impl Wakeup {
-    /// The thread to wake (the flusher), set once when it starts.
-    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
-        let _ = self.thread.set(thread);
-    }
-
-    /// Asks the flusher to run soon.
-    pub(crate) fn notify(&self) {
-        // Release: pairs with the Acquire swap in `take`; nothing else is published.
-        if !self.pending.swap(true, Ordering::Release) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
-    }
-
-    /// A wakeup was asked for since the last call.
-    pub(crate) fn take(&self) -> bool {
-        // Acquire: pairs with `notify`.
-        self.pending.swap(false, Ordering::Acquire)
-    }
-}
-
-/// The counters of deterministic mode.
-#[derive(Debug, Default)]
-pub(crate) struct LogicalClock {
-    /// The next logical tick.
-    pub ticks: AtomicU64,
-    /// The next logical thread number.
-    pub threads: AtomicU64,
-}
-
-impl LogicalClock {
-    /// Takes the next tick.
-    pub(crate) fn tick(&self) -> i64 {
-        // Relaxed: a counter; deterministic mode is meant for one committing thread at a time.
-        self.ticks.fetch_add(1, Ordering::Relaxed) as i64 + 1
-    }
-    /// The current tick.
-    pub(crate) fn now(&self) -> i64 {
-        // Relaxed: as above.
-        self.ticks.load(Ordering::Relaxed) as i64
-    }
-}
-
 /// Spare buffers kept however idle the recording is.
 const MIN_SPARE_BUFFERS: usize = 4;
 
@@ -222,12 +175,12 @@ impl Shared {
     }
 
     /// `stop`, after clearing `GENERATION` and `CURRENT`: waits until no commit that found this
-    /// recording running is still writing its record (review finding 11). Returns how many were
+    /// recording running is still writing its record (`tests/stop_race.rs`). Returns how many were
     /// still in flight after `timeout` (a field encoder that blocks); the caller counts them lost.
     pub(crate) fn wait_for_commits(&self, timeout: std::time::Duration) -> u64 {
         // Every thread has passed a full barrier since `GENERATION` became 0: a commit that read
         // it before has its in-flight mark visible now, and one that reads it later sees 0.
-        crate::thread::process_barrier();
+        crate::threads::process_barrier();
         let marks = self.in_flight.lock().clone();
         let deadline = std::time::Instant::now() + timeout;
         let mut stuck = 0;
@@ -345,7 +298,7 @@ struct Local {
     /// `tid`'s varint (`encoder::varint_word`).
     tid_word: (u64, usize),
     /// The kernel's name for the thread when it last looked, and the [`NAME_EPOCH`] then.
-    comm: crate::thread::RawComm,
+    comm: crate::threads::RawComm,
     name_epoch: u64,
     /// Set while a commit of this thread is between its generation check and its append; shared
     /// with every recording this thread attached to (see `Local::enter`).
@@ -382,12 +335,12 @@ impl Local {
         let (tid, ticks) = match &shared.logical {
             // Relaxed: a counter (see `LogicalClock`).
             Some(l) => (l.threads.fetch_add(1, Ordering::Relaxed) as u32 + 1, l.tick()),
-            None => (crate::thread::current_tid(), crate::clock::ticks()),
+            None => (crate::threads::current_tid(), crate::clock::ticks()),
         };
         self.tid = tid;
         self.tid_word = crate::encoder::varint_word(u64::from(tid));
-        self.comm = crate::thread::RawComm::current().unwrap_or_default();
-        let (name, comm) = crate::thread::current_thread_name();
+        self.comm = crate::threads::RawComm::current().unwrap_or_default();
+        let (name, comm) = crate::threads::current_thread_name();
         // Relaxed: see `NAME_EPOCH`.
         self.name_epoch = NAME_EPOCH.load(Ordering::Relaxed);
         shared.thread_notes.push(ThreadNote { tid, kind: NoteKind::Start, ticks, name, comm });
@@ -425,14 +378,14 @@ impl Local {
         }
         self.name_epoch = epoch;
         // Compared without allocating: this runs once per flush on every committing thread.
-        let Some(raw) = crate::thread::RawComm::current() else { return };
+        let Some(raw) = crate::threads::RawComm::current() else { return };
         if raw == self.comm {
             return;
         }
         self.comm = raw;
         let Some(shared) = self.shared.as_ref() else { return };
         let comm = raw.to_string_lossy();
-        let name = crate::thread::preferred_name(&comm);
+        let name = crate::threads::preferred_name(&comm);
         shared.thread_notes.push(ThreadNote { tid: self.tid, kind: NoteKind::Name, ticks: 0, name, comm });
     }
 
@@ -478,7 +431,7 @@ thread_local! {
             last_key: 0,
             tid: 0,
             tid_word: (0, 1),
-            comm: crate::thread::RawComm::EMPTY,
+            comm: crate::threads::RawComm::EMPTY,
             name_epoch: 0,
             in_flight: None,
         })
@@ -502,33 +455,6 @@ pub(crate) fn attach_current_thread() {
             }
         });
     });
-}
-
-/// Before fork: hold `CURRENT` so no other thread holds it while the process is copied.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(CURRENT.lock());
-}
-
-/// After fork, on both sides: release `CURRENT`; in the child, end the inherited recording (its
-/// threads do not exist there).
-///
-/// # Safety
-/// The calling thread holds `CURRENT` through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    if child {
-        // Release: later commits in the child see no recording.
-        GENERATION.store(0, Ordering::Release);
-        // A start the parent had in progress does not exist in the child. Release: as above.
-        STARTING.store(false, Ordering::Release);
-    }
-    // SAFETY: the caller holds the lock (see above).
-    unsafe { CURRENT.release_after_fork(child) };
-    if child {
-        // The child's own recordings start from a clean slot. The parent's shared state stays
-        // allocated in the child's copy of memory; it is simply no longer reachable.
-        std::mem::forget(CURRENT.lock().take());
-    }
 }
 
 /// The running recording's generation (0: none runs).
@@ -725,7 +651,7 @@ fn times(span_start: Option<i64>) -> (i64, i64) {
 
 /// Marks the calling thread's commit in flight (its mark from the cursor; null before the
 /// thread's first attach, whose slow path marks it), before the generation check that decides
-/// whether it records (review finding 11). `stop` clears the generation, runs a process-wide
+/// whether it records (`tests/stop_race.rs`). `stop` clears the generation, runs a process-wide
 /// barrier (`thread::process_barrier`, the heavy half of an asymmetric fence whose light half is
 /// the compiler fence here) and then waits for every in-flight mark to clear, so a commit that
 /// found the recording running is in its buffer before the final flush.
@@ -791,7 +717,8 @@ fn commit_in_place(
 /// (written as one 8-byte word).
 const HEADER_MAX: usize = 1 + 4 * MAX_VARINT + 8;
 
-/// Encodes one record: a one-byte size slot, the implicit fields (jfr-format.md §3: type id,
+/// Encodes one record: a one-byte size slot, the implicit fields (docs/jfr-format.md, "Records
+/// and implicit fields": type id,
 /// start, duration, thread, stack trace), the event's own fields, then the size. Its end, or
 /// `None` if it did not fit. `tid`: the thread id's varint as a word and its length. `start` is
 /// padded to 8 bytes (see `Encoder::put_varint_padded_unchecked`: this is what lets the tick read

@@ -1,28 +1,11 @@
-//! zstd storage of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
+//! zstd compression of finished chunk files (`<name>.jfr.zst`), behind the `zstd` feature: off by
 //! default, so an embedding application builds no C code unless it asks for compressed chunks.
+//! Reading them back is `repository::layout`'s (every reader needs it).
 
+#[cfg(feature = "zstd")]
+use crate::repository::layout;
 use std::io;
 use std::path::{Path, PathBuf};
-
-/// The zstd frame magic, at the start of a compressed chunk file.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-/// The chunk bytes of a finished chunk file's contents: decompressed if they are zstd.
-pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
-    if !bytes.starts_with(&ZSTD_MAGIC) {
-        return Ok(bytes);
-    }
-    #[cfg(feature = "zstd")]
-    {
-        let _ = path;
-        zstd::decode_all(&bytes[..])
-    }
-    #[cfg(not(feature = "zstd"))]
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        format!("{}: a zstd-compressed chunk, and recorder was built without its `zstd` feature", path.display()),
-    ))
-}
 
 /// Writes `<path>.zst`, the compressed copy of the finished chunk file `path`, and returns its
 /// path and size. The plain file stays: the caller removes it once the copy replaced it in its
@@ -32,23 +15,16 @@ pub(crate) fn chunk_bytes(bytes: Vec<u8>, path: &Path) -> io::Result<Vec<u8>> {
 pub(crate) fn compress_chunk_file(path: &Path) -> io::Result<(PathBuf, u64)> {
     let plain = std::fs::read(path)?;
     let compressed = zstd::encode_all(&plain[..], 3)?;
-    let mut zst = path.as_os_str().to_owned();
-    zst.push(".zst");
-    let zst = PathBuf::from(zst);
+    let zst = layout::compressed_path(path);
     let mut partial = zst.clone().into_os_string();
     partial.push(".part");
     let partial = PathBuf::from(partial);
     // Held open through `sync_all`: in a descriptor table of its own (`fds::in_private_table`).
-    let written = crate::fds::in_private_table(|| {
-        let mut f = std::fs::File::create(&partial)?;
-        io::Write::write_all(&mut f, &compressed)?;
-        f.sync_all()?;
-        std::fs::rename(&partial, &zst)
-    });
-    if let Err(e) = written {
+    crate::fds::in_private_table(|| {
+        // Left by a compression cut short (removing a name never follows a symlink).
         let _ = std::fs::remove_file(&partial);
-        return Err(e);
-    }
+        layout::replace_file(&partial, &zst, 0o666, |f| io::Write::write_all(f, &compressed))
+    })?;
     Ok((zst, compressed.len() as u64))
 }
 

@@ -81,23 +81,9 @@ static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
 /// The current recording has had its late-span-layer diagnostic.
 static LATE_SPAN_LAYER_REPORTED: AtomicBool = AtomicBool::new(false);
 static PENDING: Mutex<Vec<Diagnostic>> = Mutex::new(Vec::new());
-
-/// Before fork: hold the pending diagnostics (a flush holds them while it writes them), so no other thread holds it while the process is copied (a leaf
-/// lock: its holders wait for no other lock, so taking it last in `fork::prepare` cannot
-/// deadlock).
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(PENDING.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the lock through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { PENDING.release_after_fork(child) };
-}
+/// [`PENDING`], for the atfork handlers, which hold it across fork (a flush holds it while it
+/// writes the diagnostics; its holders wait for no other lock).
+pub(crate) static PENDING_LOCK: &dyn crate::fork::HeldAcrossFork = &PENDING;
 
 /// A recording starts: counters from zero, and the probe's verdict on frame pointers. `unwinder`:
 /// the CPU sampler's (`None`: no CPU sampling), which decides what the missing frame pointers

@@ -1,7 +1,7 @@
 //! Typed events: declared once with [`event!`](crate::event), committed with one call.
 //!
 //! Every event type has the JDK's implicit fields, in the order the JDK reader requires
-//! (jfr-format.md §3): `startTime`, `duration` (0 for instant events), `eventThread`, `stackTrace`,
+//! (docs/jfr-format.md, "Records and implicit fields"): `startTime`, `duration` (0 for instant events), `eventThread`, `stackTrace`,
 //! then its own fields. The record is encoded on the committing thread into its own event buffer;
 //! nothing on this path takes a lock or waits for the flusher (a thread's first commit in a
 //! recording, and the first commit of an event type in the process, take a one-time slow path).
@@ -90,7 +90,7 @@ impl FieldType for Option<String> {
 
 // No `Vec<T>` fields: JDK 17's `jfr print` throws a NullPointerException on every array field of
 // an event except stack frames (PrettyWriter.printArray passes no field descriptor to printValue;
-// seen for arrays of strings, numbers and structs — the byte[] case of jfr-format.md pitfall P6 is
+// seen for arrays of strings, numbers and structs — the byte[] case of docs/jfr-format.md, "Metadata", is
 // one instance), and the JDK's own event API does not allow array fields either. Every file we
 // write must pass `jfr print`, so events offer no arrays; the format crate still reads and writes
 // them (stack traces are arrays of frames).
@@ -153,7 +153,7 @@ pub struct ThreadRef(pub u32);
 impl ThreadRef {
     /// The calling thread.
     pub fn current() -> ThreadRef {
-        ThreadRef(crate::thread::current_tid())
+        ThreadRef(crate::threads::current_tid())
     }
 }
 

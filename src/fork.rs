@@ -1,22 +1,13 @@
-//! fork(): the child inherits the recorder's memory but none of its threads or timers. It must be
-//! left "not recording", with no lock held, able to start a recording of its own.
+//! The crate's lock, made for `fork()`: a fork copies memory but none of the other threads, so a
+//! lock another thread held at that moment stays held in the child unless something releases it.
+//! [`ForkSafeMutex`] can be released there, and [`HeldAcrossFork`] is what the `pthread_atfork`
+//! handlers (`recorder/atfork.rs`) hold the process-wide locks through. A leaf of the crate: it
+//! uses std and libc only.
 //!
 //! Every lock of the crate is a [`ForkSafeMutex`] or, where a condvar goes with it, std's: their
 //! waiters wait in the kernel, so the child inherits none of them. Never a parking_lot mutex,
 //! whose queue of waiting threads a fork copies (see the type's docs).
-//!
-//! `pthread_atfork` handlers take the process-wide locks a new recording can need (the symbolizer,
-//! the current recording, the type registry, the thread-hook patcher, and last the leaf locks: the
-//! scope registry and names, the pending diagnostics, the span words) before fork and release them on both sides afterwards, so a
-//! fork can never copy a lock held by another thread. In the child the recording is marked
-//! stopped; every method of the parent's `Recorder` handle checks the pid first and leaves the
-//! parent's recording alone (no-op, or `Error::ForkedChild`): in particular none takes the
-//! chunk-writer lock L, which a parent thread may have held at fork time (review finding 3). L is
-//! not taken here, so a fork never waits for a flush. The recorder registers these hooks before
-//! it takes any of these locks (review finding 5).
 #![allow(unsafe_code)]
-
-use std::sync::Once;
 
 /// The crate's mutex (normal context only): its word is the whole lock and its waiters wait in the
 /// kernel (a private futex on the word), so a fork child, whose address space has none of the
@@ -25,12 +16,12 @@ use std::sync::Once;
 ///
 /// Not parking_lot's mutex: parking_lot queues a waiting thread in a process-wide table, as a node
 /// in that thread's own thread-local memory. A fork copies the table with the nodes of the parent
-/// threads that were waiting on any lock (threads `prepare` itself makes wait, by holding the
-/// process-wide locks, and threads waiting for a recording's locks), and the child's glibc reuses
-/// those threads' stacks for its new threads. The child then either hands a lock to a waiter that
-/// does not exist (parking_lot's fair unlock: the lock stays held forever) or relinks a node that
-/// is still in another queue, whatever lock it waits for: `tests/fork.rs` saw a child whose every
-/// thread waited on a futex forever (CI, 2026-12-01).
+/// threads that were waiting on any lock (threads the atfork `prepare` handler makes wait, by
+/// holding the process-wide locks, and threads waiting for a recording's locks), and the child's
+/// glibc reuses those threads' stacks for its new threads. The child then either hands a lock to
+/// a waiter that does not exist (parking_lot's fair unlock: the lock stays held forever) or
+/// relinks a node that is still in another queue, whatever lock it waits for: `tests/fork.rs` saw
+/// a child whose every thread waited on a futex forever (CI, 2026-12-01).
 pub(crate) struct ForkSafeMutex<T: ?Sized> {
     /// 0: unlocked; 1: locked; 2: locked, and a thread may wait in the kernel.
     state: std::sync::atomic::AtomicU32,
@@ -120,9 +111,10 @@ impl<T: ?Sized> ForkSafeMutex<T> {
         self.state.load(std::sync::atomic::Ordering::Relaxed) != UNLOCKED
     }
 
-    /// Releases a lock that `prepare` (or, in the child, a vanished parent thread) holds across
-    /// fork. In the parent, a plain unlock (it wakes the threads that queued meanwhile). In the
-    /// child, the word is set back to "unlocked": the parent's waiters are not in the child.
+    /// Releases a lock that the atfork `prepare` handler (or, in the child, a vanished parent
+    /// thread) holds across fork. In the parent, a plain unlock (it wakes the threads that queued
+    /// meanwhile). In the child, the word is set back to "unlocked": the parent's waiters are not
+    /// in the child.
     ///
     /// # Safety
     /// The lock is held by the calling thread (forgotten guard) or, in the child, by a thread
@@ -178,63 +170,43 @@ impl<T: ?Sized> Drop for ForkSafeGuard<'_, T> {
     }
 }
 
-extern "C" fn prepare() {
-    crate::symbolize::lock_for_fork();
-    crate::commit::lock_for_fork();
-    crate::metadata_registry::lock_for_fork();
-    crate::thread_hooks::lock_for_fork();
-    // Leaf locks a new recording takes too, last (none of their holders waits for a lock).
-    crate::scope::report::lock_for_fork();
-    crate::scope::names::lock_for_fork();
-    crate::diagnostics::lock_for_fork();
-    crate::span_context::lock_for_fork();
-    #[cfg(all(feature = "tracing", not(loom)))]
-    crate::tracing::lock_for_fork();
+/// A process-wide lock that the `pthread_atfork` handlers hold across `fork()`, so that no other
+/// thread holds it while the process is copied.
+pub(crate) trait HeldAcrossFork: Sync {
+    /// Before fork: takes the lock and keeps it held after the call returns.
+    fn hold(&self);
+
+    /// After fork, in the parent: releases the lock [`hold`](Self::hold) took (it wakes the
+    /// threads that queued meanwhile).
+    ///
+    /// # Safety
+    /// The calling thread took the lock through [`hold`](Self::hold).
+    unsafe fn release(&self);
+
+    /// After fork, in the child: sets the lock back to "unlocked" (the parent's waiters are not
+    /// in the child).
+    ///
+    /// # Safety
+    /// Only in the fork child before it starts a thread; the lock is held by the calling thread
+    /// through [`hold`](Self::hold) or by a thread that does not exist, and no guard of it is
+    /// alive.
+    unsafe fn force_release_in_child(&self);
 }
 
-extern "C" fn parent() {
-    // SAFETY: `prepare` took every one of these locks on this thread and forgot the guards.
-    unsafe {
-        #[cfg(all(feature = "tracing", not(loom)))]
-        crate::tracing::unlock_after_fork(false);
-        crate::span_context::unlock_after_fork(false);
-        crate::diagnostics::unlock_after_fork(false);
-        crate::scope::names::unlock_after_fork(false);
-        crate::scope::report::unlock_after_fork(false);
-        crate::thread_hooks::unlock_after_fork(false);
-        crate::metadata_registry::unlock_after_fork(false);
-        crate::commit::unlock_after_fork(false);
-        crate::symbolize::unlock_after_fork(false);
+impl<T: ?Sized + Send> HeldAcrossFork for ForkSafeMutex<T> {
+    fn hold(&self) {
+        std::mem::forget(self.lock());
     }
-}
 
-extern "C" fn child() {
-    crate::alloc::forget_in_child();
-    crate::unwind::forked_child();
-    // SAFETY: as in `parent`; the child has only this thread, which holds them all.
-    unsafe {
-        #[cfg(all(feature = "tracing", not(loom)))]
-        crate::tracing::unlock_after_fork(true);
-        crate::span_context::unlock_after_fork(true);
-        crate::diagnostics::unlock_after_fork(true);
-        crate::scope::names::unlock_after_fork(true);
-        crate::scope::report::unlock_after_fork(true);
-        crate::thread_hooks::unlock_after_fork(true);
-        crate::metadata_registry::unlock_after_fork(true);
-        crate::commit::unlock_after_fork(true);
-        crate::symbolize::unlock_after_fork(true);
+    unsafe fn release(&self) {
+        // SAFETY: the caller's contract: this thread holds the lock (its guard forgotten).
+        unsafe { self.release_after_fork(false) }
     }
-}
 
-/// Installs the handlers once per process.
-pub(crate) fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: the handlers are `extern "C"` functions that live for the whole process.
-        unsafe {
-            libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
-        }
-    });
+    unsafe fn force_release_in_child(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.release_after_fork(true) }
+    }
 }
 
 #[cfg(test)]

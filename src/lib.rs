@@ -25,20 +25,15 @@
 //! # Design constraints
 //! - The commit path takes no lock and never waits for the flusher.
 //! - Loss is counted and written into the recording (`recorder.DataLoss`), never silent.
-//! - Unsafe code lives in `buffer`, `encoder` and `commit` (records written in place into event
-//!   buffers), `unwind`, `clock` (`rdtsc`), `repository` (two libc calls), `sync` and `control`
-//!   (poll, `SO_PEERCRED`, `kill(pid, 0)`) and `alloc` (the allocator hook).
+//! - Unsafe code is allowed only where a module says so (`#[allow(unsafe_code)]` below or in the
+//!   module), each block with a `// SAFETY:` line; docs/architecture.md, "Unsafe code", lists
+//!   those modules and why each needs it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod alloc;
 mod buffer;
 mod builtin;
-/// Unwinding without frame pointers (DWARF CFI tables); public for the benchmarks.
-#[cfg(not(loom))]
-#[allow(unsafe_code)]
-#[doc(hidden)]
-pub mod cfi;
 #[cfg_attr(loom, allow(dead_code))]
 mod chunk;
 #[allow(unsafe_code)]
@@ -70,7 +65,6 @@ mod fork;
 #[cfg_attr(loom, allow(dead_code))]
 mod hash;
 #[cfg(not(loom))]
-#[allow(unsafe_code)]
 mod metadata_registry;
 #[cfg(not(loom))]
 pub mod own_thread;
@@ -89,13 +83,11 @@ mod span_context;
 mod stack;
 #[cfg(not(loom))]
 pub mod symbolize;
-#[allow(unsafe_code)]
 pub(crate) mod sync;
 #[cfg_attr(loom, allow(dead_code))]
-#[allow(unsafe_code)]
-mod thread;
+mod threads;
 #[cfg(not(loom))]
-pub mod thread_hooks;
+pub use threads::thread_hooks;
 #[cfg(all(feature = "tracing", not(loom)))]
 pub mod tracing;
 /// Under the loom models, the tracing layer's span table alone (`tracing/live.rs`), with a
@@ -114,11 +106,12 @@ mod tracing {
         pub fields: String,
     }
 }
+/// Stack unwinding: the DWARF CFI tables and the one stack walk; public for the benchmarks.
 #[cfg(not(loom))]
-mod unwind;
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod unwind;
 
-#[cfg(not(loom))]
-pub use cfi::Unwinder;
 #[cfg(not(loom))]
 pub use encoder::Encoder;
 #[cfg(not(loom))]
@@ -140,6 +133,8 @@ pub use recorder_macros::profile;
 pub use sampler::{SamplerConfig, SamplerStats, SamplingMode};
 #[cfg(not(loom))]
 pub use scope::{scope_at, ScopeReport};
+#[cfg(not(loom))]
+pub use unwind::Unwinder;
 
 #[cfg(not(loom))]
 #[doc(hidden)]

@@ -3,8 +3,8 @@
 //! Type ids are assigned once per process and never reused, so they are stable across chunks and
 //! recordings. The descriptor's metadata id is the registry version (twice it, plus one where
 //! `jdk.ExecutionSample` has `spanId`): it changes exactly when a type is added or that layout
-//! differs (pitfall P9: the JDK reuses the previous chunk's descriptor when the id is the same),
-//! and types are only ever added, so metadata grows within a chunk.
+//! differs (docs/jfr-format.md, "Metadata": the JDK reuses the previous chunk's descriptor when
+//! the id is the same), and types are only ever added, so metadata grows within a chunk.
 
 use crate::builtin;
 use crate::fork::ForkSafeMutex as Mutex;
@@ -120,6 +120,8 @@ static REGISTRY: Mutex<TypeRegistry> = Mutex::new(TypeRegistry {
     version: 1,
     settings: BTreeMap::new(),
 });
+/// [`REGISTRY`], for the atfork handlers, which hold it across fork.
+pub(crate) static REGISTRY_LOCK: &dyn crate::fork::HeldAcrossFork = &REGISTRY;
 
 impl TypeRegistry {
     /// Registers (once) a struct type with these fields; returns its id.
@@ -295,19 +297,4 @@ pub(crate) fn metadata() -> Metadata {
 /// Names of every known event type (built-in and registered).
 pub(crate) fn event_names() -> Vec<String> {
     metadata().classes.iter().filter(|c| c.is_event()).map(|c| c.name.clone()).collect()
-}
-
-/// Before fork: hold the registry so no other thread holds it while the process is copied.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(REGISTRY.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the registry through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { REGISTRY.release_after_fork(child) };
 }

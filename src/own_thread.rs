@@ -122,8 +122,7 @@ struct OwnTid(Option<&'static AtomicU32>);
 
 impl OwnTid {
     fn list() -> OwnTid {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        let tid = crate::threads::gettid();
         // AcqRel: a free entry claimed by one thread only; pairs with the Release store of `drop`.
         let entry = OWN_TIDS.iter().find(|t| t.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
         OwnTid(entry)

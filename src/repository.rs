@@ -1,11 +1,12 @@
 //! The repository: a directory of chunk files in the JDK's layout, so that `jfr`, JMC and
-//! `EventStream.openRepository` read and follow it. This is the only module of the recorder that
-//! writes files.
+//! `EventStream.openRepository` read and follow it. It creates, writes, renames and deletes the
+//! chunk files; `recorder/storage.rs` drives it (and writes dump files), `compress.rs` and
+//! `push/marker.rs` write files of their own.
 //!
 //! Layout: `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>/<yyyy_MM_dd_HH_mm_ss>[_NN].jfr`, names in local time
 //! as the JVM writes them. A new chunk is written under a hidden temporary name first and renamed
 //! to its `.jfr` name only once its first segment (with metadata) is published, because the JDK
-//! reader spins on a chunk that has a size but no metadata (jfr-format.md §6.4, pitfall P14).
+//! reader spins on a chunk that has a size but no metadata (docs/jfr-format.md, "Publishing a live chunk").
 
 use jfr_format::header::{
     publish_writes, ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED,
@@ -15,6 +16,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+pub mod layout;
 
 /// Local time formatted as `yyyy_MM_dd_HH_mm_ss`.
 pub fn timestamp_name(epoch_nanos: i64) -> String {
@@ -441,29 +444,6 @@ pub fn repair(dir: &Path) -> io::Result<RepairReport> {
     Ok(report)
 }
 
-/// The pid in a recording directory name `yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`.
-fn recording_pid(name: &str) -> Option<i32> {
-    let b = name.as_bytes();
-    if b.len() < 21 {
-        return None;
-    }
-    let stamp_ok = b[..20].iter().enumerate().all(|(i, c)| match i {
-        4 | 7 | 10 | 13 | 16 | 19 => *c == b'_',
-        _ => c.is_ascii_digit(),
-    });
-    if !stamp_ok {
-        return None;
-    }
-    let mut rest = name[20..].split('_');
-    let pid: i32 = rest.next()?.parse().ok()?;
-    match (rest.next(), rest.next()) {
-        (None, _) => {}
-        (Some(n), None) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {}
-        _ => return None,
-    }
-    (pid > 0).then_some(pid)
-}
-
 /// No process `pid` exists (in this pid namespace).
 fn process_is_dead(pid: i32) -> bool {
     #[allow(unsafe_code)]
@@ -478,19 +458,14 @@ fn process_is_dead(pid: i32) -> bool {
 /// per directory that needed something (or failed).
 pub fn repair_dead_recordings(base: &Path) -> Vec<(PathBuf, io::Result<RepairReport>)> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(base) else {
+    let Ok(recordings) = layout::recording_dirs(base) else {
         return out;
     };
     #[allow(unsafe_code)]
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(recording_pid) else {
-            continue;
-        };
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if !meta.is_dir() || meta.uid() != uid || !process_is_dead(pid) {
+    for layout::RecordingDir { path, pid, metadata } in recordings {
+        if metadata.uid() != uid || !process_is_dead(pid) {
             continue;
         }
         match repair(&path) {
@@ -556,16 +531,5 @@ mod tests {
         assert_eq!(names(&r.removed), ["c1.jfr", "c3.jfr", "c4.jfr", "c0.jfr"]);
         assert_eq!(names(&r.lost.iter().map(|c| c.path.clone()).collect::<Vec<_>>()), ["c0.jfr"]);
         assert_eq!(names(&chunks.iter().map(|c| c.path.clone()).collect::<Vec<_>>()), ["c2.jfr"]);
-    }
-
-    #[test]
-    fn recording_directory_names() {
-        assert_eq!(recording_pid("2026_11_29_16_36_53_10829"), Some(10829));
-        assert_eq!(recording_pid("2026_11_29_16_36_53_10829_2"), Some(10829));
-        assert_eq!(recording_pid("2026_11_29_16_36_53_"), None);
-        assert_eq!(recording_pid("2026_11_29_16_36_53_x"), None);
-        assert_eq!(recording_pid("2026_11_29_16_36_53_12_3_4"), None);
-        assert_eq!(recording_pid("2026-11-29_16_36_53_12"), None);
-        assert_eq!(recording_pid("2026_11_29_16_36_53_0"), None);
     }
 }

@@ -85,7 +85,7 @@ impl StackTable {
 
     /// A table whose keys start above `base` nodes: a recording that continues another's
     /// directory never reuses one of its stack-trace keys (readers keep a key's first value for
-    /// the whole file, jfr-format.md §5).
+    /// the whole file: docs/jfr-format.md, "Constant pools").
     pub fn with_key_base(capacity: usize, base: u64) -> StackTable {
         StackTable { key_base: base, ..StackTable::new(capacity) }
     }
@@ -265,10 +265,10 @@ pub fn as_elided(ip: u64) -> Option<u64> {
     (ip & ELIDED_TAG == ELIDED_TAG).then_some(ip & 0xFF_FFFF_FFFF)
 }
 
-/// Which frames of a deep stack are kept (issue "deep stacks"): the innermost `inner`, the
+/// Which frames of a deep stack are kept: the innermost `inner`, the
 /// outermost `outer`, or both with one elided marker between them.
 ///
-/// The limits count frames **as readers show them** (issue 10 §4), inlined functions included.
+/// The limits count frames **as readers show them** (`tests/deep_stacks.rs`), inlined functions included.
 /// Two steps apply them. The walk (signal handler or commit path) keeps that many *addresses* at
 /// each end ([`DepthPolicy::apply`], [`WalkLayout`]): it cannot symbolize, and an address shows as
 /// at least one frame, so they are enough. When the stack is serialized, each address expands to
@@ -347,21 +347,86 @@ impl DepthPolicy {
     }
 
     /// Applies the policy to a full stack (innermost first): the kept frames, with a marker between
-    /// the two ends when frames were dropped, and whether any were dropped.
+    /// the two ends when frames were dropped, and whether any were dropped. The walks' layout
+    /// ([`KeepEnds`], [`WalkLayout`]) applied to a stack already in memory.
     pub fn apply(&self, frames: &[u64], out: &mut Vec<u64>) -> bool {
         let inner = self.inner.min(MAX_DEPTH_PER_END);
         let outer = self.outer.min(MAX_DEPTH_PER_END);
-        if frames.len() <= inner + outer || (inner == 0 && outer == 0) {
+        if inner == 0 && outer == 0 {
             out.extend_from_slice(frames);
             return false;
         }
-        let dropped = frames.len() - inner - outer;
-        out.extend_from_slice(&frames[..inner]);
-        if inner > 0 && outer > 0 {
-            out.push(elided_marker(dropped as u64));
+        // Frame number of each scratch slot.
+        let mut slots = vec![0usize; inner + outer];
+        let mut keep = KeepEnds::new(inner, outer);
+        for n in 0..frames.len() {
+            if let Some(slot) = keep.next_slot() {
+                slots[slot] = n;
+            }
         }
-        out.extend_from_slice(&frames[frames.len() - outer..]);
-        true
+        let layout = keep.layout();
+        out.extend((0..layout.len()).map(|i| layout.word(i, |slot| frames[slots[slot]])));
+        layout.dropped() > 0
+    }
+}
+
+/// Where a walk keeps the frames it finds under a depth policy, one after the other: the first
+/// `inner` in order, then the outermost `outer` in a ring after them (so the outer end survives a
+/// walk deeper than both limits); the rest are only counted. Every walker keeps its frames this
+/// way (the SIGPROF handler in its slot's scratch, the allocation hook in its record, the commit
+/// path in a vector) and reads them back through [`KeepEnds::layout`].
+///
+/// # Signal safety
+/// Arithmetic only.
+#[cfg_attr(loom, allow(dead_code))]
+#[derive(Debug, Clone, Copy)]
+pub struct KeepEnds {
+    inner: usize,
+    outer: usize,
+    /// Frames seen so far.
+    n: usize,
+    /// The ring's next slot, in `inner..inner + outer`.
+    ring: usize,
+}
+
+#[cfg_attr(loom, allow(dead_code))]
+impl KeepEnds {
+    /// Keeps the innermost `inner` and the outermost `outer` frames, in `inner + outer` slots.
+    #[inline]
+    pub fn new(inner: usize, outer: usize) -> KeepEnds {
+        KeepEnds { inner, outer, n: 0, ring: inner }
+    }
+
+    /// The slot of the next frame, or `None` if it is only counted. Slots are handed out in
+    /// increasing order until the ring wraps.
+    #[inline]
+    pub fn next_slot(&mut self) -> Option<usize> {
+        let n = self.n;
+        self.n += 1;
+        if n < self.inner {
+            return Some(n);
+        }
+        if self.outer == 0 {
+            return None;
+        }
+        let at = self.ring;
+        self.ring += 1;
+        if self.ring == self.inner + self.outer {
+            self.ring = self.inner;
+        }
+        Some(at)
+    }
+
+    /// Frames seen.
+    #[inline]
+    pub fn seen(&self) -> usize {
+        self.n
+    }
+
+    /// How the kept frames read back.
+    #[inline]
+    pub fn layout(&self) -> WalkLayout {
+        WalkLayout::new(self.inner, self.outer, self.n)
     }
 }
 
@@ -420,19 +485,6 @@ impl WalkLayout {
         self.dropped
     }
 
-    /// Where the walk stores frame number `n`, if it keeps it (for callers that do not keep a
-    /// running ring position).
-    #[cfg(test)]
-    pub fn slot_for(inner: usize, outer: usize, n: usize) -> Option<usize> {
-        if n < inner {
-            Some(n)
-        } else if outer > 0 {
-            Some(inner + (n - inner) % outer)
-        } else {
-            None
-        }
-    }
-
     /// Frame `i` (0 = innermost) of the kept stack.
     #[inline]
     pub fn frame(&self, i: usize) -> LayoutFrame {
@@ -449,14 +501,39 @@ impl WalkLayout {
         let r = self.head + j;
         LayoutFrame::Scratch(self.inner + if r >= self.outer { r - self.outer } else { r })
     }
+
+    /// Frame `i` (0 = innermost) of the kept stack as a word: `slot(k)` for the frame kept in
+    /// slot `k`, or the elided marker.
+    #[inline]
+    pub fn word(&self, i: usize, slot: impl FnOnce(usize) -> u64) -> u64 {
+        match self.frame(i) {
+            LayoutFrame::Scratch(k) => slot(k),
+            LayoutFrame::Elided(k) => elided_marker(k),
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
 mod layout_tests {
     use super::*;
 
-    /// The ring walk reads back exactly what `DepthPolicy::apply` keeps, for every depth and
-    /// policy around the boundaries.
+    /// What a depth policy keeps of a whole stack, by slicing it (the definition the walks'
+    /// layout must agree with).
+    fn kept_by_slicing(inner: usize, outer: usize, frames: &[u64]) -> (Vec<u64>, bool) {
+        if frames.len() <= inner + outer {
+            return (frames.to_vec(), false);
+        }
+        let mut out = frames[..inner].to_vec();
+        if inner > 0 && outer > 0 {
+            out.push(elided_marker((frames.len() - inner - outer) as u64));
+        }
+        out.extend_from_slice(&frames[frames.len() - outer..]);
+        (out, true)
+    }
+
+    /// A walk through `KeepEnds` reads back exactly the innermost and outermost frames (and the
+    /// marker between), and so does `DepthPolicy::apply`, for every depth and policy around the
+    /// boundaries.
     #[test]
     fn ring_walk_matches_apply() {
         for inner in [0usize, 1, 2, 3, 5] {
@@ -467,22 +544,26 @@ mod layout_tests {
                 for total in 0..20usize {
                     let frames: Vec<u64> = (100..100 + total as u64).collect();
                     let mut scratch = vec![0u64; inner + outer];
-                    for (n, &ip) in frames.iter().enumerate() {
-                        if let Some(k) = WalkLayout::slot_for(inner, outer, n) {
+                    let mut keep = KeepEnds::new(inner, outer);
+                    for &ip in &frames {
+                        if let Some(k) = keep.next_slot() {
                             scratch[k] = ip;
                         }
                     }
-                    let l = WalkLayout::new(inner, outer, total);
+                    let l = keep.layout();
+                    assert_eq!(l, WalkLayout::new(inner, outer, total));
                     let got: Vec<u64> = (0..l.len())
                         .map(|i| match l.frame(i) {
                             LayoutFrame::Scratch(k) => scratch[k],
                             LayoutFrame::Elided(k) => elided_marker(k),
                         })
                         .collect();
-                    let mut want = Vec::new();
-                    let cut = DepthPolicy { inner, outer }.apply(&frames, &mut want);
+                    let (want, cut) = kept_by_slicing(inner, outer, &frames);
                     assert_eq!(got, want, "inner {inner} outer {outer} total {total}");
                     assert_eq!(cut, l.dropped() > 0);
+                    let mut applied = Vec::new();
+                    assert_eq!(DepthPolicy { inner, outer }.apply(&frames, &mut applied), cut);
+                    assert_eq!(applied, want, "apply: inner {inner} outer {outer} total {total}");
                 }
             }
         }

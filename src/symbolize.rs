@@ -1,6 +1,6 @@
 //! Symbolization of raw instruction pointers of this process, off the signal path.
 //!
-//! Samples carry raw instruction pointers (design.md §4 "Stacks"); an L holder or the CLI turns
+//! Samples carry raw instruction pointers (docs/architecture.md, data path 2); an L holder or the CLI turns
 //! them into [`SymbolizedFrame`]s here, with a per-address cache, so a hot address costs one hash
 //! lookup. The process symbolizes *itself*: addresses are live virtual addresses. We read
 //! `/proc/self/maps` (no unsafe code, unlike `dl_iterate_phdr`) to find the mapping and file of
@@ -10,7 +10,7 @@
 //! `.dynsym` for stripped libraries such as `libc.so.6`).
 //!
 //! Return addresses (every frame but the leaf) point after the call: we look up `ip - 1`, or the
-//! line and the inlined frames would be those of the next instruction (design.md §6).
+//! line and the inlined frames would be those of the next instruction.
 //!
 //! # Crate choice: addr2line (gimli), measured against blazesym
 //!
@@ -89,6 +89,7 @@
 //!   unmapped addresses are dropped from the cache then).
 //! - ELF64 only (x86_64, aarch64); another ELF class assumes file offset = virtual address.
 
+use crate::threads::proc;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -149,29 +150,15 @@ const _: fn() = || {
 
 /// One symbolizer for the recording process: its per-module state and its cache outlive a
 /// recording, so a second recording (or a forked child's) does not parse the debug info again.
-/// The flusher uses it with the chunk-writer lock L released (review finding 9: the first
-/// symbolization of a module parses its debug info); `fork` holds it across the fork.
+/// The flusher uses it with the chunk-writer lock L released (the first
+/// symbolization of a module parses its debug info); `recorder/atfork.rs` holds it across the fork.
 static PROCESS: crate::fork::ForkSafeMutex<Option<Symbolizer>> = crate::fork::ForkSafeMutex::new(None);
+/// [`PROCESS`], for the atfork handlers, which hold it across fork.
+pub(crate) static PROCESS_LOCK: &dyn crate::fork::HeldAcrossFork = &PROCESS;
 
 /// Runs `f` with the process's symbolizer.
 pub(crate) fn with_process_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     f(PROCESS.lock().get_or_insert_with(Symbolizer::new))
-}
-
-/// Before fork: hold the process's symbolizer so no other thread holds it while the process is
-/// copied.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(PROCESS.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the symbolizer through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { PROCESS.release_after_fork(child) };
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.
@@ -414,19 +401,20 @@ impl Symbolizer {
         for key in self.unmapped.drain(..) {
             self.cache.remove(&key);
         }
-        let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        let Some(text) = proc::read_maps() else {
             return;
         };
         let mut mappings = Vec::new();
         for line in text.lines() {
-            let Some(m) = parse_maps_line(line) else {
+            let Some(m) = proc::parse_maps_line(line) else {
                 continue;
             };
+            let (start, end) = (m.start as u64, m.end as u64);
             if !m.executable {
                 continue;
             }
             let object = if m.path.starts_with('/') || m.path == "[vdso]" {
-                Some(self.object_index(m.path, m.start, m.end))
+                Some(self.object_index(m.path, start, end))
             } else {
                 None
             };
@@ -434,7 +422,7 @@ impl Symbolizer {
                 Some(oi) => self.objects[oi].name.clone(),
                 None => m.path.to_owned(),
             };
-            mappings.push(Mapping { start: m.start, end: m.end, offset: m.offset, object, name });
+            mappings.push(Mapping { start, end, offset: m.offset, object, name });
         }
         mappings.sort_by_key(|m| m.start);
         self.mappings = mappings;
@@ -470,7 +458,7 @@ impl ObjectState {
     /// local, so absent from a stripped library's `.dynsym`), else `library+0xOFFSET`.
     fn nameless(&self, svma: u64, here: u64) -> SymbolizedFrame {
         let trampolines = self.signal_trampolines.get_or_init(|| {
-            crate::cfi::compile::signal_trampolines(&self.open_path.to_string_lossy()).unwrap_or_default()
+            crate::unwind::compile::signal_trampolines(&self.open_path.to_string_lossy()).unwrap_or_default()
         });
         if trampolines.iter().any(|&(start, end)| (start..end).contains(&svma)) {
             named("__restore_rt".to_owned(), &self.name, None, None, false)
@@ -577,39 +565,6 @@ fn crate_from_path(file: Option<&str>) -> Option<&str> {
         }
     }
     None
-}
-
-struct MapsLine<'a> {
-    start: u64,
-    end: u64,
-    offset: u64,
-    executable: bool,
-    path: &'a str,
-}
-
-/// Parses one line of `/proc/self/maps`: `start-end perms offset dev inode   path`.
-fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        rest = &t[end..];
-        Some(&t[..end]).filter(|f| !f.is_empty())
-    };
-    let range = field()?;
-    let perms = field()?;
-    let offset = field()?;
-    let _dev = field()?;
-    let _inode = field()?;
-    let path = rest.trim_start();
-    let (start, end) = range.split_once('-')?;
-    Some(MapsLine {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        executable: perms.as_bytes().get(2) == Some(&b'x'),
-        path,
-    })
 }
 
 /// The exported (`.dynsym`) function names of a file, sorted by address, one per address: of
@@ -970,24 +925,6 @@ fn strip_type_prefixes(mut s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maps_line() {
-        let m =
-            parse_maps_line("7f1c2a400000-7f1c2a428000 r-xp 00028000 08:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6")
-                .unwrap();
-        assert_eq!(m.start, 0x7f1c2a400000);
-        assert_eq!(m.end, 0x7f1c2a428000);
-        assert_eq!(m.offset, 0x28000);
-        assert!(m.executable);
-        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        let anon = parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0").unwrap();
-        assert!(!anon.executable);
-        assert_eq!(anon.path, "");
-        let spaced = parse_maps_line("1000-2000 r-xp 0 00:00 5 /tmp/a b (deleted)").unwrap();
-        assert_eq!(spaced.path, "/tmp/a b (deleted)");
-        assert!(parse_maps_line("garbage").is_none());
-    }
 
     #[test]
     fn crate_from_source_path() {

@@ -1,4 +1,4 @@
-//! Allocation sampling (issue 13 §1, §4) with the sampling allocator over the system allocator:
+//! Allocation sampling with the sampling allocator over the system allocator:
 //! samples reach the file with their stacks (our reader, `jfr print`, `jfr summary`, the JDK's
 //! `EventStream` following the live repository), every sample taken is written or counted lost,
 //! the estimate per call site is unbiased, and allocations in an application's signal handler,
@@ -11,9 +11,7 @@ use common::*;
 use recorder::alloc::SamplingAllocator;
 use recorder::Recorder;
 use std::alloc::Layout;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,23 +130,7 @@ fn the_jdk_event_stream_follows_allocation_samples_with_stacks() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "jdk.ObjectAllocationSample"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["jdk.ObjectAllocationSample"]);
     // Allocate until the stream shows one of our samples while the recording runs.
     let mut seen_live = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -181,8 +163,8 @@ fn the_jdk_event_stream_follows_allocation_samples_with_stacks() {
     }
 }
 
-/// Per call site, the summed weights estimate the bytes allocated (issue 13 §3's sites; the
-/// benchmark measures them at the default interval, here the intervals are chosen so that a
+/// Per call site, the summed weights estimate the bytes allocated (the sites of `cargo bench
+/// --bench alloc`; the benchmark measures them at the default interval, here the intervals are chosen so that a
 /// bound of ~5 standard deviations is tight enough to mean something and never flaky).
 #[test]
 fn estimated_bytes_per_call_site_match_the_truth() {
@@ -366,42 +348,24 @@ fn forked_children_allocate_and_sample_on_their_own() {
     std::fs::create_dir(&child_dir).unwrap();
     let mut children = Vec::new();
     for _ in 0..10 {
-        // SAFETY: the child only allocates, calls the recorder and then _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let code = std::panic::catch_unwind(|| {
-                allocate_kib_blocks(10_000); // not recording: no sample, no crash
-                let rec = Recorder::builder()
-                    .repository(&child_dir)
-                    .no_sampling()
-                    .allocation_sampling(64 * 1024)
-                    .start()
-                    .expect("the child starts its own");
-                child_site();
-                let a = rec.stop_with_report().expect("the child stops").allocation.expect("stats");
-                assert!(a.written > 0 && a.taken == a.written + a.lost + a.failed, "{a:?}");
-            })
-            .map_or(3, |()| 0);
-            // SAFETY: leaves the child without running the parent's destructors.
-            unsafe { libc::_exit(code) };
-        }
+        // The child only allocates, calls the recorder and then _exit.
+        let pid = fork_child(|| {
+            allocate_kib_blocks(10_000); // not recording: no sample, no crash
+            let rec = Recorder::builder()
+                .repository(&child_dir)
+                .no_sampling()
+                .allocation_sampling(64 * 1024)
+                .start()
+                .expect("the child starts its own");
+            child_site();
+            let a = rec.stop_with_report().expect("the child stops").allocation.expect("stats");
+            assert!(a.written > 0 && a.taken == a.written + a.lost + a.failed, "{a:?}");
+        });
         children.push(pid);
         std::thread::sleep(Duration::from_millis(5));
     }
     for pid in children {
-        let mut status = 0;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            // SAFETY: plain waitpid on our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                break;
-            }
-            assert!(Instant::now() < deadline, "child {pid} hangs (deadlock after fork?)");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
+        wait_child_ok(pid, Duration::from_secs(60));
     }
     stop.store(true, Ordering::Relaxed);
     for b in busy {

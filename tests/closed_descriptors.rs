@@ -5,7 +5,6 @@
 //! took. One test in this binary: it closes the test harness's descriptors too.
 
 use recorder::{Event, Recorder};
-use std::hint::black_box;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,16 +31,6 @@ fn line(round: usize, file: usize) -> String {
     format!("line {round} of file {file}\n")
 }
 
-fn spin(stop: &AtomicBool) {
-    let mut x = 1u64;
-    while !stop.load(Ordering::Relaxed) {
-        for _ in 0..10_000 {
-            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    black_box(x);
-}
-
 #[test]
 fn closing_every_descriptor_leaves_the_programs_files_alone_and_the_recording_whole() {
     let repo = tempfile::tempdir().unwrap();
@@ -56,7 +45,7 @@ fn closing_every_descriptor_leaves_the_programs_files_alone_and_the_recording_wh
     let stop = Arc::new(AtomicBool::new(false));
     let spinner = {
         let stop = Arc::clone(&stop);
-        std::thread::Builder::new().name("spinner".into()).spawn(move || spin(&stop)).unwrap()
+        std::thread::Builder::new().name("spinner".into()).spawn(move || spin_until(&stop)).unwrap()
     };
     let mut seq = 0;
     for _ in 0..10 {

@@ -1,4 +1,4 @@
-//! Segment completeness (design.md §6, sampler-protocol.md I7): every thread and stack trace an
+//! Segment completeness (docs/sampler-protocol.md I7): every thread and stack trace an
 //! event references is defined in the chunk it lands in, whoever wrote the event and whenever.
 
 mod common;
@@ -42,7 +42,7 @@ fn dangling_refs(repo: &Path) -> (Vec<String>, usize) {
     (dangling, checked)
 }
 
-/// Review finding 2: `jdk.ActiveSetting` / `jdk.ActiveRecording` written by a mid-chunk flush
+/// `jdk.ActiveSetting` / `jdk.ActiveRecording` written by a mid-chunk flush
 /// (after a settings change) name the flushing thread, which the chunk must define.
 #[test]
 fn settings_written_mid_chunk_reference_defined_threads() {

@@ -1,12 +1,15 @@
 //! The streaming consumer against live and finished recordings of this process, single files and
 //! corrupt input.
 
+mod common;
+
+use common::serial;
 use recorder::consumer::{ConsumedEvent, ConsumerError, EventStream, StartAt};
 use recorder::{clock, Event, Recorder};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 recorder::event! {
@@ -17,13 +20,6 @@ recorder::event! {
         pub seq: u64,
         pub note: String,
     }
-}
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One recording per process at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Clone)]

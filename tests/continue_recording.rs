@@ -17,9 +17,9 @@ macro_rules! spinner {
     ($name:ident) => {
         #[inline(never)]
         fn $name(ms: u64) -> u64 {
-            let start = thread_cpu();
+            let start = thread_cpu_time();
             let mut x = 1u64;
-            while thread_cpu() - start < Duration::from_millis(ms) {
+            while thread_cpu_time() - start < Duration::from_millis(ms) {
                 for _ in 0..100_000 {
                     x ^= x << 13;
                     x ^= x >> 7;
@@ -32,14 +32,6 @@ macro_rules! spinner {
 }
 spinner!(spin_first_image);
 spinner!(spin_second_image);
-
-fn thread_cpu() -> Duration {
-    // SAFETY: zeroed is a valid timespec; clock_gettime fills it.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// Samples whose innermost frame names `function`, as our reader and as `jfr print` see them.
 fn samples_in(file: &Path, function: &str) -> (usize, usize) {

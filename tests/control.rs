@@ -1,12 +1,15 @@
 //! The control socket: dumps of a running recording requested through it, clear errors for
 //! processes that do not record or do not exist, planted sockets and peers of other users refused.
 
+mod common;
+
+// One recording per process at a time; the environment is changed only under `serial()` too.
+use common::serial;
 use recorder::control::{self, ControlError};
 use recorder::{Event, Recorder};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 recorder::event! {
@@ -15,13 +18,6 @@ recorder::event! {
     pub struct Ctl {
         pub seq: u64,
     }
-}
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One recording per process at a time; the environment is changed only under this lock.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 const CHILD_ENV: &str = "RECORDER_CONTROL_TEST_CHILD";

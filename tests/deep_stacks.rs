@@ -1,7 +1,7 @@
-//! Deep stacks through the whole recorder (issue "deep stacks"): samples deeper than a buffer are
+//! Deep stacks through the whole recorder: samples deeper than a buffer are
 //! fragmented by the handler and reassembled by the sampler, so every sample is written whole or
 //! counted lost; the depth policy (innermost N, outermost M, both with `<elided:K>`) counts frames
-//! as readers show them, inlined functions included (issue 10 §4): the handler's one bounded walk
+//! as readers show them, inlined functions included: the handler's one bounded walk
 //! keeps addresses, the flusher cuts the expanded frames; `jfr print` shows the full stacks and
 //! the marker.
 
@@ -287,7 +287,7 @@ fn recursion_3000_deep_in_8k_buffers_is_recorded_whole() {
 
 /// Every row of the depth table on a known recursion of 301 frames, small buffers throughout.
 /// Frames are counted as readers show them: the functions inlined at the leaf and in the thread's
-/// entry count (issue 10 §4: a 6 + 3 limit used to show up to 27 frames).
+/// entry count (a 6 + 3 limit used to show up to 27 frames).
 #[test]
 fn depth_policy_table() {
     let _g = serial();
@@ -364,7 +364,7 @@ fn depth_policy_table() {
         assert!(s.iter().any(|l| l.contains("start_thread") || l.contains("thread_start")));
     }
 
-    // The issue's 6 + 3: at most 6 + the marker + 3 frames in every reader.
+    // 6 + 3: at most 6 + the marker + 3 frames in every reader.
     let run = record("depth-6-3", D, Some(6), Some(3), bufs, cpu);
     exact(&run);
     // K counts what is not shown: the addresses the walk never kept (one frame each: they were

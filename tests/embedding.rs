@@ -1,4 +1,4 @@
-//! Embedding the library compiles none of the CLI's dependencies (issue 11 §3: a library user
+//! Embedding the library compiles none of the CLI's dependencies (a library user once
 //! compiled clap, inferno, indicatif, zstd-sys, serde_json... for 13 minutes). The CLI is its own
 //! workspace crate (`cli/`), and zstd is behind the library's `zstd` feature, off by default.
 

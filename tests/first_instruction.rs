@@ -1,4 +1,4 @@
-//! Issue 16: every thread is sampled from its first instruction, whoever creates it (Rust std,
+//! Every thread is sampled from its first instruction, whoever creates it (Rust std,
 //! C code through pthreads in a library loaded before or after the recording started, a forked
 //! child's own recording), and the last samples of a thread that exited between flushes carry
 //! its name.
@@ -20,26 +20,19 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Burns `ms` of this thread's CPU in user code; returns (tid, CPU ms at the end).
 #[inline(never)]
 fn burn(ms: u64) -> (u32, f64) {
     let until = Duration::from_millis(ms);
     let mut x = ms;
-    while thread_cpu() < until {
+    while thread_cpu_time() < until {
         for _ in 0..200_000 {
             x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }
     black_box(x);
     // SAFETY: gettid has no preconditions.
-    (unsafe { libc::gettid() } as u32, thread_cpu().as_secs_f64() * 1e3)
+    (unsafe { libc::gettid() } as u32, thread_cpu_time().as_secs_f64() * 1e3)
 }
 
 /// A burner: its class (ms asked), tid, CPU ms and the name it gave itself.

@@ -35,55 +35,21 @@ fn forked_child_is_clean_and_can_record_on_its_own() {
     std::fs::create_dir(&child_dir).unwrap();
     let mut children = Vec::new();
     for _ in 0..20 {
-        // SAFETY: the child only calls the recorder and then _exit; see the fork module docs.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let code = std::panic::catch_unwind(|| {
-                Forky { n: u64::MAX }.commit(); // inherited recording: must be a no-op
-                let rec = Recorder::builder().repository(&child_dir).start().expect("child starts its own");
-                Forky { n: 7 }.commit();
-                rec.stop().expect("child stops");
-            })
-            .map_or(3, |()| 0);
-            // SAFETY: leaves the child without running the parent's destructors.
-            unsafe { libc::_exit(code) };
-        }
+        // The child only calls the recorder and then _exit; see the fork module docs.
+        let pid = fork_child(|| {
+            Forky { n: u64::MAX }.commit(); // inherited recording: must be a no-op
+            let rec = Recorder::builder().repository(&child_dir).start().expect("child starts its own");
+            Forky { n: 7 }.commit();
+            rec.stop().expect("child stops");
+        });
         children.push(pid);
         std::thread::sleep(Duration::from_millis(5));
     }
     for pid in children {
-        let mut status = 0;
         // A deadlocked child would hang here: bound the wait. Generously: 20 children each start a
         // recording of their own (CFI tables of every module compiled anew, symbolization) on a
         // machine that may be busy with other tests, so a slow child is not a hung one.
-        let deadline = std::time::Instant::now() + Duration::from_secs(300);
-        loop {
-            // SAFETY: plain waitpid on our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                break;
-            }
-            if std::time::Instant::now() >= deadline {
-                // What each of its threads is doing (state and kernel wait channel), for the report.
-                let mut threads = String::new();
-                for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-                    let p = t.path();
-                    let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-                    let wchan = std::fs::read_to_string(p.join("wchan")).unwrap_or_default();
-                    threads.push_str(&format!("\n  {} wchan {wchan}", stat.trim()));
-                }
-                // And where, when gdb is at hand.
-                let stacks = std::process::Command::new("timeout")
-                    .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_else(|e| format!("(no gdb: {e})"));
-                panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}\n{stacks}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
+        wait_child_ok(pid, Duration::from_secs(300));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for b in busy {
@@ -124,7 +90,7 @@ fn in_child(seconds: u32, body: impl FnOnce() -> i32) -> Result<i32, i32> {
     }
 }
 
-/// Review finding 3: every method of a `Recorder` inherited by a forked child checks the pid
+/// Every method of a `Recorder` inherited by a forked child checks the pid
 /// before touching the recording. The parent holds L (explicit flushes in a loop) whenever the
 /// child calls, so any method that takes L hangs.
 #[test]
@@ -179,7 +145,7 @@ fn forked_child_never_waits_for_the_parents_lock() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Review finding 3, second half: a child's `flush()` on the inherited handle while L is free
+/// A child's `flush()` on the inherited handle while L is free
 /// must not publish anything into the parent's live chunk file.
 #[test]
 fn forked_child_flush_leaves_the_parents_chunk_alone() {

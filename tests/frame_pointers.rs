@@ -205,8 +205,8 @@ fn a_build_with_frame_pointers_says_nothing_and_keeps_whole_stacks() {
     // Every sample is counted in the statistics, those the recording's stop wrote included.
     assert!(run.written > 0 && run.written == run.sample_depths.len() as i64, "{run:?}");
     assert!(run.leaf_only * 10 <= run.written, "few one-frame stacks: {run:?}");
-    // No stack reaches the depth limit; a walk that ends early is marked truncated too (review
-    // finding 12), as the leaf-only stack of a thread sampled before its bounds were known is.
+    // No stack reaches the depth limit; a walk that ends early is marked truncated too (see
+    // `unwind/walk.rs`), as the leaf-only stack of a thread sampled before its bounds were known is.
     assert!(run.truncated <= run.leaf_only, "no stack reaches the depth limit: {run:?}");
 }
 

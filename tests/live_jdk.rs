@@ -5,9 +5,6 @@ mod common;
 
 use common::*;
 use recorder::{Event, EventSettings, Recorder};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 recorder::event! {
@@ -27,23 +24,7 @@ fn jdk_event_stream_follows_flushes_and_rotations_until_the_final_chunk() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "test.Live"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["test.Live"]);
 
     let mut received = Vec::new();
     let mut flushes = 0;

@@ -1,12 +1,12 @@
-//! Finding 6 of the 2026-11-30 concurrency review, on the real main thread (so this test has no
-//! harness): a *discovered* main thread's stack bounds follow its growing stack. Its bounds come
+//! On the real main thread (so this test has no harness): a *discovered* main thread's stack
+//! bounds follow its growing stack. Its bounds come
 //! from the `[stack]` mapping, which grows down on demand; a 4000-deep recursion (about 4 MiB)
 //! takes it far below what was mapped when the thread was discovered. Before, every sample down
 //! there held one frame and said nothing about it (the walk's bounds ended where the mapping
 //! ended at discovery); now every one is walked through the recursion (the innermost `DEPTH_KEPT`
 //! frames are kept, the rest counted as dropped).
 //!
-//! Also finding 12 on the main thread: its shallow samples are complete (not truncated) although
+//! Also on the main thread: its shallow samples are complete (not truncated) although
 //! its frame-pointer chain ends in libc's start-up code, which has no frame pointers.
 
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplingMode};

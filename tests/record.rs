@@ -76,7 +76,7 @@ fn concurrent_commits_are_all_found_in_order_across_rotations() {
     assert_eq!(total, u64::from(THREADS) * PER_THREAD);
     // The JDK reads the first, a middle and the last chunk (every chunk would take a JVM start each).
     jdk_accepts(&[chunks[0].clone(), chunks[chunks.len() / 2].clone(), chunks[chunks.len() - 1].clone()]);
-    // Each chunk starts where the previous one ended (jfr-format.md §6.1 step 3).
+    // Each chunk starts where the previous one ended (docs/jfr-format.md, "Chunks and the header").
     let mut previous_end = None;
     for c in &chunks {
         let bytes = std::fs::read(c).unwrap();

@@ -2,6 +2,9 @@
 //! (holding the mutex that stands for L) drains every few ms. Exact accounting per thread:
 //! taken == written + lost.
 
+mod common;
+
+use common::serial;
 use recorder::sampler::{Sampler, SamplerConfig, SamplerLocked, SamplingMode};
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -37,11 +40,9 @@ struct Seen {
     ids: Vec<u64>,
 }
 
-/// One sampler per process at a time: the tests of this binary take turns.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 fn run(mode: SamplingMode) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One sampler per process at a time: the tests of this binary take turns.
+    let _serial = serial();
     let config = SamplerConfig {
         period: Duration::from_millis(1),
         mode,

@@ -1,23 +1,20 @@
 //! The sampler's thread lifecycle and signal handling against what a real process does to it
-//! (findings 1, 4, 7, 10, 12 and 13 of the 2026-11-30 concurrency review; finding 6 is in
+//! (docs/sampler-protocol.md §6; the discovered main thread's growing stack is in
 //! `tests/main_thread_stack.rs`, which must run on the main thread). Each test failed on the code
-//! the review looked at (47d0d74).
+//! before its fix (47d0d74).
 //!
-//! The review's reproductions of findings 2 and 3 (settings events' thread references, a forked
-//! child using the inherited `Recorder`) belong to the `flush-core` branch and are not here.
+//! Settings events' thread references are in `tests/constant_refs.rs`, a forked child using the
+//! inherited `Recorder` in `tests/fork.rs`.
 
+mod common;
+
+// One sampler per process: tests take turns (`serial()`).
+use common::serial;
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplerLocked, SamplingMode};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// One sampler per process: tests take turns.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn gettid() -> u32 {
     // SAFETY: no preconditions.
@@ -92,7 +89,7 @@ fn drain_counting(sampler: &Sampler, locked: &mut SamplerLocked, tid: u32, seen:
     });
 }
 
-/// Finding 1(b): with the process at its fd limit, discovery can read nothing from /proc. That
+/// With the process at its fd limit, discovery can read nothing from /proc. That
 /// must teach it nothing: every registered slot stays (before: all were retired and reaped, the
 /// thread went unsampled, then came back as a discovered thread with leaf-only samples), and the
 /// exclusion list stays (before: emptied, so the next discovery sampled the recorder's own
@@ -152,7 +149,7 @@ fn discovery_at_the_fd_limit_retires_nothing_and_forgets_no_exclusion() {
     assert_eq!(report.stats.taken, report.stats.written + report.stats.lost, "{:?}", report.stats);
 }
 
-/// Finding 1(a): discovery lists /proc/self/task, then takes the registry lock. A thread created
+/// Discovery lists /proc/self/task, then takes the registry lock. A thread created
 /// after the listing that registers itself before discovery looks at the registry is missing from
 /// the listing, yet alive: it must keep its slot (before: retired "on behalf of a vanished
 /// thread" while its timer was armed). Detector: a registered, live thread is never without a
@@ -240,7 +237,7 @@ fn set_handler(h: usize) {
     }
 }
 
-/// Finding 4: the application installs its own SIGPROF handler while we record; `stop` must
+/// The application installs its own SIGPROF handler while we record; `stop` must
 /// leave it (before: it restored the handler from before `start`).
 #[test]
 fn stop_keeps_a_sigprof_handler_installed_while_recording() {
@@ -262,7 +259,7 @@ fn stop_keeps_a_sigprof_handler_installed_while_recording() {
     assert_eq!(now, app_handler_a as *const () as usize, "stop did not restore the previous handler");
 }
 
-/// Finding 10: when a retirement asks for the recorder to be woken (its buffers went to the full
+/// When a retirement asks for the recorder to be woken (its buffers went to the full
 /// queue), the wakeup is posted. Here: a registration whose timer cannot be created
 /// (RLIMIT_SIGPENDING 0 makes timer_create fail with EAGAIN) retires its slot again; before, the
 /// request was ignored and a recorder asleep in `wait_pending` kept sleeping.
@@ -300,7 +297,7 @@ fn a_retirement_that_needs_the_recorder_wakes_it() {
     let _ = Arc::into_inner(sampler).unwrap().stop(&mut locked, &mut |_| {});
 }
 
-/// Findings 7 and 12 on a registered thread: samples taken while the thread runs on a signal
+/// On a registered thread: samples taken while the thread runs on a signal
 /// stack (sp outside its stack bounds) hold only the leaf and say so (leaf_only and truncated;
 /// before: an unmarked one-frame stack, or frames read from wherever the frame pointer pointed),
 /// while samples on its own stack are whole and not truncated (the chain ends at the null frame
@@ -427,7 +424,7 @@ extern "C" fn spin_with_broken_chain_below() {
     }
 }
 
-/// Finding 12: a walk that ends on a broken frame-pointer chain (code without frame pointers
+/// A walk that ends on a broken frame-pointer chain (code without frame pointers
 /// between the sampled function and the thread's entry) is truncated (before: it looked like a
 /// complete stack).
 #[cfg(target_arch = "x86_64")]
@@ -467,7 +464,7 @@ fn a_broken_frame_pointer_chain_marks_the_stack_truncated() {
     assert!(seen.iter().all(|s| s.1), "a stack cut at a broken chain must be truncated: {seen:?}");
 }
 
-/// Finding 13: a perf event's SIGPROF that was still pending when its thread was unregistered (or
+/// A perf event's SIGPROF that was still pending when its thread was unregistered (or
 /// the sampler stopped) is ours and stale: it must not reach the application's own SIGPROF
 /// handler (before: it was chained to it, with an si_fd the application never opened). The
 /// thread blocks SIGPROF so the signal is surely pending across the disarm, then unblocks it.

@@ -2,17 +2,14 @@
 //! thousands of short-lived threads, discovered threads, chaining to an application handler.
 //! One sampler per process at a time, so the tests serialize on a lock.
 
+mod common;
+
+use common::{serial, thread_cpu_time};
 use recorder::sampler::{SampleRecord, Sampler, SamplerConfig, SamplingMode};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn fast_config() -> SamplerConfig {
     SamplerConfig {
@@ -41,15 +38,9 @@ fn burn(ms: u64) -> u64 {
 /// Burns `ms` of this thread's CPU time (however long that takes on a loaded machine): a sampler
 /// counts CPU time, so this is what guarantees samples.
 fn burn_cpu(ms: u64) -> u64 {
-    let cpu = || {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime writes the timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    };
-    let end = cpu() + Duration::from_millis(ms);
+    let end = thread_cpu_time() + Duration::from_millis(ms);
     let mut v = 1u64;
-    while cpu() < end {
+    while thread_cpu_time() < end {
         v = black_box(v.wrapping_add(burn(1)));
     }
     v
@@ -73,14 +64,6 @@ fn spin_with_fp(bad: u64, iters: u64) {
             n = inout(reg) iters => _,
         );
     }
-}
-
-/// The calling thread's CPU time.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// rbp pointing at itself (a cycle), at the stack with garbage around it, misaligned, kernel,

@@ -7,10 +7,7 @@ mod common;
 use common::*;
 use recorder::{Recorder, SamplingMode};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[inline(never)]
@@ -149,22 +146,7 @@ fn jdk_stream_receives_samples_with_stacks_before_the_chunk_is_finished() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "jdk.ExecutionSample"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["jdk.ExecutionSample"]);
     let stop = AtomicBool::new(false);
     let mut tops: HashMap<String, u64> = HashMap::new();
     let mut samples = 0;

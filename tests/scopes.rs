@@ -1,4 +1,4 @@
-//! Instrumented scopes (issue 12 §2): the merged report equals what the threads did, exited
+//! Instrumented scopes: the merged report equals what the threads did, exited
 //! threads included; self and total time add up; explicit timestamps are kept exactly; the
 //! deterministic report is byte-identical (golden file); `recorder.ScopeTiming` events carry the
 //! same numbers and pass the JDK's tools.
@@ -9,7 +9,7 @@ use common::*;
 use recorder::scope::{ScopeClock, ScopeReport, Weight};
 use recorder::Recorder;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn start(dir: &Path) -> Recorder {
     start_with(dir, ScopeClock::default())
@@ -21,13 +21,6 @@ fn start_with(dir: &Path, clock: ScopeClock) -> Recorder {
 
 /// The tests of times run with both clocks: what they check holds for either.
 const CLOCKS: [ScopeClock; 2] = [ScopeClock::Calibrated, ScopeClock::Exact];
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::black_box(0);
-    }
-}
 
 fn leaf(work: u32) -> u64 {
     recorder::scope!("leaf");
@@ -105,14 +98,14 @@ fn nesting(clock: ScopeClock) {
     let rec = start_with(dir.path(), clock);
     {
         recorder::scope!("outer");
-        spin(Duration::from_millis(20));
+        spin_wall(Duration::from_millis(20));
         {
             recorder::scope!("inner");
-            spin(Duration::from_millis(30));
+            spin_wall(Duration::from_millis(30));
         }
         {
             recorder::scope!("other");
-            spin(Duration::from_millis(10));
+            spin_wall(Duration::from_millis(10));
         }
     }
     let report = rec.scope_report();
@@ -155,7 +148,7 @@ fn explicit_timestamps(clock: ScopeClock) {
         recorder::scope!("host");
         for d in [Duration::from_millis(3), Duration::from_micros(10)] {
             let start = recorder::clock::ticks();
-            spin(d);
+            spin_wall(d);
             let end = recorder::clock::ticks();
             recorder::scope_at("external", start, end);
             given += end - start;

@@ -1,5 +1,5 @@
-//! Entering and leaving scopes and spans allocates nothing once their paths exist (issue 12:
-//! "no allocation on enter/exit"): a counting global allocator counts this thread's allocations.
+//! Entering and leaving scopes and spans allocates nothing once their paths exist: a
+//! counting global allocator counts this thread's allocations.
 #![cfg(feature = "tracing")]
 
 mod common;

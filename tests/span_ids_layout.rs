@@ -1,4 +1,4 @@
-//! `jdk.ExecutionSample.spanId` only where span context exists (issue 12 §1): a recording whose
+//! `jdk.ExecutionSample.spanId` only where span context exists: a recording whose
 //! first samples were written with no `RecorderLayer` in the process has the JDK's exact layout
 //! of the event in every chunk (readers that assume it, such as async-profiler's converter, read
 //! every sample; JMC would split a type whose fields change between chunks); once a layer exists,
@@ -14,29 +14,6 @@ use recorder::Recorder;
 use std::time::Duration;
 use tracing_subscriber::layer::SubscriberExt;
 
-/// This thread's CPU time.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Computes for `d` of this thread's CPU time, in user mode: the sampler sees user time only
-/// (`src/sampler/timer.rs`), and reading the CPU clock is a system call, so the clock is read
-/// between bursts of user work (a loop that only read it would spend most of its time in the
-/// kernel, and get a fraction of the samples its CPU time suggests: a release build got 86 of
-/// 540).
-fn spin(d: Duration) {
-    let t = cpu_time();
-    let mut x = 0u64;
-    while cpu_time() - t < d {
-        for i in 0..100_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
-    }
-}
-
 fn field_names(e: &ReadEvent) -> Vec<&str> {
     e.fields.iter().map(|(n, _)| n.as_str()).collect()
 }
@@ -51,7 +28,7 @@ fn spin_in_span(name: &'static str) -> (i64, i64) {
     tracing::subscriber::with_default(subscriber, || {
         let _span = tracing::info_span!("cpu_bound", name).entered();
         let t0 = recorder::clock::ticks();
-        spin(Duration::from_millis(200));
+        spin_cpu(Duration::from_millis(200));
         inside = (t0, recorder::clock::ticks());
     });
     inside
@@ -69,7 +46,7 @@ fn span_ids_appear_with_the_first_layer() {
     // also after a layer appears (one layout per recording).
     let rec = Recorder::builder().repository(dir.path()).sampling_period(Duration::from_millis(1)).start().unwrap();
     rec.register_current_thread().unwrap();
-    spin(Duration::from_millis(60));
+    spin_cpu(Duration::from_millis(60));
     let before = dir.path().join("before.jfr");
     rec.dump(&before).unwrap();
     assert!(!mine(&before).is_empty());

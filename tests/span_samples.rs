@@ -1,4 +1,4 @@
-//! Span context on CPU samples (issue 12 §1): every `jdk.ExecutionSample` taken while a thread is
+//! Span context on CPU samples: every `jdk.ExecutionSample` taken while a thread is
 //! inside a span carries that span's id (`spanId`, declared in the metadata so the JDK prints
 //! it); samples outside any span carry 0.
 #![cfg(feature = "tracing")]
@@ -10,29 +10,6 @@ use recorder::tracing::RecorderLayer;
 use recorder::Recorder;
 use std::time::Duration;
 use tracing_subscriber::layer::SubscriberExt;
-
-/// This thread's CPU time.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Computes for `d` of this thread's CPU time, in user mode: the sampler sees user time only
-/// (`src/sampler/timer.rs`), and reading the CPU clock is a system call, so the clock is read
-/// between bursts of user work (a loop that only read it would spend most of its time in the
-/// kernel, and get a fraction of the samples its CPU time suggests: a release build got 86 of
-/// 540).
-fn spin(d: Duration) {
-    let t = cpu_time();
-    let mut x = 0u64;
-    while cpu_time() - t < d {
-        for i in 0..100_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
-    }
-}
 
 #[test]
 fn every_sample_inside_a_span_carries_its_id() {
@@ -49,12 +26,12 @@ fn every_sample_inside_a_span_carries_its_id() {
     tracing::subscriber::with_default(subscriber, || {
         for round in 0..3 {
             let t0 = recorder::clock::ticks();
-            spin(Duration::from_millis(60));
+            spin_cpu(Duration::from_millis(60));
             outside.push((t0, recorder::clock::ticks()));
             let span = tracing::info_span!("cpu_bound", round);
             let entered = span.enter();
             let t1 = recorder::clock::ticks();
-            spin(Duration::from_millis(120));
+            spin_cpu(Duration::from_millis(120));
             inside.push((round, t1, recorder::clock::ticks()));
             drop(entered);
         }
@@ -122,7 +99,7 @@ fn samples_without_span_ids_have_the_jdk_layout() {
         let subscriber = tracing_subscriber::registry().with(RecorderLayer::new());
         tracing::subscriber::with_default(subscriber, || {
             let _s = tracing::info_span!("cpu_bound").entered();
-            spin(Duration::from_millis(50));
+            spin_cpu(Duration::from_millis(50));
         });
         let file = dir.path().join(name);
         rec.dump(&file).unwrap();

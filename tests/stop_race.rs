@@ -1,4 +1,4 @@
-//! Review finding 11: a commit that passed the "is a recording running" check before `stop()`
+//! A commit that passed the "is a recording running" check before `stop()`
 //! is written into the recording or counted lost, never dropped silently.
 
 mod common;

@@ -13,17 +13,10 @@ use recorder::Recorder;
 use std::hint::black_box;
 use std::time::Duration;
 
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Burns 300 ms of CPU in user code, then stays alive for a few periodic readings.
 fn user_burner() {
     let mut x = 1u64;
-    while thread_cpu() < Duration::from_millis(300) {
+    while thread_cpu_time() < Duration::from_millis(300) {
         for _ in 0..200_000 {
             x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
@@ -37,7 +30,7 @@ fn system_burner() {
     use std::io::Read;
     let mut zero = std::fs::File::open("/dev/zero").unwrap();
     let mut buf = vec![0u8; 1 << 20];
-    while thread_cpu() < Duration::from_millis(300) {
+    while thread_cpu_time() < Duration::from_millis(300) {
         zero.read_exact(&mut buf).unwrap();
     }
     std::thread::sleep(Duration::from_millis(250));
@@ -97,7 +90,7 @@ fn threads_that_live_between_two_readings_are_reported_from_their_exit() {
             .name(format!("short-{i}"))
             .spawn(|| {
                 let mut x = 1u64;
-                while thread_cpu() < Duration::from_millis(40) {
+                while thread_cpu_time() < Duration::from_millis(40) {
                     for _ in 0..20_000 {
                         x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                     }

@@ -36,13 +36,6 @@ impl Random {
     }
 }
 
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 fn set_own_name(name: &str) {
     let name = std::ffi::CString::new(name).unwrap();
     // SAFETY: names the calling thread; the string is NUL-terminated and at most 15 bytes.

@@ -1,4 +1,4 @@
-//! `recorder::tracing::RecorderLayer` (issue 12 §1): spans and events of the `tracing` crate as
+//! `recorder::tracing::RecorderLayer`: spans and events of the `tracing` crate as
 //! `recorder.Span` / `recorder.Log`, judged by the JDK's `jfr print`, `jfr summary` and the live
 //! `EventStream`; spans as scopes; bad input (close on another thread, re-entry, no recorder,
 //! recorder stopped while spans are open).
@@ -10,21 +10,12 @@ use common::*;
 use recorder::tracing::RecorderLayer;
 use recorder::{EventSettings, Recorder};
 use serde_json::Value as Json;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
 
 fn subscriber() -> impl tracing::Subscriber + Send + Sync {
     tracing_subscriber::registry().with(RecorderLayer::new())
-}
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::black_box(0);
-    }
 }
 
 /// `jfr print --json` of `file`, for these event types.
@@ -60,12 +51,12 @@ fn spans_and_events_read_back_with_the_jdk() {
         // Entered twice (an async span polled twice), idle in between.
         {
             let _i = inner.enter();
-            spin(Duration::from_millis(20));
+            spin_wall(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(40));
         {
             let _i = inner.enter();
-            spin(Duration::from_millis(20));
+            spin_wall(Duration::from_millis(20));
             tracing::warn!("slow query");
         }
         drop(inner);
@@ -125,10 +116,10 @@ fn spans_are_scopes() {
     tracing::subscriber::with_default(subscriber(), || {
         for _ in 0..3 {
             let _a = tracing::info_span!("handler").entered();
-            spin(Duration::from_millis(2));
+            spin_wall(Duration::from_millis(2));
             let _b = tracing::info_span!("serialize").entered();
             recorder::scope!("encode");
-            spin(Duration::from_millis(1));
+            spin_wall(Duration::from_millis(1));
         }
     });
     let report = rec.scope_report();
@@ -157,7 +148,7 @@ fn threshold_keeps_only_slow_spans() {
             let _s = tracing::info_span!("fast", i).entered();
         }
         let _s = tracing::info_span!("slow").entered();
-        spin(Duration::from_millis(20));
+        spin_wall(Duration::from_millis(20));
     });
     let file = dir.path().join("threshold.jfr");
     rec.dump(&file).unwrap();
@@ -185,7 +176,7 @@ fn bad_input_is_handled() {
     let moved = tracing::dispatcher::with_default(&dispatch, || {
         // Closed on another thread.
         let moved = tracing::info_span!("moved");
-        moved.in_scope(|| spin(Duration::from_millis(1)));
+        moved.in_scope(|| spin_wall(Duration::from_millis(1)));
         let d = dispatch.clone();
         std::thread::spawn(move || tracing::dispatcher::with_default(&d, move || drop(moved))).join().unwrap();
         // Re-entered while entered.
@@ -239,22 +230,7 @@ fn jdk_event_stream_receives_spans_live() {
         .start()
         .unwrap();
     let repo = rec.repository_dir().to_owned();
-    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
-    let mut child = Command::new("java")
-        .args([java, repo.to_str().unwrap(), "recorder.Span", "spanId"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`java` is required (install openjdk-17-jdk-headless)");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = live_jdk_stream(&repo, &["recorder.Span", "spanId"]);
     let dispatch = tracing::Dispatch::new(subscriber());
     let mut seen = 0;
     for round in 0..3 {
@@ -291,7 +267,7 @@ fn deterministic_spans_carry_no_real_time() {
         let outer = tracing::info_span!("outer", k = 1);
         let _o = outer.enter();
         let _i = tracing::info_span!("inner").entered();
-        spin(Duration::from_millis(5));
+        spin_wall(Duration::from_millis(5));
     });
     let file = dir.path().join("deterministic.jfr");
     rec.dump(&file).unwrap();

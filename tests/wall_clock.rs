@@ -1,4 +1,4 @@
-//! Wall-clock sampling (issue 13 §2, §4): the application's blocking system calls never see
+//! Wall-clock sampling: the application's blocking system calls never see
 //! EINTR nor return early under 1 kHz wall (or CPU) sampling, while a naive `tgkill` sampler
 //! breaks them (so the checker can fail); a thread blocked in `recv` for 5 s stands for its
 //! 5 s in sleeping wall samples, a spinning one for running samples with its function on top;
@@ -85,7 +85,7 @@ fn drive(name: &str, run: Duration, timeout: Duration, mut call: impl FnMut(Dura
     out
 }
 
-/// The blocking calls the issue names, each on its own thread: poll, epoll_wait, select and
+/// The blocking calls that must never see EINTR, each on its own thread: poll, epoll_wait, select and
 /// nanosleep time out; read on a pipe and recv on a socket get their data from a writer after
 /// `timeout` (an early return would be EINTR or a short wait).
 fn exercise_blocking_calls(run: Duration) -> Vec<(String, Outcome)> {

@@ -12,6 +12,7 @@ mod json;
 mod pprof;
 mod profile;
 mod render;
+mod selection;
 mod source;
 mod spans;
 mod time;

@@ -15,8 +15,9 @@
 //! `weight`), for wall-clock samples `samples/count` (and `wall/nanoseconds` when the period is
 //! known).
 
-use crate::fold::{fold_runtime, Selection};
+use crate::fold::fold_runtime;
 use crate::profile::{self, ProfileKind, Unit, Weighing};
+use crate::selection::Selection;
 use crate::source::SourceChunk;
 use jfr_format::{Chunk, Item, Value};
 use std::collections::HashMap;

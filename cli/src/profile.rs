@@ -6,7 +6,7 @@
 //! [`for_each_sample`] walks one chunk's samples of a [`Weighing`]: stack, thread and weight,
 //! with stacks and threads resolved once per chunk (their keys are chunk-local).
 
-use crate::fold::Selection;
+use crate::selection::Selection;
 use jfr_format::{Chunk, FrameInfo, Value};
 use std::collections::HashMap;
 use std::sync::Arc;

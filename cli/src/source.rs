@@ -15,6 +15,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use jfr_format::header::HEADER_SIZE;
 use jfr_format::Chunk;
+use recorder::repository::layout;
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -166,40 +167,17 @@ struct RecordingDir {
 /// The recordings in `dir`: the directory's own chunk files, and each JDK-named recording
 /// subdirectory with chunk files.
 fn recordings_in(dir: &Path) -> anyhow::Result<Vec<RecordingDir>> {
-    let mut own = Vec::new();
-    let mut subdirs = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
-        let entry = entry.with_context(|| format!("{}", dir.display()))?;
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if kind.is_dir() && is_repository_dir_name(&name) {
-            subdirs.push(entry.path());
-        } else if !kind.is_dir() && is_chunk_file_name(&name) {
-            own.push(entry.path());
-        }
-    }
+    let context = |d: &Path| format!("{}", d.display());
+    let own = layout::chunk_files(dir).with_context(|| context(dir))?;
     let mut recordings = Vec::new();
     if !own.is_empty() {
         recordings.push(RecordingDir { dir: dir.to_path_buf(), files: own, start_ns: 0 });
     }
-    for sub in subdirs {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(&sub).with_context(|| format!("{}", sub.display()))? {
-            let entry = entry.with_context(|| format!("{}", sub.display()))?;
-            if entry.file_type().is_ok_and(|k| !k.is_dir()) && is_chunk_file_name(&entry.file_name().to_string_lossy())
-            {
-                files.push(entry.path());
-            }
-        }
+    for sub in layout::recording_dirs(dir).with_context(|| context(dir))? {
+        let files = layout::chunk_files(&sub.path).with_context(|| context(&sub.path))?;
         if !files.is_empty() {
-            recordings.push(RecordingDir { dir: sub, files, start_ns: 0 });
+            recordings.push(RecordingDir { dir: sub.path, files, start_ns: 0 });
         }
-    }
-    for r in &mut recordings {
-        r.files.sort();
     }
     Ok(recordings)
 }
@@ -214,17 +192,7 @@ fn order_by_start(recordings: &mut [RecordingDir]) {
 
 /// The start time in the first chunk header of a (possibly zstd-compressed) chunk file.
 fn header_start(path: &Path) -> Option<i64> {
-    let mut head = [0u8; HEADER_SIZE];
-    let file = File::open(path).ok()?;
-    let mut magic = [0u8; 4];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).ok()?;
-    if magic == ZSTD_MAGIC {
-        let mut decoder = zstd::stream::read::Decoder::new(file).ok()?;
-        std::io::Read::read_exact(&mut decoder, &mut head).ok()?;
-    } else {
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).ok()?;
-    }
-    jfr_format::ChunkHeader::parse(&head, 0).ok().map(|h| h.start_nanos)
+    layout::read_chunk_header(path).ok().map(|h| h.start_nanos)
 }
 
 /// The chunk files of a directory and of its JDK recording subdirectories, sorted by name.
@@ -232,19 +200,11 @@ pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     chunk_files(dir, Recordings::All)
 }
 
-/// A chunk file of a repository: `*.jfr`, or `*.jfr.zst` (compressed finished chunk).
-pub fn is_chunk_file_name(name: &str) -> bool {
-    name.ends_with(".jfr") || name.ends_with(".jfr.zst")
-}
-
-/// The zstd frame magic number, as it appears at the start of a file.
-pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
 /// The bytes of a file, decompressed if it is zstd-compressed. The error, if any, comes with what
 /// could be read before it (a truncated `.zst` still yields its first chunks).
 pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {
     let data = map_file(path).map_err(|e| (Bytes::new(), anyhow::Error::new(e)))?;
-    if !data.starts_with(&ZSTD_MAGIC) {
+    if !layout::is_zstd(&data) {
         return Ok(data);
     }
     let mut out = Vec::with_capacity(data.len() * 4);
@@ -257,18 +217,6 @@ pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {
             anyhow::anyhow!("zstd-compressed file: {e} (only the part before this could be decompressed)"),
         )),
     }
-}
-
-/// `yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`: the recording directory names of the JVM and of ours (a
-/// second recording of one process in the same second gets `_<n>`). Only the time stamp prefix is
-/// checked, as our consumer does.
-pub fn is_repository_dir_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    b.len() > 20
-        && b[..20].iter().enumerate().all(|(i, &c)| match i {
-            4 | 7 | 10 | 13 | 16 | 19 => c == b'_',
-            _ => c.is_ascii_digit(),
-        })
 }
 
 /// Maps a file into `Bytes` that own the mapping.
@@ -440,18 +388,4 @@ pub fn check_thread_name(wanted: &str, chunks: &[SourceChunk]) -> anyhow::Result
         anyhow::bail!("no thread named {wanted:?}: the recording names no threads");
     }
     anyhow::bail!("no thread named {wanted:?}; threads: {}", names.join(", "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repository_dir_names_follow_the_jvm_pattern() {
-        assert!(is_repository_dir_name("2026_11_29_16_36_53_10829"));
-        assert!(is_repository_dir_name("2026_11_29_16_36_53_10829_2"));
-        assert!(!is_repository_dir_name("2026_11_29_16_36_53"));
-        assert!(!is_repository_dir_name("2026_11_29_16_36_53_"));
-        assert!(!is_repository_dir_name("2026-11-29_16_36_53_10829"));
-    }
 }

@@ -1,4 +1,4 @@
-//! Allocation profiles through the CLI (issue 13 §1, §4): `dump --type alloc` weighs stacks by
+//! Allocation profiles through the CLI: `dump --type alloc` weighs stacks by
 //! estimated bytes, `dump --live` shows what is still allocated (a leak on top; nothing for a
 //! program that frees everything), `summary` the estimated bytes allocated and the live set. The
 //! recordings are made by this test binary with the sampling allocator installed.

@@ -232,7 +232,7 @@ fn empty_directory_is_an_error() {
     assert_one_line_error(&out, &dir, &["no readable .jfr"]);
 }
 
-// Issue 11 §2: no empty summary table (or top table) printed before an error when nothing could
+// No empty summary table (or top table) printed before an error when nothing could
 // be read.
 #[test]
 fn unreadable_input_prints_the_error_and_no_empty_table() {
@@ -251,7 +251,7 @@ fn unreadable_input_prints_the_error_and_no_empty_table() {
     }
 }
 
-// Issue 11 §2: error messages say each thing once ("X: X") and name the file the user asked for
+// Error messages say each thing once ("X: X") and name the file the user asked for
 // (not the temporary `x.jfr.part`).
 #[test]
 fn errors_say_each_thing_once_and_name_the_file_asked_for() {

@@ -507,7 +507,7 @@ fn thread_name(e: &serde_json::Value) -> Option<String> {
     t["javaName"].as_str().or(t["osName"].as_str()).map(str::to_owned)
 }
 
-// Issue 11 §2: summary lists threads with their event and sample counts, and the share of
+// Summary lists threads with their event and sample counts, and the share of
 // truncated / leaf-only stacks.
 #[test]
 fn summary_lists_threads_with_their_samples_and_events_and_the_stack_shares() {
@@ -546,7 +546,7 @@ fn summary_lists_threads_with_their_samples_and_events_and_the_stack_shares() {
     assert!(text.contains("% truncated") && text.contains("% leaf-only"), "{text}");
 }
 
-// Issue 11 §2: `--thread NAME` that matches nothing is an error listing the thread names (rc 2),
+// `--thread NAME` that matches nothing is an error listing the thread names (rc 2),
 // like `--events`.
 #[test]
 fn thread_that_matches_nothing_is_an_error_listing_the_threads() {
@@ -560,7 +560,7 @@ fn thread_that_matches_nothing_is_an_error_listing_the_threads() {
     }
 }
 
-// Issue 11 §2: `dump --compress -o x.jfr` wrote zstd under a `.jfr` name (the JDK then says "Not a
+// `dump --compress -o x.jfr` wrote zstd under a `.jfr` name (the JDK then says "Not a
 // Flight Recorder file"). The output gets `.zst`, and stderr says so.
 #[test]
 fn compress_to_a_jfr_name_writes_a_jfr_zst_file() {
@@ -588,7 +588,7 @@ fn sums_by_root(lines: &[(String, u64)]) -> BTreeMap<String, u64> {
     out
 }
 
-// Issue 11 §5: flame graphs with one root per thread.
+// Flame graphs with one root per thread.
 #[test]
 fn by_thread_roots_each_stack_at_its_thread() {
     let r = recording();
@@ -618,7 +618,7 @@ fn by_thread_roots_each_stack_at_its_thread() {
 /// Frames of the thread-start boilerplate of Rust threads (std and the C library).
 const RUNTIME_FRAMES: [&str; 4] = ["__rust_begin_short_backtrace", "start_thread", "clone3", "catch_unwind"];
 
-// Issue 11 §5: the std thread-start boilerplate frames are folded away by default.
+// The std thread-start boilerplate frames are folded away by default.
 #[test]
 fn runtime_frames_are_folded_away_unless_kept() {
     let r = recording();
@@ -654,7 +654,7 @@ fn runtime_frames_are_folded_away_unless_kept() {
     assert!(top(&with).contains("__rust_begin_short_backtrace"));
 }
 
-// Issue 11 §5: `dump --format pprof`, read by `go tool pprof`.
+// `dump --format pprof`, read by `go tool pprof`.
 #[test]
 fn pprof_profile_is_read_by_go_tool_pprof() {
     let r = recording();
@@ -682,7 +682,7 @@ fn pprof_profile_is_read_by_go_tool_pprof() {
     }
 }
 
-// Issue 11 §5: a differential flame graph of two recordings, and its collapsed form.
+// A differential flame graph of two recordings, and its collapsed form.
 #[test]
 fn diff_compares_the_samples_of_two_recordings() {
     let r = recording();

@@ -254,7 +254,7 @@ fn print_json_custom_fields_match_jfr_print() {
         let jv = &j["values"];
         assert_eq!(
             o["start_ns"].as_i64().unwrap(),
-            parse_iso_nanos(jv["startTime"].as_str().unwrap()),
+            epoch_nanos_of_iso(jv["startTime"].as_str().unwrap()),
             "start of {key:?} (chunk {chunk})"
         );
         assert_eq!(
@@ -315,7 +315,7 @@ fn execution_sample_stacks_match_jfr_print() {
     assert_eq!(ours.len(), jdk.len(), "number of samples");
     assert!(ours.len() >= 20, "the workload should be sampled: {}", ours.len());
     let jdk_key = |e: &Json| {
-        (parse_iso_nanos(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
+        (epoch_nanos_of_iso(e["values"]["startTime"].as_str().unwrap()), thread_id(&e["values"]["sampledThread"]))
     };
     let our_key = |e: &Json| (e["start_ns"].as_i64().unwrap(), thread_id(&e["thread"]));
     jdk.sort_by_key(|(_, e)| jdk_key(e));
@@ -490,7 +490,7 @@ fn print_rejects_unknown_types_and_lists_the_known_ones() {
     assert!(err.contains("recorder.test.Work"));
 }
 
-// Issue 11 §2: JVM frames use the same separator in print, collapsed and top (the JDK's dotted
+// JVM frames use the same separator in print, collapsed and top (the JDK's dotted
 // class names: java.lang.Thread.run, not java/lang/Thread.run).
 #[test]
 fn jvm_frames_are_named_alike_in_print_collapsed_and_top() {
@@ -512,7 +512,7 @@ fn jdk_allocation_weight(rec: &str) -> u64 {
     jfr_events_depth(rec, "jdk.ObjectAllocationSample", 1).iter().map(|e| e["values"]["weight"].as_u64().unwrap()).sum()
 }
 
-// Issue 11 §2: allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
+// Allocation flame graphs of JVM recordings weigh jdk.ObjectAllocationSample by its
 // `weight` (bytes), not one per sample.
 #[test]
 fn allocation_views_weigh_samples_by_their_bytes() {

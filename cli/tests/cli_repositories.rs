@@ -1,4 +1,4 @@
-//! A base directory holding several recordings (issue 11 §2): `summary`, `print`, `dump` and
+//! A base directory holding several recordings: `summary`, `print`, `dump` and
 //! `top` read the newest and name the others (`--all` merges them), and `repair BASE` repairs
 //! every recording below it, leaving live ones alone.
 

@@ -1,5 +1,5 @@
 //! `dump --by-span`, `top --by-span`, `dump --weight self-time` and the JSON scope tree, on a
-//! recording this test makes with CPU-bound spans and scopes (issue 12).
+//! recording this test makes with CPU-bound spans and scopes.
 
 mod common;
 
@@ -11,30 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tracing_subscriber::layer::SubscriberExt;
-
-/// CPU time of this thread: samples are taken per CPU time, so spinning for CPU time gives the
-/// same number of samples however loaded the machine is.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec.
-    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Computes for `d` of this thread's CPU time, in user mode: the sampler sees user time only
-/// (`src/sampler/timer.rs`), and reading the CPU clock is a system call, so the clock is read
-/// between bursts of user work (a loop that only read it would spend most of its time in the
-/// kernel, and get a fraction of the samples its CPU time suggests: a release build got 86 of
-/// 540).
-fn spin(d: Duration) {
-    let t = cpu_time();
-    let mut x = 0u64;
-    while cpu_time() - t < d {
-        for i in 0..100_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
-    }
-}
 
 struct Made {
     file: PathBuf,
@@ -63,15 +39,15 @@ fn made() -> &'static Made {
                 {
                     let _p = tracing::info_span!("parse").entered();
                     recorder::scope!("tokenize");
-                    spin(Duration::from_millis(40));
+                    spin_cpu(Duration::from_millis(40));
                 }
                 {
                     let _p = tracing::info_span!("render").entered();
-                    spin(Duration::from_millis(60));
+                    spin_cpu(Duration::from_millis(60));
                 }
             }
         });
-        spin(Duration::from_millis(30)); // outside any span
+        spin_cpu(Duration::from_millis(30)); // outside any span
         let file = dir.join("spans.jfr");
         rec.dump(&file).unwrap();
         let scopes = rec.scope_report();

@@ -1,4 +1,4 @@
-//! Wall-clock profiles through the CLI (issue 13 §2): `dump --type wall --format collapsed`
+//! Wall-clock profiles through the CLI: `dump --type wall --format collapsed`
 //! weighs each stack by the periods its `profiler.WallClockSample` events stand for (`samples`,
 //! batches of idle periods included), and `summary` counts the wall samples and their periods.
 //! The recording is made by this test binary.

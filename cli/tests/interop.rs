@@ -1,4 +1,4 @@
-//! Every kind of file we write, read by readers nobody here wrote (issue 10 §3).
+//! Every kind of file we write, read by readers nobody here wrote.
 //!
 //! - The `jfrs` crate reads every event of every file, with per-type counts equal to `jfr summary`
 //!   and the same stacks as `jfr print` and our own reader.
@@ -16,7 +16,7 @@
 //! recording with an event of every field kind, 3000-deep stacks, a type registered in a later
 //! chunk, a multi-chunk dump of it, a live chunk copied mid-recording, the deterministic golden
 //! file, and a JVM-made recording as the control. `RECORDER_INTEROP_FILES=DIR` copies them to DIR,
-//! for judging with the outside readers of `../shared/judges` by hand.
+//! for judging with other readers by hand.
 
 mod common;
 
@@ -127,20 +127,9 @@ fn commit_all_kinds(n: u64) {
 }
 
 #[inline(never)]
-fn spin(stop: &AtomicBool) -> u64 {
-    let mut x = 1u64;
-    while !stop.load(Ordering::Relaxed) {
-        for i in 0..10_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
-        }
-    }
-    x
-}
-
-#[inline(never)]
 fn recurse(depth: u32, stop: &AtomicBool) -> u64 {
     if depth == 0 {
-        return spin(stop);
+        return spin_until(stop);
     }
     std::hint::black_box(recurse(depth - 1, stop)) + 1
 }
@@ -195,7 +184,7 @@ fn make_files() -> Files {
     let dir = tempfile::tempdir().unwrap();
     let d = &dir.path().to_owned();
 
-    // The demo, twice: plain, and with the issue's depth limits.
+    // The demo, twice: plain, and with depth limits at both ends.
     let demo = d.join("demo.jfr");
     let demo_base = d.join("demo-repo");
     let out = recorder(&[

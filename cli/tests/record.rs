@@ -1,4 +1,4 @@
-//! `recorder record -- CMD` on real programs that nobody changed (issue 14): C, C++ and Rust
+//! `recorder record -- CMD` on real programs that nobody changed: C, C++ and Rust
 //! programs built without frame pointers, Debian's `xz`, shells and their children, and every way
 //! a program ends. The JDK's `jfr` judges the files; stacks are read back with `recorder dump
 //! --format collapsed` (root first, `;`-separated, count last).
@@ -748,15 +748,6 @@ fn stripped_code_is_library_plus_offset_and_build_id_debug_files_bring_names_and
     }
 }
 
-/// Thread CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    // SAFETY: a valid out pointer.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; CLOCK_THREAD_CPUTIME_ID needs nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 #[test]
 fn the_programs_main_does_not_wait_for_the_preload_librarys_unwind_table() {
     // The recorder starts before main on the main thread. The DWARF table of the preload library
@@ -786,10 +777,10 @@ fn the_programs_main_does_not_wait_for_the_preload_librarys_unwind_table() {
     };
     let with_tables = (0..3).map(|i| premain("auto", i)).min().unwrap();
     let without_tables = (0..3).map(|i| premain("fp", i)).min().unwrap();
-    let t0 = thread_cpu();
+    let t0 = thread_cpu_time();
     let path = preload_library().to_str().unwrap();
-    recorder::cfi::compile::compile_file(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
-    let preload_table_us = (thread_cpu() - t0).as_micros() as u64;
+    recorder::unwind::compile::compile_file(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    let preload_table_us = (thread_cpu_time() - t0).as_micros() as u64;
     let added = with_tables.saturating_sub(without_tables);
     assert!(
         added < preload_table_us,

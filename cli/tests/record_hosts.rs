@@ -99,7 +99,7 @@ fn jemalloc_preloaded_with_the_program_gets_its_blocks_back_and_alloc_samples_th
 
     // 2 000 000 allocations of 100 to 1099 bytes (1.2 GB): about 18 000 samples at 64 KiB, all
     // through jemalloc's malloc.
-    let lp = build_program("malloc_loop.c", "gcc", &["-O2"]);
+    let lp = build_program("../hostile/malloc_loop.c", "gcc", &["-O2"]);
     let out = record(
         &dir,
         Some(&jemalloc),
@@ -107,7 +107,7 @@ fn jemalloc_preloaded_with_the_program_gets_its_blocks_back_and_alloc_samples_th
         &[lp.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(stdout(&out).starts_with("done "), "{}", text(&out));
+    assert!(stdout(&out).starts_with("checksum "), "{}", text(&out));
     let jfr = dir.join("je.jfr");
     let samples = allocation_samples(&jfr);
     assert!(samples > 9_000, "{samples} allocation samples under jemalloc (about 18 000 expected)");

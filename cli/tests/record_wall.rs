@@ -1,4 +1,4 @@
-//! `recorder record --wall` (issues 13 §2 and 14): a C program that mostly sleeps, recorded with
+//! `recorder record --wall`: a C program that mostly sleeps, recorded with
 //! wall-clock sampling through the preloaded library: its sleeps are never broken (the program
 //! checks every nanosleep), and its wall samples stand for the time it slept, in state sleeping,
 //! on the stack it slept in.

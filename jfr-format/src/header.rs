@@ -1,4 +1,5 @@
-//! The 68-byte chunk header (jfr-format.md §1) and the live-update protocol around it (§6.1–6.2).
+//! The 68-byte chunk header and the live-update protocol around it (docs/jfr-format.md, "Chunks
+//! and the header" and "Publishing a live chunk").
 
 use crate::error::{Error, Result};
 
@@ -208,7 +209,7 @@ impl ChunkHeader {
         out
     }
 
-    /// Bytes 64..68: state, pad (always 0, see pitfall P13) and flags. Written last.
+    /// Bytes 64..68: state, pad (always 0: docs/jfr-format.md, "Chunks and the header") and flags. Written last.
     pub fn encode_state(&self) -> [u8; 4] {
         let f = self.flags.to_be_bytes();
         [self.state, 0, f[0], f[1]]

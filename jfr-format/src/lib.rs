@@ -20,7 +20,7 @@
 //!   live chunks) and [`read::chunks`] for multi-chunk files.
 //! - [`view`]: typed views of threads and stack traces.
 //!
-//! The byte-level rules followed here are in `shared/docs/jfr-format.md` of the project.
+//! The format rules followed here, and why, are in the repository's `docs/jfr-format.md`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -36,7 +36,7 @@ pub mod write;
 pub use error::{Error, Result};
 pub use header::ChunkHeader;
 pub use metadata::{Class, Field, Metadata};
-pub use read::{chunks, Chunk, Event, Item, Refresh};
+pub use read::{chunks, Chunk, Event, Item, LeadingFields, Refresh};
 pub use value::{Object, Text, Value};
 pub use view::{FrameInfo, StackTraceInfo, ThreadInfo};
 pub use write::{Checkpoint, ChunkWriter};

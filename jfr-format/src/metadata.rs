@@ -1,5 +1,5 @@
 //! The metadata model: the classes (event types, struct types, primitives, annotations, settings)
-//! a chunk declares, as described in jfr-format.md §4. The same model is produced by the reader and
+//! a chunk declares, as described in docs/jfr-format.md, "Metadata". The same model is produced by the reader and
 //! consumed by the writer, so a chunk's metadata can be copied or extended losslessly.
 
 use std::collections::HashMap;
@@ -155,7 +155,8 @@ impl Default for Region {
 /// A complete metadata descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Metadata {
-    /// The metadata id: identical ids must mean identical descriptors (pitfall P9).
+    /// The metadata id: identical ids must mean identical descriptors (docs/jfr-format.md,
+    /// "Metadata").
     pub id: u64,
     /// Declared classes.
     pub classes: Vec<Class>,
@@ -178,7 +179,7 @@ impl Metadata {
     }
     /// Both descriptors declare the same classes (in the same order) and region; the ids are not
     /// compared. When this is false for two descriptors of one recording, they need different ids
-    /// (pitfall P9).
+    /// (docs/jfr-format.md, "Metadata").
     pub fn same_descriptor(&self, other: &Metadata) -> bool {
         self.classes == other.classes && self.region == other.region
     }
@@ -290,8 +291,9 @@ pub fn label_annotation(text: &str) -> Annotation {
     label(text)
 }
 
-/// The JDK 17 type set (jfr-format.md §4.6) with the fixed ids of [`ids`]: primitives, String, the
-/// stack-trace and thread types, the common annotation types and the four standard setting types.
+/// The JDK 17 type set (docs/jfr-format.md, "Metadata") with the fixed ids of [`ids`]:
+/// primitives, String, the stack-trace and thread types, the common annotation types and the four
+/// standard setting types.
 pub fn jdk_types() -> Vec<Class> {
     use ids::*;
     let mut classes = Vec::new();
@@ -443,7 +445,7 @@ pub fn jdk_types() -> Vec<Class> {
 }
 
 /// The implicit leading fields of an event type: `startTime`, optionally `duration`, then
-/// optionally `eventThread` and `stackTrace` (jfr-format.md §3 and pitfall P12).
+/// optionally `eventThread` and `stackTrace` (docs/jfr-format.md, "Records and implicit fields").
 pub fn event_fields(duration: bool, thread: bool, stack_trace: bool) -> Vec<Field> {
     let mut fields = vec![Field::new("startTime", ids::LONG)
         .with(label("Start Time"))

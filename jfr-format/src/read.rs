@@ -608,6 +608,65 @@ pub struct RawRecord {
     pub bytes: Bytes,
 }
 
+impl RawRecord {
+    /// Its leading fields, read without decoding the rest (see [`LeadingFields`]).
+    pub fn leading_fields(&self) -> LeadingFields<'_> {
+        LeadingFields::new(&self.bytes)
+    }
+}
+
+/// The leading fields of a record, read one by one from its bytes without decoding the rest: the
+/// size and the type id, then, in an event record, its fields in declared order (the start time
+/// and duration in ticks, then e.g. the thread and stack trace keys). Every read is checked
+/// against the bytes; `None` means they end or a varint is malformed (the decoder then names the
+/// problem precisely).
+#[derive(Debug, Clone, Copy)]
+pub struct LeadingFields<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> LeadingFields<'a> {
+    /// Starts at `record`'s first byte, its size field.
+    pub fn new(record: &'a [u8]) -> LeadingFields<'a> {
+        LeadingFields { bytes: record, pos: 0 }
+    }
+
+    /// The next field, a varint: the size, the type id, an integer, or a constant pool key.
+    pub fn varint(&mut self) -> Option<u64> {
+        let (v, n) = varint::read_u64(self.bytes.get(self.pos..)?)?;
+        self.pos += n;
+        Some(v)
+    }
+
+    /// The next `N` varint fields.
+    pub fn varints<const N: usize>(&mut self) -> Option<[u64; N]> {
+        let mut out = [0u64; N];
+        for v in &mut out {
+            *v = self.varint()?;
+        }
+        Some(out)
+    }
+
+    /// Skips a field of `n` bytes (a float, double, byte or boolean).
+    pub fn skip(&mut self, n: usize) -> Option<()> {
+        let end = self.pos.checked_add(n)?;
+        self.bytes.get(end..)?;
+        self.pos = end;
+        Some(())
+    }
+
+    /// How many bytes the fields read so far take.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The bytes after the fields read so far.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.bytes[self.pos..]
+    }
+}
+
 /// Values [`Chunk::resolve_deep`] may produce beyond one per chunk byte.
 const RESOLVE_SLACK: usize = 4096;
 
@@ -661,7 +720,7 @@ impl Chunk {
     }
 
     /// Like [`Chunk::parse`], but reuses `types` when the chunk's metadata has the same id (as the
-    /// JDK reader does; pitfall P9 explains why ids must change with the descriptor).
+    /// JDK reader does; docs/jfr-format.md, "Metadata", explains why ids must change with the descriptor).
     pub fn parse_with(data: Bytes, base: u64, previous: Option<&Arc<TypeTable>>) -> Result<Chunk> {
         // Metadata parsing is cheap next to event decoding; reuse only saves the allocation.
         let chunk = Chunk::parse(data, base)?;
@@ -966,7 +1025,14 @@ impl Chunk {
 
     /// Iterates every record's raw bytes.
     pub fn records(&self) -> RawRecords<'_> {
-        RawRecords { chunk: self, pos: HEADER_SIZE, failed: false }
+        self.records_from(HEADER_SIZE as u64)
+    }
+
+    /// Iterates the records' raw bytes from the record at chunk offset `from` (a record boundary)
+    /// to the published end.
+    pub fn records_from(&self, from: u64) -> RawRecords<'_> {
+        let pos = usize::try_from(from).unwrap_or(usize::MAX).max(HEADER_SIZE);
+        RawRecords { chunk: self, pos, failed: false }
     }
 
     /// Ticks to ns since the epoch with this chunk's clock.

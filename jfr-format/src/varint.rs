@@ -1,6 +1,6 @@
 //! JFR's compressed integers: LEB128 with 7 payload bits in each of the first 8 bytes and a 9th byte
 //! of 8 full bits, so any u64 fits in 9 bytes. Negative values are their two's complement, never
-//! zigzag (jfr-format.md §2.1).
+//! zigzag (docs/jfr-format.md, "Encodings").
 
 /// Largest encoded length of a u64.
 pub const MAX_LEN: usize = 9;

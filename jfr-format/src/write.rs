@@ -17,7 +17,7 @@ pub const CHECKPOINT_FLUSH: u8 = 1;
 /// Checkpoint type-mask bit: chunk header checkpoint.
 pub const CHECKPOINT_CHUNK_HEADER: u8 = 2;
 
-/// How a string is encoded (jfr-format.md §2.3). The readers accept all of them.
+/// How a string is encoded (docs/jfr-format.md, "Encodings"). The readers accept all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StringEncoding {
     /// Tag 3: UTF-8 bytes (the default).
@@ -432,7 +432,7 @@ fn metadata_tree(metadata: &Metadata, strings: &mut StringTable) -> Element {
 }
 
 /// The constant pools of one checkpoint record, collected before it is written. Pools appear in
-/// the order their types were first added; add referrers before referees (invariant I8).
+/// the order their types were first added; add referrers before referees (invariant I8 of docs/sampler-protocol.md).
 #[derive(Debug, Default, Clone)]
 pub struct Checkpoint {
     pools: Vec<PoolData>,
@@ -599,7 +599,7 @@ impl ChunkWriter {
 
     /// Publishes everything written so far as the next generation of an in-progress chunk. Write the
     /// pending bytes before the returned header. Publishing with data but no metadata would make the
-    /// JDK reader spin (pitfall P14), so it is refused (returns `None`).
+    /// JDK reader spin (docs/jfr-format.md, "Publishing a live chunk"), so it is refused (returns `None`).
     pub fn publish(&mut self, duration_nanos: i64) -> Option<ChunkHeader> {
         if self.metadata_offset == 0 {
             return None;

@@ -369,7 +369,7 @@ fn jvm_recording_counts_match_jfr_summary() {
 }
 
 /// JDK 17's plain `jfr print` (PrettyWriter) throws a NullPointerException on every array-typed
-/// event field, not only `byte[]` (pitfall P6): `printArray` passes a null field descriptor to
+/// event field, not only `byte[]` (docs/jfr-format.md, "Metadata"): `printArray` passes a null field descriptor to
 /// `printValue`. `--json` and `--xml` print the same arrays fine. This test pins that: JSON and XML
 /// must succeed; plain print must either succeed (a fixed JDK) or fail with exactly that NPE.
 #[test]

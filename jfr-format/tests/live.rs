@@ -208,7 +208,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
 fn generations_cycle_through_1_to_254() {
     let md = metadata(false);
     let mut w = ChunkWriter::new(0, 0);
-    assert!(w.publish(1).is_none(), "never publish data without metadata (P14)");
+    assert!(w.publish(1).is_none(), "never publish data without metadata");
     w.write_metadata(&md, 0);
     let mut previous = w.header().state;
     let mut seen = std::collections::BTreeSet::new();

@@ -359,3 +359,36 @@ fn large_records_get_wider_size_fields() {
     let (size, width) = varint::read_u64(&out).unwrap();
     assert_eq!((size as usize, width), (out.len(), 8));
 }
+
+#[test]
+fn leading_fields_are_the_decoded_fields() {
+    // startTime comes first by itself; a long stands where a duration event has its duration.
+    let md = metadata(vec![Field::new("length", ids::LONG), Field::new("f", ids::FLOAT), Field::new("key", ids::LONG)]);
+    let events: Vec<Vec<Value>> = [(5, 0, 3), (1 << 40, 300, 1 << 20), (i64::MAX, 1, 0)]
+        .iter()
+        .map(|&(start, duration, key)| {
+            vec![Value::Long(start), Value::Long(duration), Value::Float(1.5), Value::Long(key)]
+        })
+        .collect();
+    let chunk = Chunk::parse(chunk_with(&md, &events, StringEncoding::Utf8), 0).unwrap();
+    let records: Vec<_> = chunk.records().map(Result::unwrap).filter(|r| r.type_id == EVENT).collect();
+    assert_eq!(records.len(), events.len());
+    for (record, values) in records.iter().zip(&events) {
+        let mut fields = record.leading_fields();
+        let [size, type_id, start, duration] = fields.varints().unwrap();
+        assert_eq!((size as usize, type_id), (record.bytes.len(), EVENT));
+        assert_eq!([Value::Long(start as i64), Value::Long(duration as i64)], values[..2]);
+        fields.skip(4).unwrap();
+        assert_eq!(Value::Long(fields.varint().unwrap() as i64), values[3]);
+        assert_eq!((fields.position(), fields.rest()), (record.bytes.len(), &[][..]));
+        // Past the end: None, never a read beyond the bytes.
+        assert_eq!(fields.varint(), None);
+        assert_eq!(fields.skip(1), None);
+        let mut fields = record.leading_fields();
+        fields.varints::<4>().unwrap();
+        let cut = &record.bytes[..fields.position() + 3];
+        let mut fields = jfr_format::LeadingFields::new(cut);
+        fields.varints::<4>().unwrap();
+        assert_eq!(fields.skip(4), None, "the float is cut short");
+    }
+}

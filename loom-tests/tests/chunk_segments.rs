@@ -1,4 +1,4 @@
-//! loom models of sampler-protocol.md §4.9 interleavings 7 and 8 (stack and thread definitions
+//! loom models of docs/sampler-protocol.md §9 interleavings 7 and 8 (stack and thread definitions
 //! against the checkpoint) on the SHIPPED chunk writer: `recorder::chunk::ChunkWriter` decides
 //! which constants each segment defines, `flush::samples::write_sample` writes the samples (the
 //! product's CPU source calls it from `Sampler::drain`/`drain_full`, which are `Core::drain` and
@@ -12,8 +12,8 @@
 //! end, that each sample is in exactly one chunk and each stack trace defined at most once per
 //! chunk (I9).
 //!
-//! Mutation `recorder_mutation = "settings_thread_unreferenced"` (review finding 2: the settings
-//! events' thread written without telling the chunk writer) makes every model here fail.
+//! Mutation `recorder_mutation = "settings_thread_unreferenced"` (the settings events' thread
+//! written without telling the chunk writer) makes every model here fail.
 #![cfg(loom)]
 
 mod common;
@@ -292,7 +292,7 @@ fn produce_same_stack(core: &Core, id: u64) {
     }
 }
 
-/// §4.9-7: commits land before and after the rotation's sampler pass; each sample is in exactly
+/// Interleaving 7: commits land before and after the rotation's sampler pass; each sample is in exactly
 /// one chunk, and its stack and thread are defined in that chunk at or before the checkpoint of
 /// its segment.
 #[test]
@@ -313,7 +313,7 @@ fn rotation_vs_commits_on_the_shipped_chunk_writer() {
     });
 }
 
-/// §4.9-8: the recorder thread writes samples with new stacks between flushes while a flush
+/// Interleaving 8: the recorder thread writes samples with new stacks between flushes while a flush
 /// closes the segment; with L, whichever order loom picks, every reference is defined by the
 /// checkpoint that closes its segment and each stack trace once per chunk.
 #[test]

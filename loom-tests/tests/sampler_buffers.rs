@@ -1,4 +1,4 @@
-//! loom models of the SamplerBuffer protocol (sampler-protocol.md §4.9, interleavings 1-6 and 9),
+//! loom models of the SamplerBuffer protocol (docs/sampler-protocol.md §9, interleavings 1-6 and 9),
 //! run against the shipped `recorder::sampler::buffer` code: the handler's path is `Core::admit`
 //! then `Core::write_record`, the flusher's is `Core::drain` (activation-gated, as
 //! `Sampler::drain` calls it), the recorder thread's is `Core::drain_full`. Each "handler" is a
@@ -18,7 +18,7 @@ use common::*;
 use loom::thread;
 use recorder::__loom::buffer::SLOT_FREE;
 
-/// §4.9-1: commit vs active pass. The flusher runs twice while the owner writes r1, r2; every
+/// Interleaving 1: commit vs active pass. The flusher runs twice while the owner writes r1, r2; every
 /// record is drained exactly once, never a torn one (loom's UnsafeCell flags unpublished reads;
 /// `process` asserts I1).
 #[test]
@@ -43,7 +43,7 @@ fn commit_vs_active_pass() {
     });
 }
 
-/// §4.9-2: rotation vs active pass, with the recorder draining concurrently (serialized by L).
+/// Interleaving 2: rotation vs active pass, with the recorder draining concurrently (serialized by L).
 /// Capacity one record: r1 rotates (spare in, old pushed), r2 needs a spare refilled by a drain.
 /// The records of the thread come out in the order it wrote them (the activation gate).
 #[test]
@@ -69,7 +69,7 @@ fn rotation_vs_active_pass_and_recorder() {
     });
 }
 
-/// §4.9-3: rotation finds no spare; the sample is counted lost, the old buffer stays ACTIVE and
+/// Interleaving 3: rotation finds no spare; the sample is counted lost, the old buffer stays ACTIVE and
 /// intact, and the recorder is asked to run.
 #[test]
 fn empty_spare_counts_lost() {
@@ -95,7 +95,7 @@ fn empty_spare_counts_lost() {
     });
 }
 
-/// §4.9-4: recycle vs reuse. The L holder drains buffer X from the full queue, recycles it and
+/// Interleaving 4: recycle vs reuse. The L holder drains buffer X from the full queue, recycles it and
 /// puts it into the owner's spare while the owner rotates into it and writes; the next active pass
 /// must start from X's fresh `flushed_pos`, never a stale one from X's previous life, and the
 /// owner's writes must come after the L holder's reads of X's previous records (the Release CAS
@@ -123,7 +123,7 @@ fn recycle_vs_reuse() {
     });
 }
 
-/// §4.9-4, the handoff alone: the recorder drains buffer X (reads its record), recycles it and
+/// Interleaving 4, the handoff alone: the recorder drains buffer X (reads its record), recycles it and
 /// fills the owner's empty spare with it while the owner, out of room, rotates into that spare and
 /// writes. The owner's writes must happen after the recorder's reads of X's previous record: only
 /// the Release CAS that fills the spare (paired with the owner's Acquire swap) orders them. With
@@ -151,7 +151,7 @@ fn refill_publishes_the_recycled_buffer() {
     });
 }
 
-/// §4.9-5: two owners push on the full queue while the drainer swaps the head; every pushed
+/// Interleaving 5: two owners push on the full queue while the drainer swaps the head; every pushed
 /// buffer is drained exactly once.
 #[test]
 fn two_producers_on_full_queue() {
@@ -173,7 +173,7 @@ fn two_producers_on_full_queue() {
     });
 }
 
-/// §4.9-6: thread exit vs flusher. The owner writes, then retires its slot (active and spare go to
+/// Interleaving 6: thread exit vs flusher. The owner writes, then retires its slot (active and spare go to
 /// the full queue) while the flusher is mid-pass; exactly once, and after the final drain the slot
 /// is FREE and every buffer is back in the pool.
 #[test]
@@ -197,7 +197,7 @@ fn thread_exit_vs_flusher() {
     });
 }
 
-/// §4.9-9: wakeup. The owner rotates (push + set `recorder_pending` + post) and then exits (push +
+/// Interleaving 9: wakeup. The owner rotates (push + set `recorder_pending` + post) and then exits (push +
 /// post) while the recorder alternates between `take_pending` and sleeping on the post counter
 /// (the eventfd). If a wakeup could be lost, the recorder would sleep forever with buffers queued
 /// and loom would report the livelock.

@@ -1,10 +1,10 @@
-//! The negative model of sampler-protocol.md §4.9-8: a recorder that drains WITHOUT taking L must
+//! The negative model of interleaving 8 (docs/sampler-protocol.md §9): a recorder that drains WITHOUT taking L must
 //! fail. Interleavings 7 and 8 themselves run on the shipped chunk writer in `chunk_segments.rs`.
 //!
 //! The "chunk writer" below stands for the recorder core's L-protected state: a per-chunk dedup
-//! table of stack traces (design.md §6: no epochs; ids are defined in the segment's checkpoint),
-//! the pending stack-trace constant buffer, and the chunk output. (Review finding 8c: this model
-//! catches a race on its own cell, whatever the shipped code does.)
+//! table of stack traces (no epochs; ids are defined in the segment's checkpoint: docs/sampler-protocol.md §5),
+//! the pending stack-trace constant buffer, and the chunk output. (This model catches a race on
+//! its own cell, whatever the shipped code does.)
 #![cfg(loom)]
 
 mod common;
@@ -86,7 +86,7 @@ impl ChunkWriter {
         self.pending_defs.extend(pending);
     }
 
-    /// Flush (§4.3): sampler pass, own events, checkpoint with the pending constants, reset the
+    /// Flush (docs/sampler-protocol.md §3): sampler pass, own events, checkpoint with the pending constants, reset the
     /// constant buffer.
     fn flush(&mut self, core: &Core) {
         self.drain(core, true);
@@ -96,7 +96,7 @@ impl ChunkWriter {
         chunk.push(Item::Checkpoint);
     }
 
-    /// Recorder (§4.4): full pass; serializes into the shared constant buffer.
+    /// Recorder (docs/sampler-protocol.md §4): full pass; serializes into the shared constant buffer.
     fn recorder(&mut self, core: &Core) {
         self.drain(core, false);
     }

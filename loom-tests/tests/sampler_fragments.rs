@@ -1,11 +1,11 @@
-//! loom model of oversized samples (issue "deep stacks"): the owner splits a sample into
+//! loom model of oversized samples ("Fragments" in docs/sampler-protocol.md §7): the owner splits a sample into
 //! fragments across consecutive buffers through the shipped `Core::write_sample` (the ordinary
 //! rotation: spare swap, Release store of `active`, Release push) while the flusher runs
 //! `Core::drain` (full queue oldest first, then active buffers only when every older buffer of the
 //! thread is drained) and the recorder runs `Core::drain_full`, serialized by L.
 //!
-//! The fragment path adds no new kind of atomic interaction: each spare entry is the §4 spare
-//! handoff, every rotation the §4.2 step 5 rotation. What is new is the L-side order rule (an
+//! The fragment path adds no new kind of atomic interaction: each spare entry is the spare
+//! handoff, every rotation the rotation of docs/sampler-protocol.md §2 step 5. What is new is the L-side order rule (an
 //! active buffer waits while an older buffer of its thread is still queued) and the per-buffer
 //! activation number it reads; this model checks that no interleaving lets a fragment overtake an
 //! older one: the sample is always delivered whole, exactly once, and nothing is counted lost.

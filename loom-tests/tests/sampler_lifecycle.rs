@@ -1,4 +1,4 @@
-//! loom models of a slot's life beyond one owner (findings 1 and 8(d) of the 2026-11-30 review),
+//! loom models of a slot's life beyond one owner (docs/sampler-protocol.md §6, I13, I14),
 //! on the shipped `Core`:
 //! - retirement on behalf of a thread (discovery) racing that thread's own handler: the gate
 //!   (I13) makes the retirer wait until no handler is admitted, so nothing is written twice, lost
@@ -28,8 +28,8 @@ fn retire_on_behalf_then_drain(m_core: &recorder::__loom::buffer::Core, l: &loom
     m_core.drain_full(locked, &mut collect(out));
 }
 
-/// What the review reproduced (`audit_retire_race.rs`, which failed on 47d0d74 with I6 2 vs 1 and
-/// a buffer twice in the pool): discovery retires the slot of a live thread whose handler is
+/// The race the gate closes (without it, I6 read 2 vs 1 and a buffer went into the pool twice):
+/// discovery retires the slot of a live thread whose handler is
 /// writing. With the gate, the retirement waits for the handler; every record is drained once,
 /// every sample is accounted for, every buffer is back in the pool once.
 fn retire_on_behalf_vs_handler(records: u64) {

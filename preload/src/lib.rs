@@ -524,19 +524,7 @@ fn finish(why: &str) {
 /// `output=`: the finished recording's chunks in order, as one file (a JFR file is its chunks one
 /// after the other), written under a temporary name and renamed.
 fn write_output(dir: &std::path::Path, out: &std::path::Path) -> std::io::Result<()> {
-    let mut chunks: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jfr"))
-        .collect();
-    chunks.sort();
-    let mut bytes = Vec::new();
-    for c in &chunks {
-        bytes.extend_from_slice(&std::fs::read(c)?);
-    }
-    let mut tmp = out.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&tmp, &bytes)?;
-    std::fs::rename(&tmp, out)
+    recorder::repository::layout::write_recording_file(dir, out).map(drop)
 }
 
 /// Appends one line to the `report=` file (one `write` with O_APPEND: lines of processes that

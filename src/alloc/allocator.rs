@@ -309,9 +309,9 @@ impl Sampling {
     pub(crate) fn drain(&mut self, f: &mut dyn FnMut(&hook::AllocRecord<'_>)) -> usize {
         // SAFETY: owned by us until `Drop`; `&mut self` is the only drainer.
         let active = unsafe { &*self.active };
-        let inner = active.inner_frames();
+        let (inner, outer) = active.depth();
         let frames = &mut self.frames;
-        let n = active.pool.drain(&mut self.drain, &mut |words| hook::decode(words, frames, f, inner));
+        let n = active.pool.drain(&mut self.drain, &mut |words| hook::decode(words, frames, f, inner, outer));
         self.written += n as u64;
         n
     }

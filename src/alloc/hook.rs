@@ -5,7 +5,7 @@
 //! the per-thread state is one const-initialized thread-local without a destructor (readable at
 //! any time, never lazily registered), and the recording's state is reached through a [`Gate`].
 //!
-//! Sampling (issue 13 §1): each thread counts down the bytes it allocates; when the countdown
+//! Sampling: each thread counts down the bytes it allocates; when the countdown
 //! reaches zero the allocation is sampled and a fresh gap is drawn from an exponential
 //! distribution of mean `interval` (one draw, however large the allocation: the sample's weight,
 //! `size / (1 - exp(-size / interval))`, accounts for the allocations it stands for). No counter
@@ -23,7 +23,8 @@ const TID_WORD: usize = 3;
 const SIZE_WORD: usize = 4;
 const LIVE_INDEX_WORD: usize = 5;
 const LIVE_WORD: usize = 6;
-const DROPPED_WORD: usize = 7;
+/// Frames the walk saw (kept or not; the record keeps them as `stack::KeepEnds` places them).
+const WALKED_WORD: usize = 7;
 /// Words before the frames.
 pub(crate) const RECORD_HEADER_WORDS: usize = 8;
 
@@ -104,9 +105,9 @@ impl Active {
         self.headers
     }
 
-    /// Innermost frames a record keeps in order (the ring of outermost ones follows them).
-    pub(crate) fn inner_frames(&self) -> usize {
-        self.inner
+    /// Innermost frames a record keeps in order and outermost ones in a ring after them.
+    pub(crate) fn depth(&self) -> (usize, usize) {
+        (self.inner, self.outer)
     }
 }
 
@@ -444,36 +445,39 @@ impl Ticket {
         let (inner, outer) = (self.active.inner, self.active.outer);
         let Some((lo, hi)) = stack_bounds(sp) else {
             self.claim.write(LAYOUT_WORD, FLAG_NO_STACK << 48);
-            self.claim.write(DROPPED_WORD, 0);
+            self.claim.write(WALKED_WORD, 0);
             return;
         };
-        let lo = lo.max(sp);
+        let stack = crate::unwind::OwnStack { lo: lo.max(sp), hi };
         let claim = &mut self.claim;
-        let (mut n, mut ring, mut ring_len) = (0usize, 0usize, 0usize);
-        // Keeps one return address: the innermost `inner` in order, the last `outer` in a ring.
-        let mut store = |ret: usize| {
-            if n < inner {
-                claim.write(RECORD_HEADER_WORDS + n, ret as u64);
-            } else if outer > 0 {
-                claim.write(RECORD_HEADER_WORDS + inner + ring, ret as u64);
-                ring = (ring + 1) % outer;
-                ring_len = (ring_len + 1).min(outer);
+        // The innermost `inner` return addresses in order, the last `outer` in a ring.
+        let mut keep = crate::stack::KeepEnds::new(inner, outer);
+        let mut store = |frame: crate::unwind::Regs| {
+            if let Some(at) = keep.next_slot() {
+                claim.write(RECORD_HEADER_WORDS + at, frame.pc as u64);
             }
-            n += 1;
+            true
         };
-        // The sampler's DWARF tables when it runs with them (code without frame pointers, such
-        // as a C program's `malloc` callers under `recorder record`), else frame pointers.
-        let cut = crate::sampler::with_unwind_tables(|tables| match tables {
-            Some((tables, mode)) => walk_tables(tables, mode, fp, lo, hi, &mut store),
-            None => walk_frame_pointers(fp, lo, hi, &mut store),
+        // The caller of the frame at `fp`: its pc is the return address, its sp the frame's CFA,
+        // its frame pointer the one the frame saved.
+        let end = crate::unwind::caller_of_record(&stack, fp).map(|start| {
+            // The sampler's DWARF tables when it runs with them (code without frame pointers,
+            // such as a C program's `malloc` callers under `recorder record`), else frame
+            // pointers.
+            crate::sampler::with_unwind_tables(|tables| {
+                let rules = match tables {
+                    Some((tables, mode)) => {
+                        crate::unwind::WalkRules::with_tables(Some(tables), mode, crate::unwind::HARD_WALK_LIMIT, 0)
+                    }
+                    None => crate::unwind::WalkRules::frame_pointers(crate::unwind::HARD_WALK_LIMIT, 0),
+                };
+                crate::unwind::walk(&stack, &rules, start, false, &mut store).1
+            })
         });
-        let flags = if cut { FLAG_CUT } else { 0 };
-        let n_inner = n.min(inner);
-        let dropped = n - n_inner - ring_len;
-        let head = if ring_len == outer { ring } else { 0 };
-        self.claim
-            .write(LAYOUT_WORD, (n_inner as u64) | ((ring_len as u64) << 16) | ((head as u64) << 32) | (flags << 48));
-        self.claim.write(DROPPED_WORD, dropped as u64);
+        // Only a walk cut by its limit is marked (a broken chain is kept as walked).
+        let flags = if end == Some(crate::unwind::End::Full) { FLAG_CUT } else { 0 };
+        self.claim.write(LAYOUT_WORD, flags << 48);
+        self.claim.write(WALKED_WORD, keep.seen() as u64);
     }
 
     /// The sampled block gets a live-set header (live-set tracking with headers).
@@ -521,77 +525,6 @@ impl Ticket {
     }
 }
 
-/// The return address and caller registers of the frame record at `fp`, if it lies in
-/// `[lo, hi)`.
-///
-/// # Signal safety
-/// Two checked loads from this thread's mapped stack.
-#[inline]
-fn frame_record(fp: usize, lo: usize, hi: usize) -> Option<(usize, usize)> {
-    if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
-        return None;
-    }
-    // SAFETY: `[fp, fp + 16)` lies inside `[lo, hi)`, the mapped stack this thread runs on (its
-    // mapping in /proc/self/maps, from the current sp up), and `fp` is 8-byte aligned.
-    let (next, ret) = unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
-    (ret != 0).then_some((next, ret))
-}
-
-/// Walks frame pointers from the record at `fp`, handing each return address to `store`.
-/// Returns true if the walk stopped at `HARD_WALK_LIMIT`.
-///
-/// # Signal safety
-/// Checked loads from this thread's stack.
-fn walk_frame_pointers(mut fp: usize, lo: usize, hi: usize, store: &mut impl FnMut(usize)) -> bool {
-    let mut n = 0usize;
-    while let Some((next, ret)) = frame_record(fp, lo, hi) {
-        if n >= crate::unwind::HARD_WALK_LIMIT {
-            return true;
-        }
-        store(ret);
-        n += 1;
-        if next <= fp {
-            break;
-        }
-        fp = next;
-    }
-    false
-}
-
-/// Walks from the record at `fp` with the sampler's DWARF tables (`cfi::step`: frame pointers
-/// where `mode` says a module keeps them), handing each return address to `store`. Returns true
-/// if the walk stopped at `HARD_WALK_LIMIT`.
-///
-/// # Signal safety
-/// As `cfi::step`: binary searches over immutable tables, checked loads from `[lo, hi)`.
-fn walk_tables(
-    tables: &crate::cfi::Tables,
-    mode: crate::cfi::Unwinder,
-    fp: usize,
-    lo: usize,
-    hi: usize,
-    store: &mut impl FnMut(usize),
-) -> bool {
-    // The caller of the frame at `fp`: its pc is the return address, its sp the frame's CFA, its
-    // frame pointer the one the frame saved.
-    let Some((next, ret)) = frame_record(fp, lo, hi) else { return false };
-    let mut regs = crate::cfi::Regs { pc: ret, sp: fp + 16, fp: next };
-    store(ret);
-    let mut n = 1usize;
-    while let Ok(caller) = crate::cfi::step(Some(tables), mode, regs, false, lo, hi) {
-        if caller.sp <= regs.sp {
-            break;
-        }
-        if n >= crate::unwind::HARD_WALK_LIMIT {
-            return true;
-        }
-        store(caller.pc);
-        n += 1;
-        regs = caller;
-    }
-    false
-}
-
 /// One sample as the drain hands it out.
 #[derive(Debug)]
 pub(crate) struct AllocRecord<'a> {
@@ -604,25 +537,23 @@ pub(crate) struct AllocRecord<'a> {
     pub truncated: bool,
 }
 
-/// Decodes a drained record into `frames` (scratch) and hands it to `f`.
-pub(crate) fn decode(words: &[u64], frames: &mut Vec<u64>, f: &mut dyn FnMut(&AllocRecord<'_>), inner: usize) {
+/// Decodes a drained record into `frames` (scratch) and hands it to `f`; `inner` and `outer`:
+/// the recording's depth policy, as the record was written.
+pub(crate) fn decode(
+    words: &[u64],
+    frames: &mut Vec<u64>,
+    f: &mut dyn FnMut(&AllocRecord<'_>),
+    inner: usize,
+    outer: usize,
+) {
     let w = |i: usize| words.get(i).copied().unwrap_or(0);
-    let layout = w(LAYOUT_WORD);
-    let n_inner = (layout & 0xffff) as usize;
-    let ring_len = ((layout >> 16) & 0xffff) as usize;
-    let head = ((layout >> 32) & 0xffff) as usize;
-    let flags = layout >> 48;
-    let dropped = w(DROPPED_WORD);
+    let flags = w(LAYOUT_WORD) >> 48;
+    // Where the walk's `KeepEnds` put the frames.
+    let layout = crate::stack::WalkLayout::new(inner, outer, w(WALKED_WORD) as usize);
     frames.clear();
-    frames.extend((0..n_inner).map(|i| w(RECORD_HEADER_WORDS + i)));
-    if dropped > 0 && n_inner > 0 && ring_len > 0 {
-        frames.push(crate::stack::elided_marker(dropped));
-    }
-    for k in 0..ring_len {
-        frames.push(w(RECORD_HEADER_WORDS + inner + (head + k) % ring_len.max(1)));
-    }
+    frames.extend((0..layout.len()).map(|i| layout.word(i, |at| w(RECORD_HEADER_WORDS + at))));
     // Every frame is a return address; the first one kept is stored minus one, so that every
-    // stack of the recording says "frame 0 lies inside its instruction" (as `unwind.rs` does).
+    // stack of the recording says "frame 0 lies inside its instruction" (as `unwind::capture_current` does).
     if let Some(first) = frames.first_mut() {
         if crate::stack::as_elided(*first).is_none() {
             *first = first.saturating_sub(1);
@@ -635,7 +566,7 @@ pub(crate) fn decode(words: &[u64], frames: &mut Vec<u64>, f: &mut dyn FnMut(&Al
         size: w(SIZE_WORD),
         live: (live_index != 0).then(|| LiveRef { index: (live_index - 1) as u32, word: w(LIVE_WORD) }),
         frames,
-        truncated: dropped > 0 || flags & FLAG_CUT != 0,
+        truncated: layout.dropped() > 0 || flags & FLAG_CUT != 0,
     };
     f(&rec);
 }
@@ -662,8 +593,7 @@ fn tid(l: &Local) -> u32 {
     if t != 0 {
         return t;
     }
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let t = crate::threads::gettid();
     // Relaxed: as above.
     l.tid.store(t, Ordering::Relaxed);
     t

@@ -1,5 +1,5 @@
 //! Allocation sampling for a library that interposes the C allocator (`malloc`, `free`, ... of
-//! `librecorder_preload.so`, issue 14): the same per-thread byte countdown, decision, stack walk,
+//! `librecorder_preload.so`): the same per-thread byte countdown, decision, stack walk,
 //! pool records and live table as [`super::SamplingAllocator`], reached through functions an
 //! interposer calls around the real allocator.
 //!

@@ -1,16 +1,16 @@
-//! The chunk writer (design.md §7): the live chunk, the recording's constant pools (symbols,
+//! The chunk writer (docs/architecture.md, data path 1): the live chunk, the recording's constant pools (symbols,
 //! classes, methods, stack traces, threads) and what the chunk has already defined. It
 //! answers one question — "define these ids in this segment" — and does no I/O: no file, no
 //! symbolizer, no `/proc`. What needs slow work (the names of addresses never seen, of threads)
 //! is asked for with [`ChunkWriter::unresolved`] and handed back with [`ChunkWriter::resolved`],
 //! so the flusher can do it with L released; the loom models in `loom-tests` drive this same code.
 //!
-//! Segment completeness (design.md §6, sampler-protocol.md I7): every event written through this
+//! Segment completeness (docs/sampler-protocol.md I7): every event written through this
 //! type reports the threads and stack traces it references — [`EventOut::thread`] and
 //! [`EventOut::stack`] write a reference and note it in one call, [`ChunkWriter::records`] reads
 //! the leading ids of pre-encoded records — and [`ChunkWriter::checkpoint`] defines every one of
 //! them the chunk lacks. There is no other way to write an event, so an event cannot reference a
-//! constant its segment leaves undefined (review finding 2 was a thread id written without this).
+//! constant its segment leaves undefined (`tests/constant_refs.rs`).
 //!
 //! Referenced constants are state of the chunk writer, not of one flush: an L holder that writes
 //! between two flushes (the recorder thread's pass over full sampler buffers) leaves its
@@ -22,11 +22,11 @@ pub use pools::{Address, FrameName, Resolve};
 
 use crate::clock::ClockPair;
 use crate::stack::{DepthPolicy, StackKey, StackTable};
-use crate::thread::RawComm;
+use crate::threads::RawComm;
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{ids, Metadata, FRAME_TYPES, THREAD_STATES};
-use jfr_format::varint;
 use jfr_format::write::{self, Checkpoint};
+use jfr_format::LeadingFields;
 use pools::Pools;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -183,7 +183,7 @@ impl EventOut<'_> {
     pub fn fixed(&mut self, key: u64) {
         write::put_varint(self.out, key);
     }
-    /// A thread key written WITHOUT noting the reference: review finding 2, for the mutation
+    /// A thread key written WITHOUT noting the reference: the bug I7 forbids, for the mutation
     /// that must make the loom models of `loom-tests/tests/sampler_chunks.rs` fail.
     #[cfg(recorder_mutation = "settings_thread_unreferenced")]
     pub fn unreferenced_thread(&mut self, tid: u32) {
@@ -495,7 +495,7 @@ impl ChunkWriter {
 
     /// Publishes everything written so far as the chunk's next generation: the bytes to write
     /// and the header to publish after them. `None` before the chunk has metadata (a reader
-    /// would spin on it, jfr-format.md P14); the bytes then wait for the next publish.
+    /// would spin on it: docs/jfr-format.md, "Publishing a live chunk"); the bytes then wait for the next publish.
     pub fn publish(&mut self, duration: i64) -> Option<Publish> {
         let live = self.live();
         let header = live.out.publish(duration)?;
@@ -526,15 +526,11 @@ fn scan_records(bytes: &[u8], refs: &mut Refs) -> u64 {
     // Consecutive records mostly repeat the previous ids: skip the set lookups for those.
     let (mut last_thread, mut last_stack) = (u32::MAX, u64::MAX);
     while pos < bytes.len() {
-        let rest = &bytes[pos..];
-        let mut at = 0usize;
+        let mut lead = LeadingFields::new(&bytes[pos..]);
         let mut fields = [0u64; 6];
         for f in fields.iter_mut() {
-            match varint::read_u64(rest.get(at..).unwrap_or(&[])) {
-                Some((v, n)) => {
-                    *f = v;
-                    at += n;
-                }
+            match lead.varint() {
+                Some(v) => *f = v,
                 None => break,
             }
         }
@@ -574,9 +570,27 @@ mod tests {
         }
     }
 
+    /// The event the tests write: a sample (start time, thread, stack, thread state).
+    const SAMPLE: u64 = ids::FIRST_EVENT;
+
     fn metadata() -> Metadata {
+        use jfr_format::metadata::{event_class, EventTypeSpec, Field};
         let mut classes = jfr_format::metadata::jdk_types();
-        classes.extend(crate::builtin::classes());
+        classes.push(event_class(EventTypeSpec {
+            id: SAMPLE,
+            name: "test.Sample",
+            label: "Sample",
+            description: None,
+            category: &[],
+            duration: false,
+            thread: false,
+            stack_trace: false,
+            fields: vec![
+                Field::new("sampledThread", ids::THREAD).pooled(),
+                Field::new("stackTrace", ids::STACK_TRACE).pooled(),
+                Field::new("state", ids::THREAD_STATE).pooled(),
+            ],
+        }));
         Metadata { id: 1, classes, region: Default::default() }
     }
 
@@ -613,14 +627,11 @@ mod tests {
         w.open(ClockPair::logical(0));
         let mut file = Vec::new();
         for segment in 0..3u32 {
-            w.event(crate::builtin::EXECUTION_SAMPLE, |e| {
+            w.event(SAMPLE, |e| {
                 e.long(1);
                 e.thread(7 + segment);
                 e.stack(key);
                 e.fixed(jfr_format::metadata::THREAD_STATE_RUNNABLE);
-                if crate::builtin::sample_span_ids() {
-                    crate::builtin::write_sample_context(e, 0);
-                }
             });
             let unresolved = w.unresolved(&stacks);
             if segment == 0 {

@@ -1,6 +1,6 @@
 //! The recording's constant pools: symbols, classes, methods, the frames of each address and
 //! the names of threads. Keys are assigned once per recording and never reused for
-//! another value (design.md §4), so a constant keeps its key in every chunk; which of them a
+//! another value (docs/jfr-format.md, "Constant pools"), so a constant keeps its key in every chunk; which of them a
 //! chunk has *defined* is the chunk writer's business (`super::Defined`).
 //!
 //! How a native frame is named (class, method, descriptor, frame type: [`NATIVE_DESCRIPTOR`]) and
@@ -63,8 +63,8 @@ pub(super) struct ClassDef {
     pub name: u64,
 }
 
-/// How frames of native code are named, for every reader (async-profiler's convention, issue 10
-/// §3): the method is the whole demangled function name, its class is the module the code lives
+/// How frames of native code are named, for every reader (async-profiler's convention):
+/// the method is the whole demangled function name, its class is the module the code lives
 /// in (`libc.so.6`, `myapp`), in no package, and its descriptor has no arguments and the empty
 /// class as return type. So:
 /// - JMC renders `libc.so.6.epoll_wait()`: a class with a package must start with the package
@@ -134,7 +134,7 @@ pub(super) struct Pools {
     /// Methods named by [`INSTRUMENTATION_PREFIXES`].
     instrumentation_frames: HashSet<u64>,
     /// Thread names, captured while the threads run (and their renames).
-    pub thread_names: crate::thread::ThreadNames,
+    pub thread_names: crate::threads::ThreadNames,
     /// The keys of threads under a name other than the one their own key (the tid) has in a
     /// chunk, per tid: (name, key). See [`Pools::thread_variant`].
     thread_variants: HashMap<u32, Vec<(String, u64)>>,
@@ -318,7 +318,7 @@ impl Pools {
             for (i, &ip) in ips.iter().enumerate().skip(first) {
                 match as_elided(ip) {
                     Some(k) => shown.push(Shown::Elided(k)),
-                    // Every frame but the leaf holds a return address (design.md §6).
+                    // Every frame but the leaf holds a return address (see `symbolize.rs`).
                     None => shown.extend(self.frames_of((ip, i > first), fallback).into_iter().map(Shown::Frame)),
                 }
             }

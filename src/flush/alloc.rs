@@ -1,4 +1,4 @@
-//! Allocation samples as a flush source (issue 13 §1): the records the allocator hook committed
+//! Allocation samples as a flush source: the records the allocator hook committed
 //! (`crate::alloc`), turned into `jdk.ObjectAllocationSample` events under L after the event
 //! buffers, and, with the live set tracked, one `recorder.LiveObject` per sampled block still
 //! allocated plus a `recorder.LiveSet` summary whenever the live set changed or a chunk started.
@@ -298,6 +298,6 @@ impl SampleSource for AllocSamples {
         let losses = self.losses(stats);
         self.sampling = None;
         self.stopped = Some(stats);
-        Stopped { losses, allocation: Some(stats), ..Stopped::default() }
+        Stopped { losses, stats: Some(Box::new(stats)) }
     }
 }

@@ -1,21 +1,24 @@
-//! The sources of a flush (design.md §7) and what they drain into.
+//! The sources of a flush (docs/architecture.md, data paths 1 and 2) and what they drain into.
 //!
 //! A flush drains, in this order and holding L: the event buffers ([`events::EventBuffers`]),
 //! then every sampler-style source ([`SampleSource`]: CPU samples today), then the scope tree
 //! ([`scopes`]: what changed, as `recorder.ScopeTiming`), then the recorder's own events ([`own`]); then the metadata if it changed, one checkpoint, and the publish. The
-//! order is the contract (design.md §6, seed 003): samples after the event buffers, under L,
-//! never skipped. `recorder.rs` runs it; each source only writes into a [`Segment`], and every
+//! order is the contract (docs/sampler-protocol.md I7): samples after the event buffers, under L,
+//! never skipped. `recorder/mod.rs` runs it; each source only writes into a [`Segment`], and every
 //! event it writes reports the threads and stacks it references to the chunk writer.
 //!
 //! A new sampler-style source implements [`SampleSource`] and is added to the recorder's list of
 //! sources when the recording starts; nothing else changes. Allocation samples ([`alloc`]) are
-//! one.
+//! one. The periodic events ([`periodic`]: thread CPU, CPU load, RSS) are a list of their own,
+//! written at the periodic interval from a reading taken without L.
 
 #[cfg(not(loom))]
 pub mod alloc;
 #[cfg(not(loom))]
 pub mod events;
 pub mod own;
+#[cfg(not(loom))]
+pub mod periodic;
 pub mod samples;
 #[cfg(not(loom))]
 pub mod scopes;
@@ -46,12 +49,18 @@ pub struct Tally {
     pub bytes: u64,
     /// Samples written, per sampled thread.
     pub samples: BTreeMap<u32, u64>,
-    /// Wall-clock periods written (`profiler.WallClockSample` `samples`), per thread: not
-    /// samples of the CPU sampler, whose taken = written + lost they would spoil.
-    pub wall_periods: BTreeMap<u32, u64>,
+    /// Other counts a failed write loses, by what they count (named in the loss's reason) and
+    /// thread: not samples of the CPU sampler, whose taken = written + lost they would spoil
+    /// (the wall-clock periods a `profiler.WallClockSample` stands for).
+    pub other: BTreeMap<(&'static str, u32), u64>,
 }
 
 impl Tally {
+    /// Counts `n` of `what` written for `thread` (see [`Tally::other`]).
+    pub fn count_other(&mut self, what: &'static str, thread: u32, n: u64) {
+        *self.other.entry((what, thread)).or_insert(0) += n;
+    }
+
     /// Samples written in the segment.
     pub fn total_samples(&self) -> u64 {
         self.samples.values().sum()
@@ -125,8 +134,6 @@ pub trait SampleSource: Send + std::fmt::Debug {
 pub struct Stopped {
     /// Losses not reported yet.
     pub losses: Vec<LossReport>,
-    /// The sampler's final counters (the recorder's final report carries them).
-    pub sampler: Option<crate::sampler::SamplerStats>,
-    /// The allocation sampler's final counters.
-    pub allocation: Option<crate::alloc::AllocationStats>,
+    /// The source's final counters (the recorder's final report picks them by their type).
+    pub stats: Option<Box<dyn std::any::Any + Send>>,
 }

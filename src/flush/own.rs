@@ -1,6 +1,6 @@
 //! The recorder's own events: thread starts and ends, data loss, the recording's settings, CPU
 //! load and memory. Each writer takes the chunk writer, so every thread it names is defined by
-//! the segment's checkpoint (review finding 2).
+//! the segment's checkpoint (docs/sampler-protocol.md I7, `tests/constant_refs.rs`).
 
 use super::{LossReport, SettingRow};
 use crate::builtin;
@@ -88,7 +88,7 @@ pub fn write_setting_rows(chunk: &mut ChunkWriter, now: i64, tid: u32, rows: &[S
 fn settings_thread(e: &mut EventOut<'_>, tid: u32) {
     #[cfg(not(recorder_mutation = "settings_thread_unreferenced"))]
     e.thread(tid);
-    // The bug of review finding 2, for the loom models to catch.
+    // The bug I7 forbids, for the loom models to catch.
     #[cfg(recorder_mutation = "settings_thread_unreferenced")]
     e.unreferenced_thread(tid);
 }

@@ -46,7 +46,7 @@ fn write_wall_sample_of(
     seg: &mut Segment<'_>,
     ticks: i64,
     tid: u32,
-    comm: Option<&crate::thread::RawComm>,
+    comm: Option<&crate::threads::RawComm>,
     key: crate::stack::StackKey,
     state: u64,
     samples: u64,
@@ -66,7 +66,7 @@ fn write_wall_sample_of(
         e.long(samples.min(u32::MAX as u64) as i64);
     });
     // Counted as the periods it stands for: a failed write loses that many.
-    *seg.tally.wall_periods.entry(tid).or_insert(0) += samples;
+    seg.tally.count_other("wall-clock periods", tid, samples);
 }
 
 #[cfg(not(loom))]
@@ -180,7 +180,7 @@ mod cpu {
     }
 
     fn thread_alive(tid: u32) -> bool {
-        std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+        crate::threads::proc::task_listed(tid)
     }
 
     /// A thread that got no sampler slot (every slot taken by live threads): its samples are not
@@ -370,7 +370,7 @@ mod cpu {
             let mut losses = self.losses(report.lost, report.stats.unattributed);
             losses.extend(refused.into_iter().map(refusal));
             losses.extend(wall_loss(report.wall_lost));
-            Stopped { losses, sampler: Some(report.stats), ..Stopped::default() }
+            Stopped { losses, stats: Some(Box::new(report.stats)) }
         }
     }
 }

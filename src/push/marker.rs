@@ -84,19 +84,15 @@ impl Marker {
             .filter(|l| l.split_once(' ').is_some_and(|(key, _)| keep(key.split(['#', '@']).next().unwrap_or(key))))
             .collect();
         let temp = self.path.with_extension("compact");
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)?;
-        for line in &kept {
-            f.write_all(line.as_bytes())?;
-            f.write_all(b"\n")?;
-        }
-        f.sync_all()?;
-        std::fs::rename(&temp, &self.path)?;
+        // Left by a process killed while compacting (removing a name never follows a symlink).
+        let _ = std::fs::remove_file(&temp);
+        crate::repository::layout::replace_file(&temp, &self.path, 0o600, |f| {
+            for line in &kept {
+                f.write_all(line.as_bytes())?;
+                f.write_all(b"\n")?;
+            }
+            Ok(())
+        })?;
         self.file =
             OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&self.path)?;
         self.done = kept.iter().filter_map(|l| l.split_once(' ').map(|(k, _)| k.to_owned())).collect();

@@ -11,10 +11,11 @@ use super::http::{self, Answer, Client};
 use super::marker::Marker;
 use super::plan::{self, Upload};
 use super::target::PushTarget;
+use crate::repository::layout;
 use bytes::Bytes;
 use jfr_format::header::{ChunkHeader, HEADER_SIZE};
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -155,8 +156,7 @@ struct State {
 
 /// The key of a chunk file: its name without `.jfr` or `.jfr.zst`.
 pub(crate) fn chunk_key(path: &Path) -> Option<&str> {
-    let name = path.file_name()?.to_str()?;
-    name.strip_suffix(".jfr.zst").or_else(|| name.strip_suffix(".jfr"))
+    layout::chunk_stem(path.file_name()?.to_str()?)
 }
 
 impl Shared {
@@ -542,7 +542,7 @@ fn scan_recording(dir: &Path) -> io::Result<Vec<Found>> {
         }
         let path = entry.path();
         let Some(key) = chunk_key(&path).filter(|k| !k.starts_with('.')).map(str::to_owned) else { continue };
-        let Ok(header) = read_header(&path) else { continue };
+        let Ok(header) = layout::read_chunk_header(&path) else { continue };
         // Only finished chunks: the live one is posted once it is finished.
         if !header.is_finished() || header.metadata_offset == 0 {
             continue;
@@ -567,7 +567,7 @@ fn scan_recording(dir: &Path) -> io::Result<Vec<Found>> {
 
 /// The finished chunks of a `.jfr` file (chunks back to back; zstd-compressed files too).
 fn scan_file(path: &Path) -> io::Result<Vec<Found>> {
-    let bytes = read_maybe_zstd(path)?;
+    let bytes = layout::chunk_bytes(std::fs::read(path)?, path)?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("chunk").replace([' ', '#', '@'], "_");
     let mut out = Vec::new();
@@ -597,54 +597,9 @@ fn scan_file(path: &Path) -> io::Result<Vec<Found>> {
     Ok(out)
 }
 
-fn read_header(path: &Path) -> io::Result<ChunkHeader> {
-    let file = std::fs::File::open(path)?;
-    let mut bytes = [0u8; HEADER_SIZE];
-    if path.extension().is_some_and(|e| e == "zst") {
-        zstd_decoder(file)?.read_exact(&mut bytes)?;
-    } else {
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0)?;
-    }
-    ChunkHeader::parse(&bytes, 0).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-}
-
-fn read_maybe_zstd(path: &Path) -> io::Result<Vec<u8>> {
-    let bytes = std::fs::read(path)?;
-    if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        let mut out = Vec::new();
-        zstd_decoder(&bytes[..])?.read_to_end(&mut out)?;
-        Ok(out)
-    } else {
-        Ok(bytes)
-    }
-}
-
-#[cfg(feature = "zstd")]
-fn zstd_decoder<R: Read>(input: R) -> io::Result<impl Read> {
-    zstd::stream::read::Decoder::new(input)
-}
-
-/// Compressed chunks exist only where the library was built with `zstd`
-/// (`RecorderBuilder::compress_finished_chunks`); the CLI has it.
-#[cfg(not(feature = "zstd"))]
-fn zstd_decoder<R: Read>(_input: R) -> io::Result<std::io::Empty> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "a zstd-compressed chunk: reading it needs recorder's `zstd` feature",
-    ))
-}
-
 /// The chunk's bytes (exactly one chunk).
 fn load(f: &Found) -> io::Result<Bytes> {
-    let bytes = match read_maybe_zstd(&f.path) {
-        // Compressed since the directory was read (`compress_finished_chunks`): same chunk.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && f.path.extension().is_some_and(|x| x == "jfr") => {
-            let mut zst = f.path.clone().into_os_string();
-            zst.push(".zst");
-            read_maybe_zstd(Path::new(&zst)).map_err(|_| e)?
-        }
-        other => other?,
-    };
+    let bytes = layout::read_finished_chunk(&f.path)?;
     let start = f.offset.unwrap_or(0) as usize;
     let end = start.saturating_add(f.size as usize);
     if end > bytes.len() {
@@ -655,42 +610,16 @@ fn load(f: &Found) -> io::Result<Bytes> {
 
 /// Is `dir` a recording directory (chunk files in it)?
 fn has_chunk_files(dir: &Path) -> io::Result<bool> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if chunk_key(&path).is_some_and(|k| !k.starts_with('.')) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    Ok(layout::chunk_files(dir)?.iter().any(|p| chunk_key(p).is_some_and(|k| !k.starts_with('.'))))
 }
 
-/// The recording directories under `path`: itself if it holds chunk files, else its
-/// `<yyyy_MM_dd_HH_mm_ss>_<pid>` subdirectories in name (time) order.
+/// The recording directories under `path`: itself if it holds chunk files, else its recording
+/// subdirectories in name (time) order.
 fn recording_dirs(path: &Path) -> io::Result<Vec<PathBuf>> {
     if has_chunk_files(path)? {
         return Ok(vec![path.to_owned()]);
     }
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| e.file_name().to_str().is_some_and(is_recording_dir_name))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
-    Ok(dirs)
-}
-
-fn is_recording_dir_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    b.len() > 20
-        && b[..19].iter().enumerate().all(|(i, c)| {
-            if matches!(i, 4 | 7 | 10 | 13 | 16) {
-                *c == b'_'
-            } else {
-                c.is_ascii_digit()
-            }
-        })
-        && b[19] == b'_'
+    Ok(layout::recording_dirs(path)?.into_iter().map(|r| r.path).collect())
 }
 
 /// How [`push_path`] runs.

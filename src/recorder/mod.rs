@@ -1,4 +1,4 @@
-//! The recorder: a recording's lifecycle and its flush (design.md §7).
+//! The recorder: a recording's lifecycle and its flush (docs/architecture.md).
 //!
 //! Module map: `chunk` (the chunk writer: live chunk, constant pools, which constants a segment
 //! defines; no I/O), `flush` (the flush sources: event buffers, sampler-style sources, the
@@ -22,6 +22,7 @@
 //! compression of finished chunks and reading the files of a dump (`storage`), `/proc` readings
 //! of periodic events (`state`).
 
+mod atfork;
 mod lock;
 mod resolve;
 mod settings;
@@ -34,6 +35,7 @@ pub use settings::{AllocationSampling, Error, RecorderBuilder, Settings};
 use crate::clock::ClockPair;
 use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
 use crate::flush::alloc::AllocSamples;
+use crate::flush::periodic;
 use crate::flush::samples::CpuSamples;
 use crate::flush::LossReport;
 use crate::fork::ForkSafeMutex as Mutex;
@@ -44,7 +46,7 @@ use crate::scope::ScopeReport;
 use crate::stack::StackTable;
 use crate::sync::statics::{AtomicBool, AtomicU64, Ordering};
 use lock::{Held, L};
-use state::{PeriodicReading, State};
+use state::State;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,7 +114,7 @@ struct Inner {
     /// The last chunk is not the final one: another recording continues the directory
     /// ([`Recorder::stop_for_exec`]).
     continued: AtomicBool,
-    /// The process that started the recording (review finding 3: a forked child has none of its
+    /// The process that started the recording (a forked child has none of its
     /// threads, files or locks and must touch none of them).
     pid: u32,
     flushes: AtomicU64,
@@ -130,9 +132,9 @@ impl Recorder {
         // The recorder's own allocations are not sampled (src/alloc: honest attribution).
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
-        // Before anything takes a lock the fork hooks take (review finding 5).
-        crate::fork::install();
-        crate::thread::prepare_process_barrier();
+        // Before anything takes a lock the fork hooks take (`recorder/atfork.rs`).
+        atfork::install();
+        crate::threads::prepare_process_barrier();
         let reservation = Reservation::take()?;
         let wall = ClockPair::now();
         let start = if settings.deterministic { ClockPair::logical(0) } else { wall };
@@ -190,7 +192,7 @@ impl Recorder {
         };
         if let Some(config) = &sampler_config {
             // No lock of the fork hooks is held here: the sampler registers an atfork hook of its
-            // own, which waits for a fork in progress (review finding 5).
+            // own, which waits for a fork in progress (see `fork.rs`).
             #[cfg(test)]
             tests::hooks::sampler_starting();
             // Samples keep the same frames as event stacks: innermost N, outermost M, or both.
@@ -238,7 +240,7 @@ impl Recorder {
         #[cfg(feature = "push")]
         let spawned = spawned.and_then(|()| push.map_or(Ok(()), |(target, link)| inner.start_push(target, link)));
         if let Err(e) = spawned {
-            // Review finding 14: nothing of a failed start keeps running (no flusher, no armed
+            // Nothing of a failed start keeps running (no flusher, no armed
             // timer), and a later start works.
             let _ = inner.shut_down();
             // A continued directory holds the chunks of the recording it continues.
@@ -328,7 +330,7 @@ impl Recorder {
         self.inner.stop()?;
         let state = self.inner.l.lock(Holder::Lifecycle, 0);
         let (stats, sampler, allocation) =
-            (state.stats, state.final_sampler_stats.clone(), state.final_allocation_stats);
+            (state.stats, state.final_stats::<SamplerStats>(), state.final_stats::<crate::alloc::AllocationStats>());
         #[cfg(feature = "push")]
         let push = self.inner.push_stats();
         drop(state);
@@ -422,7 +424,8 @@ impl Drop for Reservation {
 
 /// Creates `<base>/<yyyy_MM_dd_HH_mm_ss>_<pid>[_N]` and closes the recordings of dead processes.
 fn create_recording_dir(base: &Path, wall: ClockPair) -> Result<PathBuf, Error> {
-    let dir_name = format!("{}_{}", repository::timestamp_name(wall.epoch_nanos), std::process::id());
+    let dir_name =
+        repository::layout::recording_dir_name(&repository::timestamp_name(wall.epoch_nanos), std::process::id());
     let mut dir = base.join(&dir_name);
     let mut n = 1;
     while dir.exists() {
@@ -461,7 +464,7 @@ fn open_recording_dir(dir: &Path) -> Result<(PathBuf, u64), Error> {
 }
 
 impl Inner {
-    /// Review finding 3: the recording belongs to the process that started it.
+    /// The recording belongs to the process that started it (`tests/fork.rs`).
     fn owner(&self) -> Result<(), Error> {
         if std::process::id() == self.pid {
             Ok(())
@@ -477,9 +480,9 @@ impl Inner {
         drop(self.flush_locked(l, id));
     }
 
-    /// The flush (design.md §7). The order is the contract: the event buffers, then the
-    /// sampler-style sources (after the events, under L, never skipped: design.md §6 and seed
-    /// 003), then the recorder's own events; then the metadata if it changed, one checkpoint,
+    /// The flush (docs/architecture.md, data paths 1 and 2). The order is the contract: the event
+    /// buffers, then the sampler-style sources (after the events, under L, never skipped:
+    /// docs/sampler-protocol.md I7), then the recorder's own events; then the metadata if it changed, one checkpoint,
     /// and the publish. Every source reports the threads and stacks it references to the chunk
     /// writer, whose checkpoint defines them in this segment.
     fn flush_locked<'a>(&'a self, mut l: Held<'a>, id: u64) -> Held<'a> {
@@ -500,7 +503,7 @@ impl Inner {
     }
 
     /// Symbolizes the segment's new addresses and reads its new threads' names with L released
-    /// (review finding 9: the first address of a module parses its debug info). The segment
+    /// (the first address of a module parses its debug info). The segment
     /// stays unpublished meanwhile and its references stay in the chunk writer, so any L holder
     /// that closes it defines them. What arrives meanwhile (samples the recorder thread drains)
     /// gets another round; after three, the checkpoint resolves the rest under L.
@@ -562,7 +565,7 @@ impl Inner {
                 GENERATION.store(0, Ordering::Release);
             }
         }
-        // Review finding 11: a commit that found the recording running is in its buffer before
+        // A commit that found the recording running is in its buffer before
         // the final flush, or (a field encoder blocked for a second) counted lost.
         let stuck = self.shared.wait_for_commits(Duration::from_secs(1));
         if stuck > 0 {
@@ -671,7 +674,7 @@ impl Inner {
             let now = Instant::now();
             let woken = self.shared.wakeup.take();
             if now >= next_periodic {
-                let mut reading = PeriodicReading::now();
+                let mut reading = periodic::Reading::now();
                 if let Some(sampler) = self.sampler.lock().as_ref() {
                     reading.exited = sampler.take_exited_cpu();
                 }
@@ -696,7 +699,7 @@ impl Inner {
         }
     }
 
-    /// The recorder thread (sampler-protocol.md §4.4): woken by the handler when a buffer fills
+    /// The recorder thread (docs/sampler-protocol.md §4): woken by the handler when a buffer fills
     /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
     /// lost samples.
     fn sampler_loop(&self, sampler: &Sampler) {
@@ -705,7 +708,7 @@ impl Inner {
         let maintain = || {
             // Modules loaded since the last pass get their `pthread_create` interposed.
             crate::thread_hooks::rescan();
-            // Discovery reads /proc for every thread: without L (review finding 9). Only the
+            // Discovery reads /proc for every thread: without L. Only the
             // names it read go to the chunk, under L.
             let names = sampler.discover_threads_unlocked().names;
             self.l.lock(Holder::Maintain, 0).maintain_sources(names);
@@ -802,7 +805,7 @@ mod tests {
             .collect()
     }
 
-    /// Review finding 5: `start` must not hold `CURRENT` (which the fork prepare hook takes)
+    /// `start` must not hold `CURRENT` (which the fork prepare hook takes)
     /// while the sampler registers its atfork hook: on glibc < 2.36 and musl, a concurrent fork
     /// holds the atfork lock while its prepare hook waits for `CURRENT`.
     #[test]
@@ -816,7 +819,7 @@ mod tests {
         assert_eq!(held, Some(false), "CURRENT was held while the sampler started");
     }
 
-    /// Review finding 14: when the recorder thread cannot be spawned, `start` fails and leaves
+    /// When the recorder thread cannot be spawned, `start` fails and leaves
     /// nothing running (no flusher, no sampler with armed timers), and the next start works.
     #[test]
     fn a_failed_start_leaves_nothing_running() {

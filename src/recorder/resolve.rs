@@ -1,4 +1,4 @@
-//! The slow work a checkpoint needs, done with L released (review finding 9): symbolizing
+//! The slow work a checkpoint needs, done with L released: symbolizing
 //! addresses never seen (the first address of a module parses its debug info) and reading the
 //! names of threads from `/proc`. The flusher asks the chunk writer what is missing
 //! (`ChunkWriter::unresolved`), lets go of L, resolves it here and hands the answers back.
@@ -12,7 +12,7 @@ fn frame_name(f: &SymbolizedFrame) -> FrameName {
 
 /// A thread's name from `/proc`, or a placeholder for a thread that is gone.
 fn os_thread_name(tid: u32) -> String {
-    crate::thread::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"))
+    crate::threads::os_thread_name(tid).unwrap_or_else(|| format!("thread-{tid}"))
 }
 
 /// Resolves `missing`; call without L. Thread names first: they are quick to read, and a thread

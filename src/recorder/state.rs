@@ -1,5 +1,5 @@
 //! Everything L protects, and the steps L holders run on it. `recorder/mod.rs` puts the steps in
-//! order; each one here is short and does no slow work (review finding 9).
+//! order; each one here is short and does no slow work (docs/architecture.md, "Who may touch what").
 
 use super::resolve::UnderLock;
 use super::settings::Settings;
@@ -11,16 +11,16 @@ use crate::clock::{self, ClockPair};
 use crate::commit::{NoteKind, Shared, ThreadNote};
 use crate::flush::events::EventBuffers;
 use crate::flush::own::{self, Losses, RecordingInfo};
+use crate::flush::periodic::{self, PeriodicSource, Reading};
 use crate::flush::scopes::ScopeTimings;
 use crate::flush::{LossReport, SampleSource, Segment, SettingRow, Tally};
 use crate::metadata_registry;
-use crate::sampler::SamplerStats;
 use crate::sync::statics::Ordering;
 use std::collections::HashSet;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Everything L protects.
 #[derive(Debug)]
@@ -54,61 +54,14 @@ pub(super) struct State {
     /// What the open segment holds.
     tally: Tally,
     pub stats: RecorderStats,
-    cpu: CpuTimes,
-    pub final_sampler_stats: Option<SamplerStats>,
-    pub final_allocation_stats: Option<crate::alloc::AllocationStats>,
+    /// Flush source 5: the periodic events, written at their own interval.
+    periodic: Vec<Box<dyn PeriodicSource>>,
+    /// The stopped sources' final counters.
+    final_stats: Vec<Box<dyn std::any::Any + Send>>,
     write_error_reported: bool,
-    /// Each thread's (start time, user, system) CPU ticks at the last periodic reading.
-    thread_cpu: std::collections::HashMap<u32, (u64, u64, u64)>,
     /// Flush source 3: the Pyroscope uploader's statistics.
     #[cfg(feature = "push")]
     push_report: own::PushReport,
-}
-
-/// Readings for the periodic events, taken without L.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct CpuTimes {
-    machine_busy: u64,
-    machine_total: u64,
-    at: Option<Instant>,
-    user: u64,
-    system: u64,
-}
-
-/// What the periodic events report, read without L.
-#[derive(Debug, Clone)]
-pub(super) struct PeriodicReading {
-    now: i64,
-    cpu: CpuTimes,
-    rss: Option<(u64, u64)>,
-    threads: Vec<ThreadCpu>,
-    /// Threads that exited since the last reading, with their CPU times as they exited (taken
-    /// after `threads`: one that exited in between is in both).
-    pub exited: Vec<crate::sampler::ExitedThreadCpu>,
-}
-
-/// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
-#[derive(Debug, Clone)]
-pub(super) struct ThreadCpu {
-    tid: u32,
-    /// Start time (field 22): tells a reused tid from the thread read last time.
-    start: u64,
-    user: u64,
-    system: u64,
-    comm: String,
-}
-
-impl PeriodicReading {
-    /// Reads `/proc` (call without L).
-    pub fn now() -> PeriodicReading {
-        PeriodicReading {
-            now: clock::ticks_ordered(),
-            cpu: read_cpu_times(),
-            rss: read_rss(),
-            threads: read_thread_cpu(),
-            exited: Vec::new(),
-        }
-    }
 }
 
 impl State {
@@ -139,11 +92,9 @@ impl State {
             settings_version: 0,
             tally: Tally::default(),
             stats: RecorderStats::default(),
-            cpu: CpuTimes::default(),
-            final_sampler_stats: None,
-            final_allocation_stats: None,
+            periodic: periodic::sources(),
+            final_stats: Vec::new(),
             write_error_reported: false,
-            thread_cpu: std::collections::HashMap::new(),
             #[cfg(feature = "push")]
             push_report: own::PushReport::default(),
         }
@@ -324,10 +275,10 @@ impl State {
             return;
         }
         let deterministic = self.shared.logical.is_some();
-        let tid = if deterministic { 0 } else { crate::thread::current_tid() };
+        let tid = if deterministic { 0 } else { crate::threads::current_tid() };
         if tid != 0 && self.chunk.thread_name(tid).is_none() {
             // The flushing thread names itself (one prctl).
-            let (name, comm) = crate::thread::current_thread_name();
+            let (name, comm) = crate::threads::current_thread_name();
             self.chunk.observe_thread(tid, &comm, Some(&name));
         }
         if only_new_types {
@@ -474,8 +425,8 @@ impl State {
         for (thread, samples) in tally.samples {
             self.losses.note(LossReport { reason: reason.clone(), samples, thread, ..LossReport::default() });
         }
-        for (thread, samples) in tally.wall_periods {
-            let reason = format!("{reason} (wall-clock periods)");
+        for ((what, thread), samples) in tally.other {
+            let reason = format!("{reason} ({what})");
             self.losses.note(LossReport { reason, samples, thread, ..LossReport::default() });
         }
         let duration = start.nanos_until(self.now_ticks()).max(1);
@@ -501,153 +452,26 @@ impl State {
         self.open_chunk_if_needed();
         // As in `drain_sample_sources`.
         self.take_thread_notes();
-        let State { chunk, shared, tally, samplers, losses, final_sampler_stats, final_allocation_stats, .. } = self;
+        let State { chunk, shared, tally, samplers, losses, final_stats, .. } = self;
         for source in samplers.iter_mut() {
             let stopped = source.stop(&mut Segment { chunk, stacks: &shared.stacks, tally });
             for loss in stopped.losses {
                 losses.note(loss);
             }
-            if stopped.sampler.is_some() {
-                *final_sampler_stats = stopped.sampler;
-            }
-            if stopped.allocation.is_some() {
-                *final_allocation_stats = stopped.allocation;
-            }
+            final_stats.extend(stopped.stats);
         }
     }
 
-    /// Periodic built-in events: CPU load and resident set size.
-    pub fn write_periodic(&mut self, reading: PeriodicReading) {
+    /// The final counters of type `T` a stopped source left (the last one, if several did).
+    pub fn final_stats<T: Clone + 'static>(&self) -> Option<T> {
+        self.final_stats.iter().rev().find_map(|s| s.downcast_ref::<T>()).cloned()
+    }
+
+    /// The periodic events: every periodic source, in order, from a reading taken without L.
+    pub fn write_periodic(&mut self, reading: Reading) {
         self.open_chunk_if_needed();
-        let then = self.cpu.at;
-        self.write_thread_cpu_loads(&reading, then);
-        let prev = std::mem::replace(&mut self.cpu, reading.cpu);
-        let times = reading.cpu;
-        if let (Some(now), Some(then)) = (times.at, prev.at) {
-            let elapsed = now.duration_since(then).as_secs_f64();
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            // Process CPU in clock ticks (USER_HZ, 100 on Linux) over the wall time of all CPUs.
-            let hz = 100.0;
-            let share = |d: u64| ((d as f64 / hz) / (elapsed * cpus)).clamp(0.0, 1.0) as f32;
-            let user = share(times.user.saturating_sub(prev.user));
-            let system = share(times.system.saturating_sub(prev.system));
-            let busy = times.machine_busy.saturating_sub(prev.machine_busy) as f64;
-            let total = times.machine_total.saturating_sub(prev.machine_total) as f64;
-            let machine = if total > 0.0 { (busy / total).clamp(0.0, 1.0) as f32 } else { 0.0 };
-            if elapsed > 0.0 {
-                own::write_cpu_load(&mut self.chunk, reading.now, user, system, machine.max(user + system).min(1.0));
-            }
-        }
-        if let Some((size, peak)) = reading.rss {
-            own::write_resident_set_size(&mut self.chunk, reading.now, size, peak);
+        for source in &mut self.periodic {
+            source.write(&mut self.chunk, &reading);
         }
     }
-}
-
-impl State {
-    /// `jdk.ThreadCPULoad` of every thread that used CPU since the last reading (at `then`):
-    /// threads not read last time started since (their whole CPU time is in the interval); the
-    /// first reading of a recording only sets the baseline. Idle threads get no event (a process
-    /// may have thousands). Threads that exited since, sampled ones, get theirs from their CPU
-    /// times at exit: a thread that lived between two readings is not missing.
-    fn write_thread_cpu_loads(&mut self, reading: &PeriodicReading, then: Option<Instant>) {
-        let previous = std::mem::take(&mut self.thread_cpu);
-        self.thread_cpu = reading.threads.iter().map(|t| (t.tid, (t.start, t.user, t.system))).collect();
-        let (Some(now), Some(then)) = (reading.cpu.at, then) else { return };
-        let elapsed = now.duration_since(then).as_secs_f64();
-        if elapsed <= 0.0 {
-            return;
-        }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        // Clock ticks (USER_HZ, 100 on Linux) over the wall time of all CPUs.
-        let share = |d: u64| ((d as f64 / 100.0) / (elapsed * cpus)).clamp(0.0, 1.0) as f32;
-        // (tid, name, user, system) in clock ticks since the last reading.
-        let mut used: Vec<(u32, &str, u64, u64)> = Vec::new();
-        for t in &reading.threads {
-            let (user, system) = match previous.get(&t.tid) {
-                Some(&(start, user, system)) if start == t.start => {
-                    (t.user.saturating_sub(user), t.system.saturating_sub(system))
-                }
-                _ => (t.user, t.system),
-            };
-            used.push((t.tid, &t.comm, user, system));
-        }
-        // Where each listed thread is in `used`.
-        let listed: std::collections::HashMap<u32, usize> = used.iter().enumerate().map(|(i, u)| (u.0, i)).collect();
-        for e in &reading.exited {
-            // Its times since this reading's /proc line (it exited after it), else since the
-            // last reading's, else since its start (it lived between the two).
-            let base = match self.thread_cpu.remove(&e.tid) {
-                Some((_, user, system)) => Some((user, system)),
-                None => previous.get(&e.tid).map(|&(_, user, system)| (user, system)),
-            };
-            let (base_user, base_system) = base.unwrap_or((0, 0));
-            let ticks = |d: std::time::Duration| (d.as_micros() / 10_000) as u64; // USER_HZ 100
-            let (user, system) = (ticks(e.user).saturating_sub(base_user), ticks(e.system).saturating_sub(base_system));
-            match listed.get(&e.tid).and_then(|&i| used.get_mut(i)) {
-                Some(u) => (u.2, u.3) = (u.2 + user, u.3 + system),
-                None => used.push((e.tid, &e.name, user, system)),
-            }
-        }
-        for (tid, name, user, system) in used {
-            if user + system == 0 {
-                continue;
-            }
-            self.chunk.observe_thread(tid, name, None);
-            own::write_thread_cpu_load(&mut self.chunk, reading.now, tid, share(user), share(system));
-        }
-    }
-}
-
-/// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left
-/// out).
-fn read_thread_cpu() -> Vec<ThreadCpu> {
-    // Not std's read_dir: its closedir panics on a descriptor the host closed (`fds.rs`).
-    let Ok((tids, _)) = crate::fds::numeric_entries("/proc/self/task") else { return Vec::new() };
-    let mut out = Vec::new();
-    let mut buf = String::new();
-    for tid in tids {
-        if crate::fds::read_to_string(&format!("/proc/self/task/{tid}/stat"), &mut buf).is_err() {
-            continue;
-        }
-        let Some(comm) = crate::thread::stat_comm(&buf) else { continue };
-        let Some(rest) = buf.rsplit_once(')').map(|(_, r)| r) else { continue };
-        // Fields after the command name, from field 3: utime 14, stime 15, starttime 22.
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-        if let (Some(user), Some(system), Some(start)) = (field(14), field(15), field(22)) {
-            out.push(ThreadCpu { tid, start, user, system, comm: comm.to_owned() });
-        }
-    }
-    out
-}
-
-fn read_cpu_times() -> CpuTimes {
-    let mut t = CpuTimes { at: Some(Instant::now()), ..CpuTimes::default() };
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
-        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            t.user = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-            t.system = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-        }
-    }
-    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
-        if let Some(line) = stat.lines().next() {
-            let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-            t.machine_total = v.iter().sum();
-            t.machine_busy = t.machine_total.saturating_sub(idle);
-        }
-    }
-    t
-}
-
-fn read_rss() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb = |key: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|v| v * 1024)
-    };
-    Some((kb("VmRSS:")?, kb("VmHWM:").unwrap_or(0)))
 }

@@ -4,11 +4,10 @@
 //!
 //! Under L only what must be consistent with the chunk writer: writing a segment and its
 //! header, finishing a chunk, retention (unlinks). Compressing a finished chunk and reading the
-//! files of a dump run with L released (review finding 9).
+//! files of a dump run with L released.
 
 use crate::chunk::Publish;
 use crate::clock::{self, ClockPair};
-use crate::compress;
 use crate::push;
 use crate::repository::{self, ChunkFile, ChunkNames, FinishedChunk};
 use jfr_format::header::{ChunkHeader, FLAG_COMPRESSED_INTS, FLAG_FINAL_CHUNK, HEADER_SIZE, STATE_FINISHED};
@@ -219,16 +218,7 @@ impl DumpPlan {
         let mut out = Vec::new();
         let mut last_start = None;
         for path in &self.finished {
-            let mut read = std::fs::read(path);
-            if matches!(&read, Err(e) if e.kind() == io::ErrorKind::NotFound)
-                && !path.to_string_lossy().ends_with(".zst")
-            {
-                let mut zst = path.as_os_str().to_owned();
-                zst.push(".zst");
-                read = std::fs::read(PathBuf::from(zst));
-            }
-            let read = read.and_then(|bytes| compress::chunk_bytes(bytes, path));
-            match read {
+            match crate::repository::layout::read_finished_chunk(path) {
                 Ok(bytes) => {
                     last_start = Some(out.len());
                     out.extend_from_slice(&bytes);
@@ -256,26 +246,7 @@ impl DumpPlan {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory (never following a
-/// symlink), synced and renamed into place.
-pub(super) fn write_file_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("dump.jfr");
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)?;
-    let result = file.write_all(bytes).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&temp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
-}
+pub(super) use crate::repository::layout::write_file_atomically;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -21,7 +21,7 @@
 //! CPU clock and its system call registers did not change across the walk, and otherwise uses
 //! none of it.
 
-use crate::cfi::{step_reading, End, Regs, Tables, Unwinder};
+use crate::unwind::{walk, End, Regs, StackMemory, Tables, Unwinder, WalkRules};
 
 /// Bytes of stack copied at most, from the stack pointer up (a deeper stack is truncated).
 const STACK_COPY: usize = 256 * 1024;
@@ -100,6 +100,12 @@ impl StackCopy {
     fn hi(&self) -> usize {
         self.lo + self.len
     }
+}
+
+impl StackMemory for StackCopy {
+    fn bounds(&self) -> (usize, usize) {
+        (self.lo, self.hi())
+    }
 
     fn read(&self, addr: usize) -> Option<usize> {
         if !addr.is_multiple_of(8) || addr < self.lo || addr.checked_add(8)? > self.hi() {
@@ -153,7 +159,8 @@ pub(super) fn walk_blocked(
             continue;
         }
         tried += 1;
-        out.truncate(kept);
+        // From the frame it stopped at (the walk keeps its start again).
+        out.truncate(kept - 1);
         let (end, _) = walk_from(tables, mode, copy, Regs { fp: candidate, ..at }, first, limit, out);
         if end == End::Root {
             return Some(true);
@@ -163,34 +170,26 @@ pub(super) fn walk_blocked(
     Some(false)
 }
 
-/// Steps from `regs` (already in `out`) while it can; returns how it ended and the last frame.
+/// Walks from `regs` into `out` (which holds the frames before it), at most `limit` frames in
+/// `out`; returns how it ended and the last frame. Every step goes up the stack, into mapped code
+/// (a word that is no return address would lead anywhere).
 fn walk_from(
     tables: &Tables,
     mode: Unwinder,
     copy: &StackCopy,
-    mut regs: Regs,
-    mut first: bool,
+    regs: Regs,
+    first: bool,
     limit: usize,
     out: &mut Vec<u64>,
 ) -> (End, Regs) {
-    if out.is_empty() {
-        out.push(regs.pc as u64);
-    }
-    let read = |addr: usize| copy.read(addr);
-    loop {
-        if out.len() >= limit {
-            return (End::Full, regs);
-        }
-        match step_reading(Some(tables), mode, regs, first, copy.lo, copy.hi(), &read) {
-            // Every step goes up the stack, into mapped code (a word that is no return address
-            // would lead anywhere).
-            Ok(next) if next.sp > regs.sp && tables.module(next.pc).is_some() => {
-                out.push(next.pc as u64);
-                regs = next;
-                first = false;
-            }
-            Ok(_) => return (End::Lost, regs),
-            Err(end) => return (end, regs),
-        }
-    }
+    let before = out.len();
+    let mut rules = WalkRules::with_tables(Some(tables), mode, limit.saturating_sub(before), 0);
+    rules.known_code_only = true;
+    let mut last = regs;
+    let (_, end) = walk(copy, &rules, regs, first, |frame| {
+        out.push(frame.pc as u64);
+        last = frame;
+        true
+    });
+    (end, last)
 }

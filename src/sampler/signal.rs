@@ -1,8 +1,8 @@
 //! Everything that runs in signal context: the one `extern "C"` SIGPROF handler, register
-//! extraction (one arch module), the validated frame-pointer walk, and the static through which
+//! extraction (one arch module), the call of the stack walk (`crate::unwind::walk`), and the static through which
 //! the handler finds the sampler. Nothing here allocates, locks, formats or panics.
 //!
-//! The handler is a straight line (style.md B3.4): save errno, count itself in `IN_HANDLER`, load
+//! The handler is a straight line: save errno, count itself in `IN_HANDLER`, load
 //! `SHARED`, map the siginfo to a slot (POSIX timer: `si_value`; perf event: `si_fd` through a
 //! preallocated table), get admitted to the slot (it belongs to this thread and is not retired;
 //! I13), check the stack pointer lies in the thread's stack, walk once under the depth policy
@@ -19,9 +19,9 @@
 
 use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED, FLAG_WALL};
 use super::{stacks, Shared};
-use crate::stack::{elided_marker, LayoutFrame, WalkLayout};
-use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use crate::unwind::{at_entry, sample_walk_limit};
+use crate::stack::KeepEnds;
+use crate::sync::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use crate::unwind::{sample_walk_limit, walk, End, OwnStack, Regs, Unwinder, WalkRules};
 use libc::{c_int, c_void, siginfo_t};
 use std::ptr;
 
@@ -125,7 +125,7 @@ fn handler_mask() -> libc::sigset_t {
 
 /// Restores the application's SIGPROF handler if it had one (a function or SIG_IGN), but only
 /// while ours is the current one: a handler the application (or another profiler) installed while
-/// we recorded stays (finding 4 of the 2026-11-30 review). If the previous one was SIG_DFL ours
+/// we recorded stays (`tests/sampler_lifecycle.rs`). If the previous one was SIG_DFL ours
 /// stays installed: with `SHARED` null it drops stray SIGPROFs, so a signal still pending from a
 /// disarmed source can never kill the process.
 pub(super) fn uninstall() {
@@ -280,7 +280,9 @@ pub(super) fn release_abandoned_handler() {
 /// # Signal safety
 /// As the handler's entry and exit: two atomic RMWs, a fence and two loads, then `f`.
 #[inline]
-pub(crate) fn with_unwind_tables<R>(f: impl FnOnce(Option<(&crate::cfi::Tables, crate::cfi::Unwinder)>) -> R) -> R {
+pub(crate) fn with_unwind_tables<R>(
+    f: impl FnOnce(Option<(&crate::unwind::Tables, crate::unwind::Unwinder)>) -> R,
+) -> R {
     // Relaxed + SeqCst fence: Dekker with `unpublish_and_wait`, as in `on_sigprof`.
     IN_HANDLER.fetch_add(1, Ordering::Relaxed);
     fence(Ordering::SeqCst);
@@ -289,7 +291,7 @@ pub(crate) fn with_unwind_tables<R>(f: impl FnOnce(Option<(&crate::cfi::Tables, 
     // SAFETY: non-null means published and not yet freed: `stop` nulls it and waits for
     // IN_HANDLER to reach 0 before freeing.
     let tables = unsafe { shared.as_ref() }.and_then(|s| match s.unwinder {
-        crate::cfi::Unwinder::FramePointer => None,
+        crate::unwind::Unwinder::FramePointer => None,
         mode => s.cfi.load().map(|t| (t, mode)),
     });
     let r = f(tables);
@@ -328,6 +330,7 @@ pub(super) fn publish(shared: *mut Shared) {
 /// The whole point: atomics, `clock_gettime`, `gettid`, `prctl(PR_GET_NAME)`, and a `write` to
 /// an eventfd.
 extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
+    let started = super::handler_time::start();
     // SAFETY: `__errno_location` returns this thread's errno; reading/writing it is signal-safe.
     let errno = unsafe { *libc::__errno_location() };
     // Relaxed + SeqCst fence: Dekker with `unpublish_and_wait` (see there).
@@ -349,6 +352,7 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+    super::handler_time::finish(started);
 }
 
 /// Passes a foreign SIGPROF to the application's previous handler; SIG_DFL/SIG_IGN: drop it.
@@ -479,8 +483,7 @@ fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
         core.count_unattributed();
         return;
     };
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let tid = crate::threads::gettid();
     let Some(adm) = core.admit(slot, tid, wall) else {
         return;
     };
@@ -529,7 +532,7 @@ fn write_leaf(
     adm: &super::buffer::Admission<'_>,
     tid: u32,
     wall: bool,
-    regs: &Registers,
+    regs: &Regs,
 ) -> bool {
     let hdr = RecordHeader {
         ticks: crate::clock::ticks_in_signal_handler(),
@@ -540,7 +543,7 @@ fn write_leaf(
         sample_id: core.next_sample_id(),
         sp: regs.sp as u64,
         span: adm.slot().span(),
-        comm: crate::thread::RawComm::current_in_signal_handler(),
+        comm: crate::threads::RawComm::current_in_signal_handler(),
     };
     let pc = regs.pc as u64;
     core.write_record(adm, &hdr, 1, |sink| sink.push(pc)).wake
@@ -551,7 +554,7 @@ struct SampleWork<'a> {
     shared: &'a Shared,
     slot: &'a ThreadSlot,
     adm: &'a super::buffer::Admission<'a>,
-    regs: Registers,
+    regs: Regs,
     wall: bool,
     tid: u32,
     /// Out: post the recorder's wakeup.
@@ -573,8 +576,8 @@ extern "C" fn sample_work(arg: *mut c_void) {
     let scratch = shared.scratch(index);
     let mut flags = if wall { FLAG_WALL } else { 0 };
     // Frames are read only from [sp, hi) of a stack known to be mapped there. On a signal stack,
-    // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded (finding 7 of
-    // the 2026-11-30 review).
+    // a fiber or with stale bounds sp lies elsewhere and only the leaf is recorded
+    // (`tests/sampler_lifecycle.rs`).
     let (lo, hi) = if walkable(slot, shared.page_size, regs.sp) {
         (regs.sp, slot.stack_bounds().hi)
     } else {
@@ -582,26 +585,28 @@ extern "C" fn sample_work(arg: *mut c_void) {
         (0, 0)
     };
     let entry = if tid == shared.pid { shared.main_entry } else { 0 };
-    // One bounded walk (design.md §4 "Depth"): the innermost `inner` frames in order, the last
-    // `outer` in a ring, the rest counted.
+    // One bounded walk (README, "Settings and defaults"): the innermost `inner` frames in order, the last
+    // `outer` in a ring, the rest counted. At most `sample_walk_limit` frames: the handler's cost
+    // is bounded whatever the depth.
     let tables = match shared.unwinder {
-        crate::cfi::Unwinder::FramePointer => None,
+        Unwinder::FramePointer => None,
         _ => shared.cfi.load(),
     };
-    // At most `sample_walk_limit` frames: the handler's cost is bounded whatever the depth.
-    let limit = sample_walk_limit(depth.inner, depth.outer);
-    let (total, complete) = match tables {
-        Some(tables) if hi != 0 => {
-            walk_cfi(tables, shared.unwinder, &regs, lo, hi, depth.inner, depth.outer, limit, scratch)
+    let rules = WalkRules::with_tables(tables, shared.unwinder, sample_walk_limit(depth.inner, depth.outer), entry);
+    let mut keep = KeepEnds::new(depth.inner, depth.outer);
+    let (_, end) = walk(&OwnStack { lo, hi }, &rules, regs, true, |frame| {
+        if let Some(w) = keep.next_slot().and_then(|at| scratch.get(at)) {
+            // Relaxed: the scratch is read back only by this handler (same thread).
+            w.store(frame.pc as u64, Ordering::Relaxed);
         }
-        _ => walk(&regs, lo, hi, entry, depth.inner, depth.outer, limit, scratch),
-    };
-    let layout = WalkLayout::new(depth.inner, depth.outer, total);
-    if !complete || layout.dropped() > 0 {
+        true
+    });
+    let layout = keep.layout();
+    if end != End::Root || layout.dropped() > 0 {
         flags |= FLAG_TRUNCATED;
     }
     // With only the outer end kept, frame 0 is a return address: store it minus one, so every
-    // record follows the convention "frame 0 lies inside its instruction" (as `unwind.rs` does).
+    // record follows the convention "frame 0 lies inside its instruction" (as `unwind::capture_current` does).
     let first_is_return = layout.dropped() > 0 && depth.inner == 0;
     let hdr = RecordHeader {
         ticks: crate::clock::ticks_in_signal_handler(),
@@ -615,7 +620,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
         // Read at every sample, not when the chunk is written: a thread that renamed itself
         // (std names a spawned thread in its first microseconds) shows each sample under the name
         // it had when it was taken.
-        comm: crate::thread::RawComm::current_in_signal_handler(),
+        comm: crate::threads::RawComm::current_in_signal_handler(),
     };
     // Relaxed (loads below): the scratch was written by this same handler above; it is the
     // owner's alone.
@@ -623,16 +628,13 @@ extern "C" fn sample_work(arg: *mut c_void) {
         // Nothing dropped: the kept stack is the scratch in order (the ring never wrapped).
         core.write_sample(adm, &hdr, layout.len(), |i| scratch.get(i).map_or(0, |w| w.load(Ordering::Relaxed)))
     } else {
-        core.write_sample(adm, &hdr, layout.len(), |i| match layout.frame(i) {
-            LayoutFrame::Scratch(k) => {
-                let ip = scratch.get(k).map_or(0, |w| w.load(Ordering::Relaxed));
-                if i == 0 && first_is_return {
-                    ip.saturating_sub(1)
-                } else {
-                    ip
-                }
+        core.write_sample(adm, &hdr, layout.len(), |i| {
+            let ip = layout.word(i, |k| scratch.get(k).map_or(0, |w| w.load(Ordering::Relaxed)));
+            if i == 0 && first_is_return {
+                ip.saturating_sub(1)
+            } else {
+                ip
             }
-            LayoutFrame::Elided(k) => elided_marker(k),
         })
     };
     work.wake = outcome.wake;
@@ -640,7 +642,7 @@ extern "C" fn sample_work(arg: *mut c_void) {
 
 /// Whether the frames above `sp` may be read: `sp` lies in the thread's stack `[lo, hi)` and
 /// `[sp, hi)` is mapped. Below `verified_lo` (a main-thread stack that grew since its bounds were
-/// taken, finding 6 of the review) one `msync(MS_ASYNC)` checks that the new part is mapped (it
+/// taken: `tests/main_thread_stack.rs`) one `msync(MS_ASYNC)` checks that the new part is mapped (it
 /// fails with ENOMEM on any hole and, since Linux 2.6.19, does nothing else); a success lowers
 /// `verified_lo`, so each growth is checked once.
 ///
@@ -665,158 +667,9 @@ fn walkable(slot: &ThreadSlot, page_size: usize, sp: usize) -> bool {
     true
 }
 
-/// Registers of the interrupted context.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Registers {
-    pub(super) pc: usize,
-    pub(super) fp: usize,
-    pub(super) sp: usize,
-}
-
-/// Where a walk keeps the return addresses it finds, in the slot's scratch: the first `inner` in
-/// order, then the outermost `outer` in a ring (so the outer end survives a walk deeper than
-/// both limits); the rest are only counted by the walk. Shared by [`walk`] and [`walk_cfi`].
-///
-/// # Signal safety
-/// Relaxed stores into the slot's own scratch only.
-struct KeptFrames<'a> {
-    scratch: &'a [AtomicU64],
-    inner: usize,
-    outer: usize,
-    /// Addresses stored so far.
-    n: usize,
-    /// The ring's next index, in `inner..inner + outer`.
-    ring: usize,
-}
-
-impl<'a> KeptFrames<'a> {
-    #[inline]
-    fn new(inner: usize, outer: usize, scratch: &'a [AtomicU64]) -> Self {
-        KeptFrames { scratch, inner, outer, n: 0, ring: inner }
-    }
-
-    #[inline]
-    fn store(&mut self, ip: u64) {
-        let at = if self.n < self.inner {
-            self.n
-        } else if self.outer > 0 {
-            let at = self.ring;
-            self.ring += 1;
-            if self.ring == self.inner + self.outer {
-                self.ring = self.inner;
-            }
-            at
-        } else {
-            usize::MAX
-        };
-        if let Some(w) = self.scratch.get(at) {
-            // Relaxed: the scratch is read back only by this handler (same thread).
-            w.store(ip, Ordering::Relaxed);
-        }
-        self.n += 1;
-    }
-}
-
-/// Walks frame pointers from `regs`, innermost first: the PC, then each return address. Frame
-/// number n goes to `scratch[n]` while n < `inner`, later ones into the ring
-/// `scratch[inner..inner + outer]` (see [`WalkLayout`]); the rest are only counted. Returns
-/// (frames walked, complete). `hi == 0`: the PC only, not complete.
-///
-/// Complete means the walk reached the outermost frame (finding 12 of the 2026-11-30 review): a
-/// null frame pointer (the ABI's end marker; glibc's thread start leaves one) or a null return
-/// address, or, on the main thread (`entry` = the process's start stack, 0 elsewhere), a chain
-/// that ends in a frame record at most [`crate::unwind::ENTRY_SLACK`] below it: libc's start-up code, compiled
-/// without frame pointers, is all that lies between. Any other end (a frame pointer that is
-/// misaligned, outside `[lo, hi)` or not increasing: a chain broken by code without frame
-/// pointers; or `limit` frames walked, [`sample_walk_limit`]) is not complete, and the record is
-/// marked truncated.
-///
-/// Every read is validated: the frame pointer is 8-byte aligned, inside `[max(lo, sp), hi - 16]`
-/// (the sampled thread's own stack, checked mapped by the caller), and strictly increasing; a
-/// garbage frame pointer ends the walk; it never faults.
-///
-/// # Signal safety
-/// Loads from the thread's own stack and relaxed stores into the slot's own scratch only.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(super) fn walk(
-    regs: &Registers,
-    lo: usize,
-    hi: usize,
-    entry: usize,
-    inner: usize,
-    outer: usize,
-    limit: usize,
-    scratch: &[AtomicU64],
-) -> (usize, bool) {
-    let mut kept = KeptFrames::new(inner, outer, scratch);
-    let mut store = |ip: u64| kept.store(ip);
-    store(regs.pc as u64);
-    if hi == 0 {
-        return (1, false);
-    }
-    let lo = lo.max(regs.sp);
-    let Some(top) = hi.checked_sub(16) else {
-        return (1, false);
-    };
-    let mut fp = regs.fp;
-    // The frame record read last (0: none yet).
-    let mut last = 0usize;
-    let mut walked = 1usize;
-    loop {
-        if fp == 0 {
-            return (walked, true);
-        }
-        if !fp.is_multiple_of(8) || fp < lo || fp > top || (last != 0 && fp <= last) {
-            return (walked, at_entry(last, entry));
-        }
-        // SAFETY: `fp` is 8-byte aligned and `[fp, fp + 16)` lies inside `[sp, hi)`, the mapped
-        // part of this thread's stack (bounds from registration or /proc/self/maps, `walkable`).
-        let (next, ret) =
-            unsafe { (ptr::read_volatile(fp as *const usize), ptr::read_volatile((fp + 8) as *const usize)) };
-        if ret == 0 {
-            return (walked, true);
-        }
-        if walked >= limit {
-            return (walked, false);
-        }
-        store(ret as u64);
-        walked += 1;
-        last = fp;
-        fp = next;
-    }
-}
-
-/// Like [`walk`], through the DWARF CFI tables where `unwinder` asks for them (`crate::cfi`):
-/// same scratch layout, same bounds, same `limit`.
-///
-/// # Signal safety
-/// `cfi::walk` (binary searches over immutable tables, loads checked against `[max(lo, sp),
-/// hi)`) and relaxed stores into the slot's own scratch only.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn walk_cfi(
-    tables: &crate::cfi::Tables,
-    unwinder: crate::cfi::Unwinder,
-    regs: &Registers,
-    lo: usize,
-    hi: usize,
-    inner: usize,
-    outer: usize,
-    limit: usize,
-    scratch: &[AtomicU64],
-) -> (usize, bool) {
-    let mut kept = KeptFrames::new(inner, outer, scratch);
-    let store = |ip: u64| kept.store(ip);
-    let start = crate::cfi::Regs { pc: regs.pc, sp: regs.sp, fp: regs.fp };
-    let (walked, end) = crate::cfi::walk(Some(tables), unwinder, start, lo, hi, limit, store);
-    // Complete: the outermost frame was reached (as `walk` defines it).
-    (walked, end == crate::cfi::End::Root)
-}
-
 #[cfg(target_arch = "x86_64")]
 mod arch {
-    use super::Registers;
+    use crate::unwind::Regs;
     use libc::c_void;
 
     /// rip / rbp / rsp from the ucontext.
@@ -824,11 +677,11 @@ mod arch {
     /// # Signal safety
     /// Three loads from the kernel-provided ucontext.
     #[inline(always)]
-    pub(super) fn registers(ctx: *mut c_void) -> Option<Registers> {
+    pub(super) fn registers(ctx: *mut c_void) -> Option<Regs> {
         // SAFETY: for an SA_SIGINFO handler the third argument is the thread's `ucontext_t`.
         let uc = unsafe { ctx.cast::<libc::ucontext_t>().as_ref() }?;
         let g = &uc.uc_mcontext.gregs;
-        Some(Registers {
+        Some(Regs {
             pc: *g.get(libc::REG_RIP as usize)? as usize,
             fp: *g.get(libc::REG_RBP as usize)? as usize,
             sp: *g.get(libc::REG_RSP as usize)? as usize,
@@ -838,7 +691,7 @@ mod arch {
 
 #[cfg(target_arch = "aarch64")]
 mod arch {
-    use super::Registers;
+    use crate::unwind::Regs;
     use libc::c_void;
 
     /// pc / x29 (fp) / sp from the ucontext.
@@ -846,11 +699,11 @@ mod arch {
     /// # Signal safety
     /// Three loads from the kernel-provided ucontext.
     #[inline(always)]
-    pub(super) fn registers(ctx: *mut c_void) -> Option<Registers> {
+    pub(super) fn registers(ctx: *mut c_void) -> Option<Regs> {
         // SAFETY: for an SA_SIGINFO handler the third argument is the thread's `ucontext_t`.
         let uc = unsafe { ctx.cast::<libc::ucontext_t>().as_ref() }?;
         let m = &uc.uc_mcontext;
-        Some(Registers { pc: m.pc as usize, fp: *m.regs.get(29)? as usize, sp: m.sp as usize })
+        Some(Regs { pc: m.pc as usize, fp: *m.regs.get(29)? as usize, sp: m.sp as usize })
     }
 }
 
@@ -889,7 +742,7 @@ mod tests {
         extern "C" fn leaf(arg: *mut c_void) {
             // SAFETY: the test passes its own `Leaf`, alive for the call.
             let l = unsafe { &*arg.cast::<Leaf<'_>>() };
-            let regs = Registers { pc: 0x1234, fp: 0, sp: 0x8000 };
+            let regs = Regs { pc: 0x1234, fp: 0, sp: 0x8000 };
             write_leaf(l.core, &l.adm, 77, true, &regs);
         }
         let (core, mut locked) = super::super::buffer::Core::new(1, 4, 256);

@@ -3,7 +3,7 @@
 //! F_SETOWN_EX with the tid), or per-thread POSIX timers on the thread's CPU clock
 //! (`timer_create` + SIGEV_THREAD_ID).
 //!
-//! # Stale signals (finding 13 of the 2026-11-30 review)
+//! # Stale signals (`tests/sampler_lifecycle.rs`)
 //! A disarmed source must not have its late signals passed to the application's own SIGPROF
 //! handler. `timer_delete` discards a timer's pending signal, and a timer signal names our tag in
 //! `si_value` anyway. A perf event's signal carries only its fd number, and a SIGPROF the kernel
@@ -296,8 +296,7 @@ pub(super) fn wall_request(fd: c_int) -> io::Result<()> {
 /// can be changed once it runs (else every event keeps its first period: [`set_period`] must
 /// not be relied on and the first period is the whole period).
 pub(super) fn perf_available(period: Duration) -> (bool, bool) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let tid = crate::threads::gettid();
     match perf_open_unmarked(tid, period) {
         Ok(fd) => {
             let ns = period.as_nanos().max(1) as u64;

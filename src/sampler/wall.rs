@@ -1,4 +1,4 @@
-//! The wall-clock sampler (issue 13 §2): one thread that, every period, accounts one period to
+//! The wall-clock sampler: one thread that, every period, accounts one period to
 //! every sampled thread, and asks for a stack only from the threads that ran since their last
 //! visit, at most [`REQUESTS_PER_TICK`] per tick (the rest wait for later ticks, round robin).
 //! Normal context only; the handler's part is two lines in `signal.rs`.
@@ -33,9 +33,11 @@
 //! sampler's buffers, as CPU samples are) + unserved lost.
 
 use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
-use super::imp::{gettid, start_time, task_stat, unregister, Shared};
 use super::timer;
+use super::Shared;
 use crate::sync::Ordering;
+use crate::threads::gettid;
+use crate::threads::proc::{start_time, task_stat};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -307,7 +309,7 @@ fn idle_state(
     let registers = syscall_registers(tid);
     let pc = registers.map_or(0, |(_, pc)| pc as u64);
     let tables = match shared.unwinder {
-        crate::cfi::Unwinder::FramePointer => None,
+        crate::unwind::Unwinder::FramePointer => None,
         mode => shared.cfi.load().map(|t| (t, mode)),
     };
     let limit = shared.depth.inner.max(1) + shared.depth.outer;
@@ -370,8 +372,8 @@ fn run(shared: &Shared) {
 fn exclude_self(shared: &Shared) {
     let tid = gettid();
     let start = start_time(tid);
-    shared.registry.lock().excluded.push((tid, start));
-    unregister(shared, tid, start);
+    shared.threads.registry.lock().excluded.push((tid, start));
+    shared.unregister(tid, start);
 }
 
 /// One tick standing for `n` periods (see the module docs).
@@ -386,7 +388,7 @@ fn tick(
 ) {
     let now = crate::clock::ticks();
     let entries: Vec<(usize, u32, libc::c_int)> = {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         reg.entries
             .iter()
             .enumerate()
@@ -464,7 +466,7 @@ fn tick(
     }
     let mut requested = 0u64;
     {
-        let reg = shared.registry.lock();
+        let reg = shared.threads.registry.lock();
         for &(index, tid, fd) in &want {
             let same = reg
                 .entries

@@ -1,6 +1,6 @@
 //! Instrumented scopes with exact self time: [`scope!`](crate::scope), `#[recorder::profile]`,
 //! [`scope_at`], and the spans of [`RecorderLayer`](crate::tracing::RecorderLayer) — one
-//! mechanism for all of them, the profiler design of seed 004:
+//! mechanism for all of them:
 //!
 //! - **A path is interned incrementally on entry**, by (parent node, function index): the last
 //!   child entered from a node is cached on the node, other children are found in a hash map, a
@@ -441,8 +441,8 @@ impl Local {
     #[cold]
     #[inline(never)]
     fn take_cell(&mut self) {
-        let tid = crate::thread::current_tid();
-        self.cell = Some((tid, crate::span_context::acquire(tid)));
+        let tid = crate::threads::current_tid();
+        self.cell = Some((tid, crate::span_context::acquire(tid, crate::sampler::attach_span_cell)));
     }
 
     /// Sets the span word, where CPU samples read it.
@@ -665,7 +665,7 @@ impl Drop for Local {
         // The thread exits: its tree's values are final (the reports keep them).
         self.detach();
         if let Some((tid, cell)) = self.cell.take() {
-            crate::span_context::release(tid, cell);
+            crate::span_context::release(tid, cell, crate::sampler::attach_span_cell);
         }
     }
 }

@@ -12,23 +12,9 @@ struct Names {
 }
 
 static NAMES: Mutex<Option<Names>> = Mutex::new(None);
-
-/// Before fork: hold the scope names, so no other thread holds it while the process is copied (a leaf
-/// lock: its holders wait for no other lock, so taking it last in `fork::prepare` cannot
-/// deadlock).
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(NAMES.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the lock through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { NAMES.release_after_fork(child) };
-}
+/// [`NAMES`], for the atfork handlers, which hold it across fork (its holders wait for no other
+/// lock).
+pub(crate) static NAMES_LOCK: &dyn crate::fork::HeldAcrossFork = &NAMES;
 
 fn with<R>(f: impl FnOnce(&mut Names) -> R) -> R {
     let mut guard = NAMES.lock();

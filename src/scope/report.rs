@@ -19,23 +19,9 @@ struct Registry {
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
-
-/// Before fork: hold the scope registry (a flush holds it while it absorbs every thread's tree, and takes the names lock inside: take this one first), so no other thread holds it while the process is copied (a leaf
-/// lock: its holders wait for no other lock, so taking it last in `fork::prepare` cannot
-/// deadlock).
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(REGISTRY.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the lock through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds the lock.
-    unsafe { REGISTRY.release_after_fork(child) };
-}
+/// [`REGISTRY`], for the atfork handlers, which hold it across fork. A flush holds it while it
+/// absorbs every thread's tree, and takes the names lock inside.
+pub(crate) static REGISTRY_LOCK: &dyn crate::fork::HeldAcrossFork = &REGISTRY;
 
 /// A new recording: the trees of the previous one are dropped.
 pub(crate) fn reset(generation: u64, deterministic: bool, clock: super::ScopeClock) {

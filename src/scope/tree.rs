@@ -1,6 +1,6 @@
 //! One thread's scope tree, as the reporting side sees it: nodes interned by (parent node,
 //! function index), each with its call count and total and self time, and the order in which
-//! nodes first received weight (seed 004).
+//! nodes first received weight.
 //!
 //! Only the owning thread writes a tree; any thread may read it at any time without a lock. The
 //! nodes live in chunks that never move, each field an atomic the owner stores with a plain

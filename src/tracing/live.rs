@@ -26,8 +26,8 @@ use crate::sync::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Order
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-/// The table's locks: fork-safe (held across `fork`: [`lock_for_fork`]), or loom's under the
-/// models.
+/// The table's locks: fork-safe (the atfork handlers hold them across `fork`), or loom's under
+/// the models.
 #[cfg(not(loom))]
 type Lock<T> = crate::fork::ForkSafeMutex<T>;
 #[cfg(loom)]
@@ -149,6 +149,13 @@ static TABLE: Table = Table {
     record: Lock::new(()),
     pool: Lock::new(Vec::new()),
 };
+/// The table's locks, for the atfork handlers, which hold them across fork.
+#[cfg(not(loom))]
+pub(crate) static TABLE_RECORD_LOCK: &dyn crate::fork::HeldAcrossFork = &TABLE.record;
+#[cfg(not(loom))]
+pub(crate) static TABLE_OVERFLOW_LOCK: &dyn crate::fork::HeldAcrossFork = &TABLE.overflow;
+#[cfg(not(loom))]
+pub(crate) static TABLE_POOL_LOCK: &dyn crate::fork::HeldAcrossFork = &TABLE.pool;
 
 // A new table for each execution of a model.
 #[cfg(loom)]
@@ -410,28 +417,6 @@ pub fn remove(layer: u32, id: u64) -> Option<(u64, SpanData, i64)> {
         }
     }
     Some(free(slot))
-}
-
-/// Before fork: holds the table's locks (leaf locks: their holders wait for nothing).
-#[cfg(not(loom))]
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(TABLE.record.lock());
-    std::mem::forget(TABLE.overflow.lock());
-    std::mem::forget(TABLE.pool.lock());
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the locks through [`lock_for_fork`].
-#[cfg(not(loom))]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds them.
-    unsafe {
-        TABLE.pool.release_after_fork(child);
-        TABLE.overflow.release_after_fork(child);
-        TABLE.record.release_after_fork(child);
-    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -83,6 +83,7 @@ crate::event! {
 
 #[allow(unsafe_code)]
 mod live;
+pub(crate) use live::{TABLE_OVERFLOW_LOCK, TABLE_POOL_LOCK, TABLE_RECORD_LOCK};
 
 /// What the layer keeps of a span from its creation to its close (in its [`live`] slot).
 #[derive(Debug, Default)]
@@ -141,6 +142,9 @@ impl RecorderLayer {
     /// `RecorderBuilder::sample_span_ids`).
     pub fn new() -> RecorderLayer {
         crate::builtin::note_span_context();
+        if commit::generation() != 0 && crate::builtin::decided_without_span_context() {
+            crate::diagnostics::report_late_span_layer();
+        }
         // Relaxed: a unique number.
         RecorderLayer { key: NEXT_LAYER.fetch_add(1, Ordering::Relaxed) }
     }
@@ -175,6 +179,8 @@ pub(crate) struct Callsite {
 
 /// Every callsite seen, by its metadata's address.
 static CALLSITES: ForkSafeMutex<Option<HashMap<usize, &'static Callsite, BuildWordHasher>>> = ForkSafeMutex::new(None);
+/// [`CALLSITES`], for the atfork handlers, which hold it across fork.
+pub(crate) static CALLSITES_LOCK: &dyn crate::fork::HeldAcrossFork = &CALLSITES;
 
 const CALLSITE_CACHE: usize = 32;
 
@@ -217,25 +223,6 @@ fn callsite_slow(meta: &'static Metadata<'static>, key: usize) -> &'static Calls
         Box::leak(Box::new(Callsite { func: scope::function_index(meta.name()), encoded: encoded.into_boxed_slice() }));
     map.insert(key, c);
     c
-}
-
-/// Before fork: holds the span table and the callsites (leaf locks).
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(CALLSITES.lock());
-    live::lock_for_fork();
-}
-
-/// After fork, on both sides.
-///
-/// # Safety
-/// The calling thread holds the locks through [`lock_for_fork`].
-#[allow(unsafe_code)]
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller holds them.
-    unsafe {
-        live::unlock_after_fork(child);
-        CALLSITES.release_after_fork(child);
-    }
 }
 
 /// Renders fields as `key=value` pairs; the `message` field apart.

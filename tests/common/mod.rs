@@ -14,6 +14,124 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): what the sampler counts, so a test
+/// that spins for an amount of it gets the same samples however loaded the machine is.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Computes for `d` of this thread's CPU time, in user mode: the sampler sees user time only
+/// (`src/sampler/timer.rs`), and reading the CPU clock is a system call, so the clock is read
+/// between bursts of user work (a loop that only read it would spend most of its time in the
+/// kernel, and get a fraction of the samples its CPU time suggests: a release build got 86 of
+/// 540).
+pub fn spin_cpu(d: std::time::Duration) {
+    let t = thread_cpu_time();
+    let mut x = 0u64;
+    while thread_cpu_time() - t < d {
+        for i in 0..100_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+    }
+}
+
+/// Burns CPU in user code until `stop` is set; returns the work's result (keep it from being
+/// optimised away).
+#[inline(never)]
+pub fn spin_until(stop: &std::sync::atomic::AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for i in 0..10_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    x
+}
+
+/// Busy for `d` of wall-clock time (a span or scope that lasts, whatever the CPU gets).
+pub fn spin_wall(d: std::time::Duration) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        std::hint::black_box(0);
+    }
+}
+
+/// The JDK's `EventStream` following the repository `repo` live (`tests/java/LiveStream.java`,
+/// arguments after the repository: the event type, then optional field names): the `java` child
+/// and its stdout lines (`EVENT ...`, `FLUSH`, `CLOSED`, `ERROR ...`) as they come. The library's
+/// tests only (the path is under its manifest directory).
+pub fn live_jdk_stream(repo: &Path, args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let java = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/LiveStream.java");
+    let mut child = Command::new("java")
+        .arg(java)
+        .arg(repo)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("`java` is required (install openjdk-17-jdk-headless)");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Forks a child that runs `body` and leaves with `_exit`: 0 when `body` returned, 3 when it
+/// panicked (the parent's destructors never run in it). The parent gets the child's pid.
+pub fn fork_child(body: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: the child runs `body` (the caller's recorder calls) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).map_or(3, |()| 0);
+        // SAFETY: leaves the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Waits for the child `pid` (of `fork_child`) to exit with 0. A deadlocked child would hang the
+/// test: after `limit` this panics with what each of its threads is doing (state and kernel wait
+/// channel) and, when gdb is at hand, where.
+pub fn wait_child_ok(pid: libc::pid_t, limit: std::time::Duration) {
+    let mut status = 0;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let mut threads = String::new();
+            for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+                let p = t.path();
+                let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+                let wchan = std::fs::read_to_string(p.join("wchan")).unwrap_or_default();
+                threads.push_str(&format!("\n  {} wchan {wchan}", stat.trim()));
+            }
+            let stacks = Command::new("timeout")
+                .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no gdb: {e})"));
+            panic!("child {pid} hangs (deadlock after fork?); its threads:{threads}\n{stacks}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {pid} failed: {status}");
+}
+
 /// The `.jfr` chunk files of a recording directory, in start order (the header's startNanos, as
 /// the JDK orders them; names agree, but this does not rely on them).
 pub fn chunk_files(dir: &Path) -> Vec<PathBuf> {

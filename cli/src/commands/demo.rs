@@ -153,7 +153,7 @@ fn shell_word(word: &str) -> String {
 /// Writes the flame graph SVG of the CPU samples in `repository` to `svg`.
 pub(crate) fn write_flamegraph(repository: &std::path::Path, svg: &std::path::Path, title: &str) -> anyhow::Result<()> {
     let source = source::load(repository, source::Recordings::All)?;
-    let selection = crate::fold::Selection::default();
+    let selection = crate::selection::Selection::default();
     let mut folded = crate::fold::Folded::default();
     let weighing = crate::profile::ProfileKind::Cpu.weighing();
     for sc in &source.chunks {

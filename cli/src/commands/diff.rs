@@ -5,7 +5,8 @@
 
 use crate::args::{DiffArgs, DiffFormat};
 use crate::commands::dump::count_name;
-use crate::fold::{FoldOptions, Folded, Selection};
+use crate::fold::{FoldOptions, Folded};
+use crate::selection::Selection;
 use crate::source::{self, Recordings};
 use crate::Outcome;
 use anyhow::Context;

@@ -22,10 +22,11 @@
 //! name and renamed, so it is never half-written; errors name the file asked for.
 
 use crate::args::{DumpConfig, DumpFormat, DumpWeight, TypeFilter};
-use crate::fold::{self, Folded, Selection};
+use crate::fold::Folded;
 use crate::pprof;
 use crate::profile::{ProfileKind, Unit, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
+use crate::selection::{self, Selection};
 use crate::source::{self, Damage, SourceChunk};
 use crate::spans::{self, SpanNames};
 use crate::Outcome;
@@ -634,14 +635,9 @@ fn relink_checkpoint(
     let at = sc.chunk.base() + offset;
     let bad = || jfr_format::Error::UnexpectedEof { offset: at, expected: "a checkpoint header" };
     // size, type id, start time, duration, delta: five varints; the rest is copied as is.
-    let mut pos = 0;
-    let mut fields = [0u64; 5];
-    for f in &mut fields {
-        let (v, n) = varint::read_u64(bytes.get(pos..).ok_or_else(bad)?).ok_or_else(bad)?;
-        *f = v;
-        pos += n;
-    }
-    let rest = bytes.get(pos..).ok_or_else(bad)?;
+    let mut lead = jfr_format::LeadingFields::new(bytes);
+    let fields: [u64; 5] = lead.varints().ok_or_else(bad)?;
+    let rest = lead.rest();
     let mut body = Vec::with_capacity(rest.len() + 32);
     write::put_varint(&mut body, 1);
     write::put_varint(&mut body, fields[2]);
@@ -660,7 +656,11 @@ fn relink_checkpoint(
 
 /// Does the selection keep the event record at chunk offset `offset` (decoded only when the
 /// selection has a time or thread condition)?
-fn selected(chunk: &jfr_format::Chunk, offset: u64, select: &mut fold::ChunkSelection<'_>) -> jfr_format::Result<bool> {
+fn selected(
+    chunk: &jfr_format::Chunk,
+    offset: u64,
+    select: &mut selection::ChunkSelection<'_>,
+) -> jfr_format::Result<bool> {
     if select.is_all() {
         return Ok(true);
     }

@@ -70,18 +70,6 @@ fn unit_bytes() -> usize {
         .unwrap_or(UNIT_BYTES)
 }
 
-/// Reads the size and type id of the record at `pos`; `None` if they are not well-formed (the
-/// reader then reports the problem precisely).
-fn record_header(data: &[u8], pos: usize, end: usize) -> Option<(usize, u64)> {
-    let (size, n) = jfr_format::varint::read_u64(data.get(pos..end)?)?;
-    let (type_id, _) = jfr_format::varint::read_u64(data.get(pos + n..end)?)?;
-    let size = usize::try_from(size).ok()?;
-    if size <= n || pos.checked_add(size)? > end {
-        return None;
-    }
-    Some((size, type_id))
-}
-
 fn plan_units<'a>(chunks: &'a [SourceChunk], infos: &'a [(TypeInfo, Vec<bool>)], info_of: &[usize]) -> Vec<Unit<'a>> {
     let unit_bytes = unit_bytes();
     let mut units = Vec::new();
@@ -90,15 +78,13 @@ fn plan_units<'a>(chunks: &'a [SourceChunk], infos: &'a [(TypeInfo, Vec<bool>)],
         if !keep.contains(&true) {
             continue;
         }
-        let data = sc.chunk.bytes();
-        let end = data.len();
+        let end = sc.chunk.bytes().len();
         let mut from = HEADER_SIZE;
-        let mut pos = HEADER_SIZE;
-        while pos < end {
-            let Some((size, _)) = record_header(data, pos, end) else {
+        for record in sc.chunk.records() {
+            let Ok(record) = record else {
                 break; // the unit that reaches here reports the damage
             };
-            pos += size;
+            let pos = record.offset as usize + record.bytes.len();
             if pos - from >= unit_bytes && pos < end {
                 units.push(Unit { sc, info, keep, from, to: pos });
                 from = pos;
@@ -201,24 +187,16 @@ fn drain(units: &[Unit<'_>], receivers: Vec<Receiver<Msg>>, out: &mut impl Write
 /// The kept events of a unit, in file order. `f` returns false to stop.
 fn for_each_event(unit: &Unit<'_>, mut f: impl FnMut(Event) -> jfr_format::Result<bool>) -> jfr_format::Result<()> {
     let chunk = &unit.sc.chunk;
-    let data = chunk.bytes();
-    let mut pos = unit.from;
-    while pos < unit.to {
-        let Some((size, type_id)) = record_header(data, pos, unit.to) else {
-            // Malformed: let the reader say what is wrong, and where.
-            return match chunk.items(pos as u64).next() {
-                Some(Err(e)) => Err(e),
-                _ => Err(jfr_format::Error::Invalid {
-                    offset: chunk.base() + pos as u64,
-                    expected: "a record inside its chunk",
-                    found: 0,
-                }),
-            };
-        };
+    for record in chunk.records_from(unit.from as u64) {
+        let record = record?;
+        if record.offset >= unit.to as u64 {
+            break;
+        }
+        let type_id = record.type_id;
         let kept = type_id > 1 && unit.info.class_index(type_id).is_some_and(|i| unit.keep[i]);
         if kept {
-            // The record at `pos` is an event of a declared type: the reader decodes exactly it.
-            let event = match chunk.items(pos as u64).next() {
+            // The record is an event of a declared type: the reader decodes exactly it.
+            let event = match chunk.items(record.offset).next() {
                 Some(Ok(Item::Event(event))) => event,
                 Some(Err(e)) => return Err(e),
                 _ => break,
@@ -227,7 +205,6 @@ fn for_each_event(unit: &Unit<'_>, mut f: impl FnMut(Event) -> jfr_format::Resul
                 break;
             }
         }
-        pos += size;
     }
     Ok(())
 }

@@ -420,22 +420,7 @@ fn summarize(
 /// `-o`: the recording's chunk files in order, one after the other (a JFR file is its chunks),
 /// written under a temporary name and renamed.
 fn write_output(dir: &Path, out: &Path) -> anyhow::Result<()> {
-    let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jfr"))
-        .collect();
-    chunks.sort();
-    if chunks.is_empty() {
-        bail!("{} holds no chunk file", dir.display());
-    }
-    let mut bytes = Vec::new();
-    for c in &chunks {
-        bytes.extend_from_slice(&std::fs::read(c).with_context(|| format!("{}", c.display()))?);
-    }
-    let mut tmp = out.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&tmp, &bytes)?;
-    std::fs::rename(&tmp, out)?;
+    recorder::repository::layout::write_recording_file(dir, out)?;
     Ok(())
 }
 

@@ -4,9 +4,9 @@
 //! (`yyyy_MM_dd_HH_mm_ss_<pid>`) is repaired, and live ones are left alone.
 
 use crate::args::RepairArgs;
-use crate::source;
 use crate::Outcome;
 use anyhow::Context;
+use recorder::repository::layout;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -35,25 +35,22 @@ pub fn run(args: &RepairArgs) -> anyhow::Result<Outcome> {
 /// The directories to repair: `dir` itself when it holds chunk files, and its recording
 /// subdirectories.
 fn recording_dirs(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let context = || format!("{}", dir.display());
     let mut own = false;
-    let mut subdirs = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
-        let entry = entry.with_context(|| format!("{}", dir.display()))?;
+    for entry in std::fs::read_dir(dir).with_context(context)? {
+        let entry = entry.with_context(context)?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        // symlink_metadata: a symlink planted in a shared base is not followed.
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
-        if meta.is_dir() && source::is_repository_dir_name(&name) {
-            subdirs.push(entry.path());
-        } else if meta.is_file() && (source::is_chunk_file_name(&name) || name.ends_with(".part")) {
-            own = true;
-        }
+        // The file type of the entry itself: a symlink planted in a shared base is not followed.
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        own |= is_file && (layout::is_chunk_file_name(&name) || name.ends_with(".part"));
     }
-    subdirs.sort();
+    let mut dirs: Vec<PathBuf> =
+        layout::recording_dirs(dir).with_context(context)?.into_iter().map(|r| r.path).collect();
     if own {
-        subdirs.insert(0, dir.to_path_buf());
+        dirs.insert(0, dir.to_path_buf());
     }
-    Ok(subdirs)
+    Ok(dirs)
 }
 
 /// Repairs one recording directory and says what was done. `in_base`: a live recording is

@@ -664,23 +664,14 @@ fn count_chunk(
 /// The thread and stack keys of an event record whose leading fields are `lead`; `None` when the
 /// bytes do not fit (the caller decodes the event instead, which reports the damage precisely).
 fn lead_keys(bytes: &[u8], lead: &[Encoding], thread: Option<usize>, stack: Option<usize>) -> Option<(u64, u64)> {
-    let mut pos = 0;
-    for _ in 0..2 {
-        // size, type id
-        let (_, n) = jfr_format::varint::read_u64(bytes.get(pos..)?)?;
-        pos += n;
-    }
+    let mut fields = jfr_format::LeadingFields::new(bytes);
+    let [_size, _type_id] = fields.varints()?;
     let (mut thread_key, mut stack_key) = (0, 0);
     for (i, enc) in lead.iter().enumerate() {
         let value = match enc {
-            Encoding::Varint => {
-                let (v, n) = jfr_format::varint::read_u64(bytes.get(pos..)?)?;
-                pos += n;
-                v
-            }
+            Encoding::Varint => fields.varint()?,
             Encoding::Fixed(n) => {
-                bytes.get(pos..pos + n)?;
-                pos += n;
+                fields.skip(*n)?;
                 0
             }
         };

@@ -34,7 +34,8 @@ pub fn programs_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
 }
 
-/// Compiles one of `tests/programs` once per test binary with the given compiler and flags.
+/// Compiles one of `tests/programs` (or a path relative to it: `../hostile/NAME.c`) once per test
+/// binary with the given compiler and flags.
 pub fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{name} {compiler} {flags:?}");
@@ -45,7 +46,7 @@ pub fn build_program(name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     // One file per (program, flags): the static build of calltree.c must not replace the other.
     let dir = scratch_dir().join("programs").join(built.len().to_string());
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name.split('.').next().unwrap());
+    let out = dir.join(Path::new(name).file_stem().unwrap());
     let src = programs_dir().join(name);
     let mut cmd = Command::new(compiler);
     cmd.args(flags).arg("-o").arg(&out).arg(&src);
@@ -150,28 +151,6 @@ pub fn pprof_total(top: &str) -> String {
     line.rsplit_once(" of ").unwrap().1.trim_end_matches(" total").to_owned()
 }
 
-/// `2026-11-29T16:59:14.957127984Z` (as `jfr print --json` writes) to ns since the epoch.
-pub fn parse_iso_nanos(s: &str) -> i64 {
-    let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> i64 { s[r].parse().expect("a timestamp number") };
-    let (y, m, d) = (num(0..4), num(5..7), num(8..10));
-    let (hh, mm, ss) = (num(11..13), num(14..16), num(17..19));
-    let mut nanos = 0i64;
-    if b.get(19) == Some(&b'.') {
-        let frac: String = s[20..].chars().take_while(char::is_ascii_digit).collect();
-        nanos = format!("{frac:0<9}")[..9].parse().unwrap();
-    }
-    // days_from_civil (Howard Hinnant)
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1_000_000_000) + nanos
-}
-
 /// An ISO-8601 duration as `jfr print --json` writes it (`PT0.000001S`, `PT1M2.5S`, `PT0S`) to ns.
 pub fn parse_iso_duration_nanos(s: &str) -> i64 {
     let rest = s.strip_prefix("PT").unwrap_or_else(|| panic!("not a duration: {s}"));
@@ -194,8 +173,8 @@ pub fn parse_iso_duration_nanos(s: &str) -> i64 {
 
 #[test]
 fn iso_helpers_parse_jfr_output() {
-    assert_eq!(parse_iso_nanos("1970-01-01T00:00:01.5Z"), 1_500_000_000);
-    assert_eq!(parse_iso_nanos("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
+    assert_eq!(epoch_nanos_of_iso("1970-01-01T00:00:01.5Z"), 1_500_000_000);
+    assert_eq!(epoch_nanos_of_iso("2026-11-29T16:59:14.957127984Z"), 1_795_971_554_957_127_984);
     assert_eq!(parse_iso_duration_nanos("PT0.000001S"), 1_000);
     assert_eq!(parse_iso_duration_nanos("PT1M2.5S"), 62_500_000_000);
 }

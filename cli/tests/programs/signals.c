@@ -1,4 +1,4 @@
-/* The program's own signal handlers under `recorder record` (issue 14 §2). After main started
+/* The program's own signal handlers under `recorder record`. After main started
  * (so after the recorder installed its SIGPROF handler) it installs a SIGUSR1 handler and its own
  * SIGPROF profiler: sigaction(SA_SIGINFO) + setitimer(ITIMER_PROF). It burns argv[1] ms of CPU in
  * main -> work -> spin and prints what its handlers saw:

@@ -138,7 +138,7 @@ pub fn metadata(later: bool) -> Metadata {
     md
 }
 
-/// Pools shared by every chunk (keys are immutable across the recording, pitfall P10).
+/// Pools shared by every chunk (keys are immutable across the recording: docs/jfr-format.md, "Constant pools").
 pub fn pools() -> BTreeMap<(u64, u64), Value> {
     let mut p = BTreeMap::new();
     let sym = |p: &mut BTreeMap<_, _>, key: u64, text: &str| {

@@ -78,7 +78,7 @@ pub fn collect(out: &mut Vec<(u64, u64)>) -> impl FnMut(&SampleRecord<'_>) + '_ 
     }
 }
 
-/// Flusher (§4.3) as shipped: `Core::drain` under L (full queue oldest first, reaping, refills,
+/// Flusher (docs/sampler-protocol.md §3) as shipped: `Core::drain` under L (full queue oldest first, reaping, refills,
 /// then active buffers gated by activation order).
 pub fn flush(core: &Core, l: &Mutex<Chunk>) {
     let mut g = l.lock().unwrap();
@@ -86,7 +86,7 @@ pub fn flush(core: &Core, l: &Mutex<Chunk>) {
     core.drain(locked, &mut collect(out));
 }
 
-/// Recorder (§4.4): full pass under L.
+/// Recorder (docs/sampler-protocol.md §4): full pass under L.
 pub fn recorder_drain(core: &Core, l: &Mutex<Chunk>) {
     let mut g = l.lock().unwrap();
     let Chunk { locked, out } = &mut *g;

@@ -22,16 +22,9 @@ pub fn current_tid() -> u32 {
     if cached != 0 {
         return cached;
     }
-    // gettid never fails.
-    let tid = rustix_free_gettid();
+    let tid = super::gettid();
     let _ = TID.try_with(|c| c.set(tid));
     tid
-}
-
-#[allow(unsafe_code)]
-fn rustix_free_gettid() -> u32 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
 }
 
 /// The kernel's name for thread `tid` of this process (`comm`), if it still exists.
@@ -112,12 +105,6 @@ impl RawComm {
         let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
         String::from_utf8_lossy(&self.0[..len]).into_owned()
     }
-}
-
-/// The `comm` field of a `/proc/.../stat` line (between the first `(` and the last `)`: a name
-/// may contain both).
-pub fn stat_comm(stat: &str) -> Option<&str> {
-    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
 }
 
 /// What the calling thread is called, and its `comm` now: its Rust name when it has one that the
@@ -253,13 +240,6 @@ pub(crate) fn process_barrier() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn comm_is_read_between_the_outer_parentheses() {
-        assert_eq!(stat_comm("12 (worker (1)) S 1 2"), Some("worker (1)"));
-        assert_eq!(stat_comm("12 () R 1"), Some(""));
-        assert_eq!(stat_comm("garbage"), None);
-    }
 
     #[test]
     fn a_new_comm_is_a_rename_and_a_self_report_may_lengthen_a_cut_name() {

@@ -26,7 +26,7 @@
 //! [`create_thread`] (or, from its own wrapper, [`on_thread_start`]); both are idempotent with
 //! the GOT hook (a thread registered twice is registered once).
 //!
-//! # Options measured (Linux 6.18 x86_64, glibc 2.36, 2 cores, 1 kHz; see issue 16's report)
+//! # Options measured (Linux 6.18 x86_64, glibc 2.36, 2 cores, 1 kHz)
 //! - **GOT/PLT interposition (taken).** A child burning 50 ms gets its samples from the first
 //!   period on; cost is paid only at thread creation and exit (`perf_event_open`, three
 //!   `fcntl`s and an enable; at exit `dup3`, `sigpending`, `close`, `getrusage` and `prctl`
@@ -81,8 +81,8 @@ pub type PthreadCreate =
 pub fn on_thread_start() -> bool {
     without_cancellation(|| {
         let sampled = matches!(
-            std::panic::catch_unwind(crate::sampler::register_thread_start),
-            Ok(crate::sampler::ThreadStart::Registered)
+            std::panic::catch_unwind(super::registry::thread_started),
+            Ok(super::registry::ThreadStart::Registered)
         );
         if sampled {
             // SAFETY: a signal set built here; changes only this thread's mask.
@@ -210,6 +210,8 @@ struct Patcher {
 
 static PATCHER: crate::fork::ForkSafeMutex<Patcher> =
     crate::fork::ForkSafeMutex::new(Patcher { adds: u64::MAX, report: HookReport { modules: 0, slots: 0, failed: 0 } });
+/// [`PATCHER`], for the atfork handlers: the child must not inherit it held by another thread.
+pub(crate) static PATCHER_LOCK: &dyn crate::fork::HeldAcrossFork = &PATCHER;
 
 /// Interposes `pthread_create` in every loaded module (idempotent). Returns what was patched;
 /// nothing on architectures without the relocation types below (discovery only there).
@@ -225,18 +227,6 @@ pub(crate) fn rescan() {
     if p.adds != u64::MAX && loaded_count() != p.adds {
         patch_all(&mut p);
     }
-}
-
-/// `pthread_atfork` prepare: the child must not inherit the patcher's lock held by another thread.
-pub(crate) fn lock_for_fork() {
-    std::mem::forget(PATCHER.lock());
-}
-
-/// # Safety
-/// Only after [`lock_for_fork`] on this thread.
-pub(crate) unsafe fn unlock_after_fork(child: bool) {
-    // SAFETY: the caller's contract: `lock_for_fork` forgot the guard on this thread.
-    unsafe { PATCHER.release_after_fork(child) };
 }
 
 /// What slots importing `pthread_create` point to now (for tests: all of them are hooked).

@@ -5,7 +5,7 @@
 //! when its rule is one the walk expresses. A file's table is built once and shared by every
 //! snapshot that maps it ([`Compiler`] keeps them by path, device and inode).
 
-use super::{fp_rule, kind, Mapped, ModuleTable, Row, Tables, PAGE_SHIFT};
+use super::tables::{fp_rule, kind, Mapped, ModuleTable, Row, Tables, PAGE_SHIFT};
 use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use std::collections::HashMap;
@@ -249,8 +249,9 @@ impl Compiler {
     /// As [`Compiler::refresh`], compiling only the files `wanted` accepts (the others are left
     /// out of the snapshot, and the next call looks at the mappings again even if unchanged).
     pub fn refresh_files(&mut self, wanted: &dyn Fn(&str) -> bool) -> Option<Tables> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let mut exec: Vec<MapLine> = maps.lines().filter_map(parse_line).filter(|m| m.exec).collect();
+        let maps = crate::threads::proc::read_maps()?;
+        let mut exec: Vec<crate::threads::proc::MapsLine> =
+            maps.lines().filter_map(crate::threads::proc::parse_maps_line).filter(|m| m.executable).collect();
         exec.sort_by_key(|m| m.start);
         let key: Vec<(usize, usize, String)> = exec.iter().map(|m| (m.start, m.end, m.path.to_owned())).collect();
         if key == self.last {
@@ -306,34 +307,4 @@ fn load_bias(path: &str, start: usize, offset: u64) -> Option<usize> {
         }
     }
     None
-}
-
-struct MapLine<'a> {
-    start: usize,
-    end: usize,
-    exec: bool,
-    offset: u64,
-    dev: &'a str,
-    inode: u64,
-    path: &'a str,
-}
-
-fn parse_line(line: &str) -> Option<MapLine<'_>> {
-    let mut it = line.splitn(6, ' ');
-    let range = it.next()?;
-    let perms = it.next()?;
-    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-    let dev = it.next()?;
-    let inode = it.next()?.parse().ok()?;
-    let path = it.next().unwrap_or("").trim_start();
-    let (s, e) = range.split_once('-')?;
-    Some(MapLine {
-        start: usize::from_str_radix(s, 16).ok()?,
-        end: usize::from_str_radix(e, 16).ok()?,
-        exec: perms.as_bytes().get(2) == Some(&b'x'),
-        offset,
-        dev,
-        inode,
-        path,
-    })
 }

@@ -1,23 +1,92 @@
-//! Frame-pointer walk of the calling thread, in normal context (events that carry a stack), and
-//! what it shares with the sampler's walk in signal context: the walk limit and the rule that
-//! tells a complete stack from a truncated one.
+//! Stack unwinding, all of it: the DWARF tables ([`tables`], built by [`compile`]), the one walk
+//! ([`walk::walk`], over any [`walk::StackMemory`], with every validation rule), and the calling
+//! thread's own stack in normal context: its bounds, the main thread's entry, and the walks of
+//! events that carry a stack ([`capture_current`]). Which frames of a deep stack are kept is
+//! `crate::stack`'s [`crate::stack::KeepEnds`] / [`crate::stack::WalkLayout`], shared by every
+//! walker.
 //!
-//! Every read is validated: 16-byte-aligned records are not required, but each frame pointer must be
-//! 8-byte aligned, strictly above the previous one and inside the thread's stack bounds (from
-//! `pthread_getattr_np`, cached per thread), so a garbage frame pointer ends the walk instead of
-//! faulting. The walk is bounded by `HARD_WALK_LIMIT`.
+//! The walkers: the SIGPROF handler (`sampler/signal.rs`, the interrupted thread's own stack),
+//! the wall thread (`sampler/blocked.rs`, a copy of a blocked thread's stack), the allocation hook
+//! (`alloc/hook.rs`) and the commit path ([`capture_current`], the calling thread's stack).
 //!
 //! A walk is complete when it reaches the outermost frame: a null frame pointer (the ABI's end
-//! marker, which glibc's thread start leaves), a null return address, or on the main thread a
-//! frame record at most [`ENTRY_SLACK`] below the process's start stack (`/proc/self/stat` field
-//! 28): libc's start-up code, built without frame pointers, is all that lies between and leaves a
-//! garbage frame pointer there. Any other end (a chain broken by code without frame pointers,
-//! the bounds, the walk limit) marks the stack truncated.
-#![allow(unsafe_code)]
+//! marker, which glibc's thread start leaves), a null return address, an undefined return address
+//! in the tables (`_start`, `clone`), or on the main thread a frame record at most
+//! [`ENTRY_SLACK`] below the process's start stack (`/proc/self/stat` field 28): libc's start-up
+//! code, built without frame pointers, is all that lies between and leaves a garbage frame
+//! pointer there. Any other end (a chain broken by code without frame pointers, the bounds, the
+//! walk limit) marks the stack truncated.
 
-use crate::stack::{DepthPolicy, MAX_DEPTH_PER_END};
+pub mod compile;
+pub mod tables;
+pub mod walk;
+
+pub use tables::{Mapped, ModuleTable, Regs, Row, Tables, Unwinder};
+pub use walk::{caller_of_record, walk, End, OwnStack, StackMemory, WalkRules, ENTRY_SLACK};
+
+use crate::stack::{DepthPolicy, KeepEnds, MAX_DEPTH_PER_END};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// The tables the handler reads: a snapshot published through an atomic pointer, replaced
+/// (never changed in place) when the process's executable mappings change. Replaced snapshots
+/// are kept until this is dropped, which the sampler does only after its grace period (no
+/// handler can still be reading one).
+#[derive(Debug, Default)]
+pub struct Published {
+    current: AtomicPtr<Tables>,
+    /// The compiler (files already compiled) and the addresses of replaced snapshots.
+    state: crate::fork::ForkSafeMutex<(compile::Compiler, Vec<usize>)>,
+}
+
+impl Published {
+    /// Compiles the tables of every module mapped now, or of those mapped since the last call,
+    /// and publishes them (normal context: reads files, allocates).
+    pub fn refresh(&self) {
+        self.refresh_files(&|_| true);
+    }
+
+    /// As [`Published::refresh`], for the files `wanted` accepts only (a later `refresh` adds the
+    /// others).
+    pub fn refresh_files(&self, wanted: &dyn Fn(&str) -> bool) {
+        let mut state = self.state.lock();
+        let Some(tables) = state.0.refresh_files(wanted) else { return };
+        let new = Box::into_raw(Box::new(tables));
+        // AcqRel: Release publishes the built snapshot to the handler's Acquire load in `load`;
+        // Acquire orders the old snapshot's construction before it is kept for freeing.
+        let old = self.current.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            state.1.push(old as usize);
+        }
+    }
+
+    /// The published tables, if any.
+    ///
+    /// # Signal safety
+    /// One atomic load.
+    #[inline]
+    pub fn load(&self) -> Option<&Tables> {
+        // Acquire: pairs with the Release swap in `refresh` (the snapshot is fully built).
+        let p = self.current.load(Ordering::Acquire);
+        // SAFETY: non-null pointers come from `Box::into_raw` in `refresh` and are freed only in
+        // `drop`, which needs `&mut self`: no reference handed out here outlives them.
+        unsafe { p.as_ref() }
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        let current = std::mem::replace(self.current.get_mut(), std::ptr::null_mut());
+        let retired = std::mem::take(&mut self.state.get_mut().1);
+        for p in retired.into_iter().map(|a| a as *mut Tables).chain(std::iter::once(current)) {
+            if !p.is_null() {
+                // SAFETY: each came from `Box::into_raw` in `refresh`, is freed once, and `&mut
+                // self` means no reader is left.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
 
 /// No walk goes further than this many frames, whatever the stack looks like (cycles, torn stacks).
 pub const HARD_WALK_LIMIT: usize = 65_536;
@@ -45,20 +114,6 @@ pub fn sample_walk_limit(inner: usize, outer: usize) -> usize {
     }
 }
 
-/// How far below the process's start stack the main thread's outermost frame record may lie
-/// (glibc 2.36 x86_64: 272 bytes; musl's start-up frames are smaller).
-pub const ENTRY_SLACK: usize = 4096;
-
-/// Whether a chain that broke after the frame record at `last` ended at the main thread's entry.
-/// `entry`: [`main_thread_entry`] on the main thread, 0 elsewhere.
-///
-/// # Signal safety
-/// Arithmetic only.
-#[inline]
-pub fn at_entry(last: usize, entry: usize) -> bool {
-    entry != 0 && last != 0 && last < entry && entry - last <= ENTRY_SLACK
-}
-
 /// The process's start stack (the stack pointer `_start` got, `/proc/self/stat` field 28), 0 if
 /// unknown. Normal context; read once.
 pub fn main_thread_entry() -> usize {
@@ -68,17 +123,13 @@ pub fn main_thread_entry() -> usize {
     if cached != usize::MAX {
         return cached;
     }
-    let entry = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| parse_start_stack(&s)).unwrap_or(0);
+    let entry = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| crate::threads::proc::parse_stat(&s).map(|st| st.start_stack as usize))
+        .unwrap_or(0);
     // Relaxed: as above.
     ENTRY.store(entry, Ordering::Relaxed);
     entry
-}
-
-/// Field 28 (`startstack`) of a `/proc/PID/stat` line.
-fn parse_start_stack(stat: &str) -> Option<usize> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // Fields after the comm start at field 3; field 28 is the 26th of them.
-    rest.split_whitespace().nth(25)?.parse().ok()
 }
 
 /// The entry to pass to [`at_entry`] for the calling thread: cached per thread (two system calls
@@ -92,9 +143,7 @@ fn own_entry() -> usize {
             return entry;
         }
     }
-    // SAFETY: no preconditions.
-    let (tid, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as libc::pid_t, libc::getpid()) };
-    let entry = if tid == pid { main_thread_entry() } else { 0 };
+    let entry = if crate::threads::gettid() == crate::threads::getpid() { main_thread_entry() } else { 0 };
     let _ = OWN_ENTRY.try_with(|c| c.set((forks, entry)));
     entry
 }
@@ -191,28 +240,24 @@ pub fn frame_pointer() -> usize {
 #[cfg(feature = "tracing")] // the tracing layer's
 pub fn record_below(addr: usize) -> Option<usize> {
     let (lo, hi) = current_own_stack();
-    let mut fp = frame_pointer();
+    let fp = frame_pointer();
     if hi == 0 || addr <= fp || addr >= hi {
         return None;
     }
-    let mut below = None;
-    for _ in 0..HARD_WALK_LIMIT {
-        if fp == 0 || !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi {
-            return None;
+    let stack = OwnStack { lo, hi };
+    let start = caller_of_record(&stack, fp)?;
+    // Each frame's record lies 16 bytes below its stack pointer (frame-pointer steps only).
+    let (mut below, mut found) = (fp, None);
+    walk(&stack, &WalkRules::frame_pointers(HARD_WALK_LIMIT, 0), start, false, |frame| {
+        let record = frame.sp - 16;
+        if record >= addr {
+            found = Some(below);
+            return false;
         }
-        if fp >= addr {
-            return below;
-        }
-        below = Some(fp);
-        // SAFETY: [fp, fp + 8) lies inside this thread's own stack (checked above), which is
-        // mapped and readable while the thread runs this code.
-        let next = unsafe { *(fp as *const usize) };
-        if next <= fp {
-            return None;
-        }
-        fp = next;
-    }
-    None
+        below = record;
+        true
+    });
+    found
 }
 
 /// Walks the calling thread's stack into `out` (innermost first) under `policy`. Frame records
@@ -236,64 +281,36 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     }
     let inner = policy.inner.min(MAX_DEPTH_PER_END);
     let outer = policy.outer.min(MAX_DEPTH_PER_END);
-    let unlimited = inner == 0 && outer == 0;
-    let mut fp = frame_pointer();
-    let mut steps = 0;
-    let mut total = 0usize;
-    // The innermost `inner` frames go straight to `out`; the rest pass through a ring of the last
-    // `outer` frames seen, so the outermost end survives a walk of any depth.
-    let mut ring_head = 0usize;
-    // The last frame record read, and whether the chain ended at the outermost frame.
-    let mut last = 0usize;
-    let mut complete = false;
-    while steps < HARD_WALK_LIMIT {
-        steps += 1;
-        if fp == 0 {
-            complete = true;
-            break;
-        }
-        if !fp.is_multiple_of(8) || fp < lo || fp.saturating_add(16) > hi || (last != 0 && fp <= last) {
-            complete = at_entry(last, own_entry());
-            break;
-        }
-        // SAFETY: [fp, fp + 16) lies inside this thread's own stack (checked above), which is
-        // mapped and readable while the thread runs this code.
-        let (next, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
-        if ret == 0 {
-            complete = true;
-            break;
-        }
-        if fp >= anchor {
-            if unlimited || out.len() < inner {
-                out.push(ret as u64);
-            } else if outer > 0 {
-                if ring.len() < outer {
-                    ring.push(ret as u64);
-                } else {
-                    ring[ring_head] = ret as u64;
-                    ring_head = (ring_head + 1) % outer;
-                }
+    // No limit at either end: every frame is an innermost one.
+    let mut keep = if inner == 0 && outer == 0 { KeepEnds::new(usize::MAX, 0) } else { KeepEnds::new(inner, outer) };
+    let stack = OwnStack { lo, hi };
+    // The walk starts at the anchor's record (a frame-pointer value of one of the recorder's
+    // own frames on this chain, below which every frame is the recorder's) or at this one's.
+    let Some(start) = caller_of_record(&stack, anchor.max(frame_pointer())) else { return true };
+    // The walked frames go into `out` at the places `keep` gives them (in order, each at most
+    // one past the end, until the ring wraps).
+    let (_, end) = walk(&stack, &WalkRules::frame_pointers(HARD_WALK_LIMIT, own_entry()), start, false, |frame| {
+        if let Some(at) = keep.next_slot() {
+            match out.get_mut(at) {
+                Some(word) => *word = frame.pc as u64,
+                None => out.push(frame.pc as u64),
             }
-            total += 1;
         }
-        last = fp;
-        fp = next;
+        true
+    });
+    let layout = keep.layout();
+    if layout.dropped() > 0 {
+        // The ring wrapped (or frames were only counted): read the kept stack back in order.
+        ring.extend_from_slice(out);
+        out.clear();
+        out.extend((0..layout.len()).map(|i| layout.word(i, |at| ring.get(at).copied().unwrap_or(0))));
     }
-    let kept = out.len() + ring.len();
-    let dropped = total - kept;
-    if dropped > 0 && inner > 0 && outer > 0 {
-        out.push(crate::stack::elided_marker(dropped as u64));
-    }
-    // Unroll the ring oldest first: that is inner-to-outer order.
-    let (newer, older) = ring.split_at(ring_head.min(ring.len()));
-    out.extend_from_slice(older);
-    out.extend_from_slice(newer);
     if let Some(first) = out.first_mut() {
         if crate::stack::as_elided(*first).is_none() {
             *first = first.saturating_sub(1);
         }
     }
-    dropped > 0 || !complete
+    layout.dropped() > 0 || end != End::Root
 }
 
 #[cfg(test)]
