@@ -43,7 +43,7 @@ pub struct ChunkWriter {
 /// The chunk being written.
 #[derive(Debug)]
 struct Live {
-    out: write::ChunkWriter,
+    out: write::ChunkEncoder,
     start: ClockPair,
     defined: Defined,
     /// Constants referenced since the last checkpoint: the open segment's.
@@ -207,7 +207,7 @@ impl ChunkWriter {
     pub fn open(&mut self, start: ClockPair) {
         debug_assert!(self.live.is_none(), "a chunk is still live");
         self.live = Some(Live {
-            out: write::ChunkWriter::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
+            out: write::ChunkEncoder::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
             start,
             defined: Defined::default(),
             refs: Refs::default(),

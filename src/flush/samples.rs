@@ -70,7 +70,7 @@ fn write_wall_sample_of(
 }
 
 #[cfg(not(loom))]
-pub use cpu::CpuSamples;
+pub use cpu::CpuAndWallSamples;
 
 #[cfg(not(loom))]
 mod cpu {
@@ -146,7 +146,7 @@ mod cpu {
     /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler), and wall-clock
     /// samples (`profiler.WallClockSample`) when its wall sampler runs.
     #[derive(Debug)]
-    pub struct CpuSamples {
+    pub struct CpuAndWallSamples {
         last: LastStacks,
         /// Also held by the recorder thread (to wait for work without L) and by `Recorder` (for
         /// registrations and statistics without L).
@@ -193,10 +193,10 @@ mod cpu {
         }
     }
 
-    impl CpuSamples {
+    impl CpuAndWallSamples {
         /// The source of a started sampler.
-        pub fn new(sampler: Arc<Sampler>, locked: SamplerLocked) -> CpuSamples {
-            CpuSamples {
+        pub fn new(sampler: Arc<Sampler>, locked: SamplerLocked) -> CpuAndWallSamples {
+            CpuAndWallSamples {
                 last: LastStacks::default(),
                 sampler: Some(sampler),
                 locked,
@@ -239,7 +239,7 @@ mod cpu {
         }
     }
 
-    impl SampleSource for CpuSamples {
+    impl SampleSource for CpuAndWallSamples {
         fn drain(&mut self, seg: &mut Segment<'_>) {
             let Some(sampler) = self.sampler.as_ref() else { return };
             name_exited(seg, sampler);

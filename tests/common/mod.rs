@@ -292,7 +292,7 @@ fn iso_timestamps_convert_to_epoch_nanos() {
 }
 
 /// A scope's total time in ns is its self time plus its children's totals: exact in ticks (a
-/// call's total is never less than its children's, see `scope::Local::pop`), up to the rounding
+/// call's total is never less than its children's, see `scope::ScopeThreadState::pop`), up to the rounding
 /// of each term's conversion to whole ns. A lost or double-counted child is far beyond that.
 pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
     let parts = self_nanos + children.iter().sum::<u64>();
