@@ -803,6 +803,33 @@ fn all_recordings_of_a_base_directory_are_read_in_order() {
     assert_sequence(&seqs_to_the_end(stream), 120, "every recording");
 }
 
+/// Every recording of a base directory, the older one's last chunk left unfinished by a writer
+/// that died: what it published is read, then the newer recording, and the stream ends after the
+/// newer one's final chunk instead of waiting for the dead chunk to grow.
+#[test]
+fn all_recordings_move_on_from_a_dead_recordings_unfinished_chunk() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let mut dirs = Vec::new();
+    for range in [0..50u64, 50..120] {
+        let rec = Recorder::builder().repository(base.path()).no_sampling().start().unwrap();
+        for seq in range {
+            Seq { seq, note: String::new() }.commit();
+        }
+        dirs.push(rec.repository_dir().to_owned());
+        rec.stop().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dead = chunk_files(&dirs[0]).pop().unwrap();
+    let mut bytes = std::fs::read(&dead).unwrap();
+    bytes[64] = 7; // a generation: in progress
+    bytes[67] = 1; // compressed ints, no final flag
+    std::fs::write(&dead, bytes).unwrap();
+    let mut stream = EventStream::open_repository(base.path()).unwrap();
+    stream.all_recordings(true);
+    assert_sequence(&seqs_to_the_end(stream), 120, "a dead recording, then a finished one");
+}
+
 /// `poll_next` hands out what is published and then says so instead of waiting for the writer;
 /// the headers read tell how far the recording reaches.
 #[test]
