@@ -1,5 +1,8 @@
 //! Built-in event types, with their JDK names and fields where the JDK has one, at fixed ids.
 
+use crate::chunk::{ClassKey, EventOut, FieldValue, Fields, SettingsThread, ThreadKey, ThreadStateKey, TypedEvent};
+use crate::stack::StackKey;
+use crate::threads::ThreadRef;
 use jfr_format::metadata::{event_class, ids, label_annotation, Annotation, Class, EventTypeSpec, Field, SUPER_EVENT};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -91,41 +94,6 @@ pub(crate) fn sample_span_ids() -> bool {
     }
 }
 
-/// The fields of a sample's context block, after the JDK's fields of the event (docs/jfr-format.md,
-/// "Context ids on samples"): its size, the number of ids, the ids. Readers that know the event by
-/// name read the ids by name (Pyroscope's parser takes `spanId` from `jdk.ExecutionSample`);
-/// readers that decode the JDK's fields by position and then read on from there as if a new event
-/// started (async-profiler's converter) take the size and the count for an event's size and type,
-/// and skip to the sample's end.
-fn sample_context_fields() -> [Field; 3] {
-    [
-        f("contextSize", ids::INT, "Context Size").with(Annotation::value(
-            ids::DESCRIPTION,
-            "Bytes from this field to the end of the event: readers that know only the JDK's fields skip the context ids by it",
-        )),
-        f("contextIds", ids::INT, "Context Ids").with(Annotation::value(ids::DESCRIPTION, "Context ids that follow")),
-        f("spanId", ids::LONG, "Span Id").with(Annotation::value(
-            ids::DESCRIPTION,
-            "The tracing span the thread was in (recorder.Span spanId; 0: none)",
-        )),
-    ]
-}
-
-/// Writes a sample's context block (the fields of `sample_context_fields`). The size must fit in
-/// one byte (it does: at most 2 + 9 bytes per id), so that it reads the same as a varint and as
-/// an event size; the count (ids, fewer than 100) is never the id of an event type (those start
-/// at `ids::FIRST_EVENT`), so a reader that takes it for an event type skips the block.
-pub(crate) fn write_sample_context(e: &mut crate::chunk::EventOut<'_>, span: u64) {
-    let context = [span];
-    let size = 2 + context.iter().map(|&id| jfr_format::varint::encoded_len(id)).sum::<usize>();
-    debug_assert!(size < 0x80 && (context.len() as u64) < ids::FIRST_EVENT);
-    e.int(size as i32);
-    e.int(context.len() as i32);
-    for id in context {
-        e.long(id as i64);
-    }
-}
-
 /// `jdk.ExecutionSample`.
 pub const EXECUTION_SAMPLE: u64 = 100;
 /// `jdk.ActiveRecording`.
@@ -174,16 +142,144 @@ pub const ALLOCATION_STATISTICS: u64 = 126;
 /// other, such as 0).
 pub const RECORDING: u64 = 112;
 
-fn f(name: &str, type_id: u64, label: &str) -> Field {
-    Field::new(name, type_id).with(label_annotation(label))
+/// Declares a built-in event type once: the struct its writer fills (`ChunkWriter::write`) and
+/// `class()`, its metadata, both made from this one field list, so a writer cannot write the
+/// fields in another order or of another kind than the metadata declares (it does not compile).
+/// Each field's JFR type is its Rust type's (`chunk::FieldValue`). The implicit fields come first,
+/// in the order `jfr_format::metadata::event_fields` declares them (`start_time`, `duration`,
+/// `event_thread`, `stack_trace`; another order is refused), checked against their types.
+macro_rules! builtin_event {
+    (
+        $(#[$attr:meta])*
+        $name:ident $(<$lt:lifetime>)? = $id:ident {
+            name: $type_name:literal,
+            label: $label:literal,
+            category: [$($category:literal),*],
+            description: $description:literal,
+            implicit: { $($implicit:ident: $implicit_ty:ty),+ $(,)? },
+            fields: { $($field:ident: $ty:ty = $field_name:literal, $field_label:literal $(, $annotation:expr)*;)* } $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy)]
+        #[cfg_attr(loom, allow(dead_code))]
+        pub(crate) struct $name $(<$lt>)? {
+            $(pub $implicit: $implicit_ty,)+
+            $(pub $field: $ty,)*
+        }
+
+        $(#[$attr])*
+        #[cfg_attr(loom, allow(dead_code))]
+        impl $(<$lt>)? $name $(<$lt>)? {
+            /// The type's metadata.
+            pub(crate) fn class() -> Class {
+                $(const _: () = assert!(
+                    <$implicit_ty as FieldValue>::TYPE_ID == implicit_field!($implicit).0
+                        && <$implicit_ty as FieldValue>::POOLED == implicit_field!($implicit).1
+                );)+
+                let (duration, thread, stack_trace) = implicit_fields!($($implicit)+);
+                event_class(EventTypeSpec {
+                    duration,
+                    thread,
+                    stack_trace,
+                    fields: vec![$(field::<$ty>($field_name, $field_label)$(.with($annotation))*),*],
+                    ..spec($id, $type_name, $label, &[$($category),*], $description)
+                })
+            }
+        }
+
+        $(#[$attr])*
+        impl $(<$lt>)? Fields for $name $(<$lt>)? {
+            fn write_fields(&self, e: &mut EventOut<'_>) {
+                $(self.$implicit.write(e);)+
+                $(self.$field.write(e);)*
+            }
+        }
+
+        $(#[$attr])*
+        impl $(<$lt>)? TypedEvent for $name $(<$lt>)? {
+            const TYPE_ID: u64 = $id;
+        }
+    };
 }
 
-fn percentage(name: &str, label: &str) -> Field {
-    f(name, ids::FLOAT, label).with(Annotation::marker(ids::PERCENTAGE))
+/// `(duration, eventThread, stackTrace)` of the implicit fields listed, in their only order.
+macro_rules! implicit_fields {
+    (start_time) => {
+        (false, false, false)
+    };
+    (start_time duration) => {
+        (true, false, false)
+    };
+    (start_time event_thread) => {
+        (false, true, false)
+    };
+    (start_time stack_trace) => {
+        (false, false, true)
+    };
+    (start_time duration event_thread) => {
+        (true, true, false)
+    };
+    (start_time duration stack_trace) => {
+        (true, false, true)
+    };
+    (start_time event_thread stack_trace) => {
+        (false, true, true)
+    };
+    (start_time duration event_thread stack_trace) => {
+        (true, true, true)
+    };
 }
 
-fn bytes(name: &str, label: &str) -> Field {
-    f(name, ids::LONG, label).with(Annotation::marker(ids::UNSIGNED)).with(Annotation::value(ids::DATA_AMOUNT, "BYTES"))
+/// `(type id, pooled)` of an implicit field as `jfr_format::metadata::event_fields` declares it.
+macro_rules! implicit_field {
+    (start_time) => {
+        (ids::LONG, false)
+    };
+    (duration) => {
+        (ids::LONG, false)
+    };
+    (event_thread) => {
+        (ids::THREAD, true)
+    };
+    (stack_trace) => {
+        (ids::STACK_TRACE, true)
+    };
+}
+
+/// A field of Rust type `T` (its JFR type, pooled or not) with a label.
+fn field<T: FieldValue>(name: &str, label: &str) -> Field {
+    let field = Field::new(name, T::TYPE_ID).with(label_annotation(label));
+    if T::POOLED {
+        field.pooled()
+    } else {
+        field
+    }
+}
+
+fn description(text: &str) -> Annotation {
+    Annotation::value(ids::DESCRIPTION, text)
+}
+
+fn percentage() -> Annotation {
+    Annotation::marker(ids::PERCENTAGE)
+}
+
+fn unsigned() -> Annotation {
+    Annotation::marker(ids::UNSIGNED)
+}
+
+/// An amount of data in bytes.
+fn data_bytes() -> Annotation {
+    Annotation::value(ids::DATA_AMOUNT, "BYTES")
+}
+
+fn timespan(unit: &str) -> Annotation {
+    Annotation::value(ids::TIMESPAN, unit)
+}
+
+fn timestamp(unit: &str) -> Annotation {
+    Annotation::value(ids::TIMESTAMP, unit)
 }
 
 fn spec<'a>(
@@ -206,354 +302,457 @@ fn spec<'a>(
     }
 }
 
-/// The built-in event classes.
-pub fn classes() -> Vec<Class> {
-    let mut out = Vec::new();
-
-    // jdk.ExecutionSample: startTime, sampledThread, stackTrace, state (no duration, no eventThread),
-    // then, unless the recording turned it off, the context block (`write_sample_context`).
-    let mut sample_fields = vec![
-        f("sampledThread", ids::THREAD, "Thread").pooled(),
-        f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
-        f("state", ids::THREAD_STATE, "Thread State").pooled(),
-    ];
-    if declared_span_ids() {
-        sample_fields.extend(sample_context_fields());
+builtin_event! {
+    /// `jdk.ExecutionSample`: startTime, sampledThread, stackTrace, state (no duration, no
+    /// eventThread), then, unless the recording turned it off, the context block
+    /// ([`SampleContext`]).
+    ExecutionSample = EXECUTION_SAMPLE {
+        name: "jdk.ExecutionSample",
+        label: "Method Profiling Sample",
+        category: ["Java Virtual Machine", "Profiling"],
+        description: "Snapshot of a running thread's stack, taken by the CPU sampler",
+        implicit: { start_time: i64 },
+        fields: {
+            sampled_thread: ThreadKey = "sampledThread", "Thread";
+            stack_trace: StackKey = "stackTrace", "Stack Trace";
+            state: ThreadStateKey = "state", "Thread State";
+        },
     }
-    let mut sample = event_class(EventTypeSpec {
-        fields: sample_fields,
-        ..spec(
-            EXECUTION_SAMPLE,
-            "jdk.ExecutionSample",
-            "Method Profiling Sample",
-            &["Java Virtual Machine", "Profiling"],
-            "Snapshot of a running thread's stack, taken by the CPU sampler",
-        )
-    });
-    sample.settings.push(jfr_format::metadata::Setting {
-        name: "period".into(),
-        type_id: ids::SETTING_PERIOD,
-        default_value: "10 ms".into(),
-        annotations: vec![label_annotation("Period")],
-    });
-    out.push(sample);
+}
 
-    out.push(event_class(EventTypeSpec {
-        duration: true,
-        thread: true,
-        stack_trace: true,
-        fields: vec![
-            f("id", ids::LONG, "Id"),
-            f("name", ids::STRING, "Name"),
-            f("destination", ids::STRING, "Destination"),
-            f("maxAge", ids::LONG, "Max Age").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
-            f("flushInterval", ids::LONG, "Flush Interval").with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
-            f("maxSize", ids::LONG, "Max Size").with(Annotation::value(ids::DATA_AMOUNT, "BYTES")),
-            f("recordingStart", ids::LONG, "Start Time")
-                .with(Annotation::value(ids::TIMESTAMP, "MILLISECONDS_SINCE_EPOCH")),
-            f("recordingDuration", ids::LONG, "Recording Duration")
-                .with(Annotation::value(ids::TIMESPAN, "MILLISECONDS")),
-        ],
-        ..spec(ACTIVE_RECORDING, "jdk.ActiveRecording", "Flight Recording", &["Flight Recorder"], "The recording")
-    }));
+/// A sample's context block, after the JDK's fields of the event (docs/jfr-format.md, "Context
+/// ids on samples"): its size, the number of ids, the ids. Readers that know the event by name
+/// read the ids by name (Pyroscope's parser takes `spanId` from `jdk.ExecutionSample`); readers
+/// that decode the JDK's fields by position and then read on from there as if a new event started
+/// (async-profiler's converter) take the size and the count for an event's size and type, and
+/// skip to the sample's end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SampleContext {
+    pub context_size: i32,
+    pub context_ids: i32,
+    pub span_id: u64,
+}
 
-    out.push(event_class(EventTypeSpec {
-        duration: true,
-        thread: true,
-        stack_trace: true,
-        fields: vec![
-            f("id", ids::LONG, "Event Id"),
-            f("name", ids::STRING, "Setting Name"),
-            f("value", ids::STRING, "Setting Value"),
-        ],
-        ..spec(ACTIVE_SETTING, "jdk.ActiveSetting", "Recording Setting", &["Flight Recorder"], "A setting in effect")
-    }));
+impl SampleContext {
+    /// The block of a sample taken in span `span` (0: none). The size must fit in one byte (it
+    /// does: at most 2 + 9 bytes per id), so that it reads the same as a varint and as an event
+    /// size; the count (ids, fewer than 100) is never the id of an event type (those start at
+    /// `ids::FIRST_EVENT`), so a reader that takes it for an event type skips the block.
+    pub(crate) fn of_span(span: u64) -> SampleContext {
+        let size = 2 + jfr_format::varint::encoded_len(span);
+        debug_assert!(size < 0x80);
+        SampleContext { context_size: size as i32, context_ids: 1, span_id: span }
+    }
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            percentage("jvmUser", "JVM User"),
-            percentage("jvmSystem", "JVM System"),
-            percentage("machineTotal", "Machine Total"),
-        ],
-        ..spec(
-            CPU_LOAD,
-            "jdk.CPULoad",
-            "CPU Load",
-            &["Operating System", "Processor"],
-            "Process (\"JVM\" fields) and machine CPU load",
-        )
-    }));
+    fn fields() -> [Field; 3] {
+        [
+            field::<i32>("contextSize", "Context Size").with(description(
+                "Bytes from this field to the end of the event: readers that know only the JDK's fields skip the context ids by it",
+            )),
+            field::<i32>("contextIds", "Context Ids").with(description("Context ids that follow")),
+            field::<u64>("spanId", "Span Id")
+                .with(description("The tracing span the thread was in (recorder.Span spanId; 0: none)")),
+        ]
+    }
+}
 
-    // As the JDK declares it (shares of all CPUs' time, like jdk.CPULoad). The CPU sampler sees
-    // user time only (`sampler/timer.rs`): this is where a thread's system time shows.
-    out.push(event_class(EventTypeSpec {
-        thread: true,
-        fields: vec![
-            percentage("user", "User Mode CPU Load")
-                .with(Annotation::value(ids::DESCRIPTION, "User mode thread CPU load")),
-            percentage("system", "System Mode CPU Load")
-                .with(Annotation::value(ids::DESCRIPTION, "System mode thread CPU load")),
-        ],
-        ..spec(
-            THREAD_CPU_LOAD,
-            "jdk.ThreadCPULoad",
-            "Thread CPU Load",
-            &["Operating System", "Processor"],
-            "A thread's user and system mode CPU time in the last periodic interval, over the time of all CPUs",
-        )
-    }));
+impl Fields for SampleContext {
+    fn write_fields(&self, e: &mut EventOut<'_>) {
+        let SampleContext { context_size, context_ids, span_id } = self;
+        context_size.write(e);
+        context_ids.write(e);
+        span_id.write(e);
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![bytes("size", "Resident Set Size"), bytes("peak", "Resident Set Size Peak Value")],
-        ..spec(
-            RESIDENT_SET_SIZE,
-            "jdk.ResidentSetSize",
-            "Resident Set Size",
-            &["Operating System", "Memory"],
-            "Resident set size of the process",
-        )
-    }));
+builtin_event! {
+    /// `jdk.ActiveRecording`.
+    ActiveRecording<'a> = ACTIVE_RECORDING {
+        name: "jdk.ActiveRecording",
+        label: "Flight Recording",
+        category: ["Flight Recorder"],
+        description: "The recording",
+        implicit: { start_time: i64, duration: i64, event_thread: SettingsThread, stack_trace: StackKey },
+        fields: {
+            id: i64 = "id", "Id";
+            name: &'a str = "name", "Name";
+            destination: Option<&'a str> = "destination", "Destination";
+            max_age: i64 = "maxAge", "Max Age", timespan("MILLISECONDS");
+            flush_interval: i64 = "flushInterval", "Flush Interval", timespan("MILLISECONDS");
+            max_size: i64 = "maxSize", "Max Size", data_bytes();
+            recording_start: i64 = "recordingStart", "Start Time", timestamp("MILLISECONDS_SINCE_EPOCH");
+            recording_duration: i64 = "recordingDuration", "Recording Duration", timespan("MILLISECONDS");
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        thread: true,
-        stack_trace: true,
-        fields: vec![
-            f("thread", ids::THREAD, "New Java Thread").pooled(),
-            f("parentThread", ids::THREAD, "Parent Java Thread").pooled(),
-        ],
-        ..spec(THREAD_START, "jdk.ThreadStart", "Java Thread Start", &["Java Application"], "A thread was seen")
-    }));
+builtin_event! {
+    /// `jdk.ActiveSetting`.
+    ActiveSetting<'a> = ACTIVE_SETTING {
+        name: "jdk.ActiveSetting",
+        label: "Recording Setting",
+        category: ["Flight Recorder"],
+        description: "A setting in effect",
+        implicit: { start_time: i64, duration: i64, event_thread: SettingsThread, stack_trace: StackKey },
+        fields: {
+            id: i64 = "id", "Event Id";
+            name: &'a str = "name", "Setting Name";
+            value: &'a str = "value", "Setting Value";
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        thread: true,
-        fields: vec![f("thread", ids::THREAD, "Java Thread").pooled()],
-        ..spec(THREAD_END, "jdk.ThreadEnd", "Java Thread End", &["Java Application"], "A thread ended")
-    }));
+builtin_event! {
+    /// `jdk.CPULoad`.
+    CpuLoad = CPU_LOAD {
+        name: "jdk.CPULoad",
+        label: "CPU Load",
+        category: ["Operating System", "Processor"],
+        description: "Process (\"JVM\" fields) and machine CPU load",
+        implicit: { start_time: i64 },
+        fields: {
+            jvm_user: f32 = "jvmUser", "JVM User", percentage();
+            jvm_system: f32 = "jvmSystem", "JVM System", percentage();
+            machine_total: f32 = "machineTotal", "Machine Total", percentage();
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![bytes("amount", "Amount"), bytes("total", "Total")],
-        ..spec(
-            JDK_DATA_LOSS,
-            "jdk.DataLoss",
-            "Data Loss",
-            &["Flight Recorder"],
-            "Data could not be recorded: bytes lost",
-        )
-    }));
+builtin_event! {
+    /// `jdk.ThreadCPULoad`, as the JDK declares it (shares of all CPUs' time, like jdk.CPULoad).
+    /// The CPU sampler sees user time only (`sampler/timer.rs`): this is where a thread's system
+    /// time shows.
+    ThreadCpuLoad = THREAD_CPU_LOAD {
+        name: "jdk.ThreadCPULoad",
+        label: "Thread CPU Load",
+        category: ["Operating System", "Processor"],
+        description: "A thread's user and system mode CPU time in the last periodic interval, over the time of all CPUs",
+        implicit: { start_time: i64, event_thread: ThreadRef },
+        fields: {
+            user: f32 = "user", "User Mode CPU Load", percentage(), description("User mode thread CPU load");
+            system: f32 = "system", "System Mode CPU Load", percentage(), description("System mode thread CPU load");
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            f("thread", ids::THREAD, "Thread").pooled(),
-            f("reason", ids::STRING, "Reason"),
-            f("events", ids::LONG, "Lost Events"),
-            f("samples", ids::LONG, "Lost Samples"),
-            bytes("bytes", "Lost Bytes"),
-            f("totalEvents", ids::LONG, "Total Lost Events"),
-            f("totalSamples", ids::LONG, "Total Lost Samples"),
-        ],
-        ..spec(
-            DATA_LOSS,
-            "recorder.DataLoss",
-            "Recorder Data Loss",
-            &["Flight Recorder"],
-            "Events or CPU samples that could not be recorded, with the reason (buffers full, write failed, ...)",
-        )
-    }));
+builtin_event! {
+    /// `jdk.ResidentSetSize` (JDK 21's declaration).
+    ResidentSetSize = RESIDENT_SET_SIZE {
+        name: "jdk.ResidentSetSize",
+        label: "Resident Set Size",
+        category: ["Operating System", "Memory"],
+        description: "Resident set size of the process",
+        implicit: { start_time: i64 },
+        fields: {
+            size: u64 = "size", "Resident Set Size", unsigned(), data_bytes();
+            peak: u64 = "peak", "Resident Set Size Peak Value", unsigned(), data_bytes();
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            f("mode", ids::STRING, "Sampling Mode"),
-            f("period", ids::LONG, "Period").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
-            f("rate", ids::DOUBLE, "Effective Rate").with(Annotation::marker(ids::FREQUENCY)),
-            f("taken", ids::LONG, "Samples Taken"),
-            f("lost", ids::LONG, "Samples Lost"),
-            f("threads", ids::LONG, "Sampled Threads"),
-            // Since the previous statistics event, like `rate`: sums over any span of a recording.
-            f("samplesWritten", ids::LONG, "Samples Written"),
-            f("leafOnlyStacks", ids::LONG, "Leaf-Only Stacks"),
-            f("truncatedStacks", ids::LONG, "Truncated Stacks"),
-        ],
-        ..spec(
-            SAMPLER_STATISTICS,
-            "recorder.SamplerStatistics",
-            "Sampler Statistics",
-            &["Flight Recorder"],
-            "How the CPU sampler is triggered, the samples per second it delivered since the previous flush, and \
+builtin_event! {
+    /// `jdk.ThreadStart`.
+    ThreadStart = THREAD_START {
+        name: "jdk.ThreadStart",
+        label: "Java Thread Start",
+        category: ["Java Application"],
+        description: "A thread was seen",
+        implicit: { start_time: i64, event_thread: ThreadRef, stack_trace: StackKey },
+        fields: {
+            thread: ThreadRef = "thread", "New Java Thread";
+            parent_thread: ThreadRef = "parentThread", "Parent Java Thread";
+        },
+    }
+}
+
+builtin_event! {
+    /// `jdk.ThreadEnd`.
+    ThreadEnd = THREAD_END {
+        name: "jdk.ThreadEnd",
+        label: "Java Thread End",
+        category: ["Java Application"],
+        description: "A thread ended",
+        implicit: { start_time: i64, event_thread: ThreadRef },
+        fields: {
+            thread: ThreadRef = "thread", "Java Thread";
+        },
+    }
+}
+
+builtin_event! {
+    /// `jdk.DataLoss`: bytes of recording data lost.
+    JdkDataLoss = JDK_DATA_LOSS {
+        name: "jdk.DataLoss",
+        label: "Data Loss",
+        category: ["Flight Recorder"],
+        description: "Data could not be recorded: bytes lost",
+        implicit: { start_time: i64 },
+        fields: {
+            amount: u64 = "amount", "Amount", unsigned(), data_bytes();
+            total: u64 = "total", "Total", unsigned(), data_bytes();
+        },
+    }
+}
+
+builtin_event! {
+    /// `recorder.DataLoss`: events and samples lost, with the reason.
+    DataLoss<'a> = DATA_LOSS {
+        name: "recorder.DataLoss",
+        label: "Recorder Data Loss",
+        category: ["Flight Recorder"],
+        description: "Events or CPU samples that could not be recorded, with the reason (buffers full, write failed, ...)",
+        implicit: { start_time: i64 },
+        fields: {
+            thread: ThreadRef = "thread", "Thread";
+            reason: &'a str = "reason", "Reason";
+            events: u64 = "events", "Lost Events";
+            samples: u64 = "samples", "Lost Samples";
+            bytes: u64 = "bytes", "Lost Bytes", unsigned(), data_bytes();
+            total_events: u64 = "totalEvents", "Total Lost Events";
+            total_samples: u64 = "totalSamples", "Total Lost Samples";
+        },
+    }
+}
+
+builtin_event! {
+    /// `recorder.SamplerStatistics`: the sampler's mode and effective rate.
+    SamplerStatistics<'a> = SAMPLER_STATISTICS {
+        name: "recorder.SamplerStatistics",
+        label: "Sampler Statistics",
+        category: ["Flight Recorder"],
+        description: "How the CPU sampler is triggered, the samples per second it delivered since the previous flush, and \
              how many of those samples' stacks hold only their innermost frame (missing frame pointers, stack \
              bounds not known yet) or were cut by the depth limit",
-        )
-    }));
+        implicit: { start_time: i64 },
+        fields: {
+            mode: &'a str = "mode", "Sampling Mode";
+            period: i64 = "period", "Period", timespan("NANOSECONDS");
+            rate: f64 = "rate", "Effective Rate", Annotation::marker(ids::FREQUENCY);
+            taken: u64 = "taken", "Samples Taken";
+            lost: u64 = "lost", "Samples Lost";
+            threads: u64 = "threads", "Sampled Threads";
+            // Since the previous statistics event, like `rate`: sums over any span of a recording.
+            samples_written: u64 = "samplesWritten", "Samples Written";
+            leaf_only_stacks: u64 = "leafOnlyStacks", "Leaf-Only Stacks";
+            truncated_stacks: u64 = "truncatedStacks", "Truncated Stacks";
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            f("code", ids::STRING, "Code"),
-            f("message", ids::STRING, "Message"),
-            f("fix", ids::STRING, "Fix"),
-        ],
-        ..spec(
-            DIAGNOSTIC,
-            "recorder.Diagnostic",
-            "Recorder Diagnostic",
-            &["Flight Recorder"],
-            "A problem with the recording's quality that the user can fix (also said once on stderr); code \
+builtin_event! {
+    /// `recorder.Diagnostic`: a problem with the recording's quality and its fix (`diagnostics.rs`).
+    Diagnostic<'a> = DIAGNOSTIC {
+        name: "recorder.Diagnostic",
+        label: "Recorder Diagnostic",
+        category: ["Flight Recorder"],
+        description: "A problem with the recording's quality that the user can fix (also said once on stderr); code \
              missing-frame-pointers: stacks lose their frames because the code keeps no frame pointers",
-        )
-    }));
+        implicit: { start_time: i64 },
+        fields: {
+            code: &'a str = "code", "Code";
+            message: &'a str = "message", "Message";
+            fix: &'a str = "fix", "Fix";
+        },
+    }
+}
 
-    // profiler.WallClockSample in async-profiler's shape (jfrMetadata.cpp, read by Pyroscope's
-    // jfr-parser and async-profiler's converter): startTime, sampledThread, stackTrace, state and
-    // `samples` (unsigned int: the periods one event stands for, idle threads being batched).
-    // Not jdk.ExecutionSample with a state: every reader takes that one for CPU time.
-    let mut wall = event_class(EventTypeSpec {
-        fields: vec![
-            f("sampledThread", ids::THREAD, "Thread").pooled(),
-            f("stackTrace", ids::STACK_TRACE, "Stack Trace").pooled(),
-            f("state", ids::THREAD_STATE, "Thread State").pooled(),
-            f("samples", ids::INT, "Samples").with(Annotation::marker(ids::UNSIGNED)),
-        ],
-        ..spec(
-            WALL_CLOCK_SAMPLE,
-            "profiler.WallClockSample",
-            "Wall Clock Sample",
-            &["Java Virtual Machine", "Profiling"],
-            "A thread's state and stack standing for `samples` wall-clock periods: one period when the \
+builtin_event! {
+    /// `profiler.WallClockSample` in async-profiler's shape (jfrMetadata.cpp, read by Pyroscope's
+    /// jfr-parser and async-profiler's converter): startTime, sampledThread, stackTrace, state and
+    /// `samples` (unsigned int: the periods one event stands for, idle threads being batched).
+    /// Not jdk.ExecutionSample with a state: every reader takes that one for CPU time.
+    WallClockSample = WALL_CLOCK_SAMPLE {
+        name: "profiler.WallClockSample",
+        label: "Wall Clock Sample",
+        category: ["Java Virtual Machine", "Profiling"],
+        description: "A thread's state and stack standing for `samples` wall-clock periods: one period when the \
              thread ran, or all the periods it waited without running, with its last stack",
-        )
-    });
-    wall.settings.push(jfr_format::metadata::Setting {
-        name: "period".into(),
-        type_id: ids::SETTING_PERIOD,
-        default_value: "50 ms".into(),
-        annotations: vec![label_annotation("Period")],
-    });
-    out.push(wall);
+        implicit: { start_time: i64 },
+        fields: {
+            sampled_thread: ThreadKey = "sampledThread", "Thread";
+            stack_trace: StackKey = "stackTrace", "Stack Trace";
+            state: ThreadStateKey = "state", "Thread State";
+            samples: u32 = "samples", "Samples", unsigned();
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        thread: true,
-        stack_trace: true,
-        fields: vec![f("objectClass", ids::CLASS, "Object Class").pooled(), bytes("weight", "Sample Weight")],
-        ..spec(
-            OBJECT_ALLOCATION_SAMPLE,
-            "jdk.ObjectAllocationSample",
-            "Object Allocation Sample",
-            &["Java Application"],
-            "A sampled allocation; its class names the size class, its weight estimates the bytes \
+builtin_event! {
+    /// `jdk.ObjectAllocationSample` (JDK 16+'s declaration): a sampled allocation and the bytes it
+    /// stands for.
+    ObjectAllocationSample = OBJECT_ALLOCATION_SAMPLE {
+        name: "jdk.ObjectAllocationSample",
+        label: "Object Allocation Sample",
+        category: ["Java Application"],
+        description: "A sampled allocation; its class names the size class, its weight estimates the bytes \
              allocated that it stands for (size / (1 - exp(-size / interval)))",
-        )
-    }));
+        implicit: { start_time: i64, event_thread: ThreadRef, stack_trace: StackKey },
+        fields: {
+            object_class: ClassKey = "objectClass", "Object Class";
+            weight: i64 = "weight", "Sample Weight", unsigned(), data_bytes();
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        thread: true,
-        stack_trace: true,
-        fields: vec![
-            f("objectClass", ids::CLASS, "Object Class").pooled(),
-            bytes("allocationSize", "Allocation Size"),
-            bytes("weight", "Estimated Live Bytes"),
-            f("allocationTime", ids::LONG, "Allocation Time").with(Annotation::value(ids::TIMESTAMP, "TICKS")),
-            f("snapshot", ids::LONG, "Snapshot"),
-        ],
-        ..spec(
-            LIVE_OBJECT,
-            "recorder.LiveObject",
-            "Live Object",
-            &["Java Application"],
-            "A sampled allocation not freed yet when its snapshot was taken (the allocating thread and stack)",
-        )
-    }));
+builtin_event! {
+    /// `recorder.LiveObject`: a sampled allocation still allocated at a flush.
+    LiveObject = LIVE_OBJECT {
+        name: "recorder.LiveObject",
+        label: "Live Object",
+        category: ["Java Application"],
+        description: "A sampled allocation not freed yet when its snapshot was taken (the allocating thread and stack)",
+        implicit: { start_time: i64, event_thread: ThreadRef, stack_trace: StackKey },
+        fields: {
+            object_class: ClassKey = "objectClass", "Object Class";
+            allocation_size: u64 = "allocationSize", "Allocation Size", unsigned(), data_bytes();
+            weight: i64 = "weight", "Estimated Live Bytes", unsigned(), data_bytes();
+            allocation_time: i64 = "allocationTime", "Allocation Time", timestamp("TICKS");
+            snapshot: i64 = "snapshot", "Snapshot";
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            f("snapshot", ids::LONG, "Snapshot"),
-            f("objects", ids::LONG, "Sampled Live Objects"),
-            bytes("estimatedBytes", "Estimated Live Bytes"),
-            f("untracked", ids::LONG, "Untracked Samples"),
-        ],
-        ..spec(
-            LIVE_SET,
-            "recorder.LiveSet",
-            "Live Set",
-            &["Java Application"],
-            "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
-        )
-    }));
+builtin_event! {
+    /// `recorder.LiveSet`: one live-set snapshot (its `recorder.LiveObject`s share its id).
+    LiveSet = LIVE_SET {
+        name: "recorder.LiveSet",
+        label: "Live Set",
+        category: ["Java Application"],
+        description: "A snapshot of the sampled allocations still allocated: its recorder.LiveObject events carry its id",
+        implicit: { start_time: i64 },
+        fields: {
+            snapshot: i64 = "snapshot", "Snapshot";
+            objects: i64 = "objects", "Sampled Live Objects";
+            estimated_bytes: i64 = "estimatedBytes", "Estimated Live Bytes", unsigned(), data_bytes();
+            untracked: i64 = "untracked", "Untracked Samples";
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            bytes("interval", "Sampling Interval"),
-            f("taken", ids::LONG, "Samples Taken"),
-            f("written", ids::LONG, "Samples Written"),
-            f("lost", ids::LONG, "Samples Lost"),
-            f("failed", ids::LONG, "Failed Allocations"),
-            f("untracked", ids::LONG, "Untracked Samples"),
-        ],
-        ..spec(
-            ALLOCATION_STATISTICS,
-            "recorder.AllocationStatistics",
-            "Allocation Sampler Statistics",
-            &["Flight Recorder"],
-            "The allocation sampler's counts since the recording started: allocations chosen (taken), written as \
+builtin_event! {
+    /// `recorder.AllocationStatistics`: the allocation sampler's counts since the recording started.
+    AllocationStatistics = ALLOCATION_STATISTICS {
+        name: "recorder.AllocationStatistics",
+        label: "Allocation Sampler Statistics",
+        category: ["Flight Recorder"],
+        description: "The allocation sampler's counts since the recording started: allocations chosen (taken), written as \
              jdk.ObjectAllocationSample, lost (no free record: recorder.DataLoss), chosen but failed (nothing \
              allocated), and written but not followed by the live set (its table full). The last one of a recording \
              balances: taken = written + lost + failed",
-        )
-    }));
+        implicit: { start_time: i64 },
+        fields: {
+            interval: u64 = "interval", "Sampling Interval", unsigned(), data_bytes();
+            taken: u64 = "taken", "Samples Taken";
+            written: u64 = "written", "Samples Written";
+            lost: u64 = "lost", "Samples Lost";
+            failed: u64 = "failed", "Failed Allocations";
+            untracked: u64 = "untracked", "Untracked Samples";
+        },
+    }
+}
 
-    out.push(event_class(EventTypeSpec {
-        fields: vec![
-            f("pathId", ids::LONG, "Path Id"),
-            f("parentPathId", ids::LONG, "Parent Path Id"),
-            f("name", ids::STRING, "Name"),
-            f("calls", ids::LONG, "Calls"),
-            f("totalTime", ids::LONG, "Total Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
-            f("selfTime", ids::LONG, "Self Time").with(Annotation::value(ids::TIMESPAN, "NANOSECONDS")),
-        ],
-        ..spec(
-            SCOPE_TIMING,
-            "recorder.ScopeTiming",
-            "Scope Timing",
-            &["Flight Recorder", "Scopes"],
-            "One call path of the instrumented scopes, all threads merged, since the recording started: completed \
+builtin_event! {
+    /// `recorder.ScopeTiming`: one path of the merged scope tree, cumulative.
+    ScopeTiming<'a> = SCOPE_TIMING {
+        name: "recorder.ScopeTiming",
+        label: "Scope Timing",
+        category: ["Flight Recorder", "Scopes"],
+        description: "One call path of the instrumented scopes, all threads merged, since the recording started: completed \
              calls, total time and self time (the profiler's own bookkeeping excluded); parentPathId 0 is the root",
-        )
-    }));
-    out.push(event_class(spec(
-        RECORDING,
-        "recorder.Recording",
-        "Recording Settings",
-        &["Flight Recorder"],
-        "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
-         repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
-    )));
+        implicit: { start_time: i64 },
+        fields: {
+            path_id: i64 = "pathId", "Path Id";
+            parent_path_id: i64 = "parentPathId", "Parent Path Id";
+            name: &'a str = "name", "Name";
+            calls: u64 = "calls", "Calls";
+            total_time: i64 = "totalTime", "Total Time", timespan("NANOSECONDS");
+            self_time: i64 = "selfTime", "Self Time", timespan("NANOSECONDS");
+        },
+    }
+}
 
+builtin_event! {
+    /// `recorder.PushStatistics`: what the Pyroscope uploader posted, retried, and lost; declared
+    /// only by recordings that push (so that the metadata of others does not depend on the `push`
+    /// feature).
+    #[cfg(feature = "push")]
+    PushStatistics<'a> = PUSH_STATISTICS {
+        name: "recorder.PushStatistics",
+        label: "Push Statistics",
+        category: ["Flight Recorder"],
+        description: "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
+             rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
+        implicit: { start_time: i64 },
+        fields: {
+            target: &'a str = "target", "Server";
+            chunks_posted: u64 = "chunksPosted", "Chunks Posted";
+            uploads: u64 = "uploads", "Uploads";
+            bytes_sent: u64 = "bytesSent", "Bytes Sent", unsigned(), data_bytes();
+            jfr_bytes: u64 = "jfrBytes", "JFR Bytes Posted", unsigned(), data_bytes();
+            retries: u64 = "retries", "Retried Attempts";
+            rejected: u64 = "rejected", "Rejected Uploads";
+            chunks_lost: u64 = "chunksLost", "Chunks Lost";
+            bytes_lost: u64 = "bytesLost", "Bytes Lost", unsigned(), data_bytes();
+            pending: u64 = "pending", "Chunks Pending";
+            last_error: Option<&'a str> = "lastError", "Last Error";
+        },
+    }
+}
+
+/// The `period` setting of a sampled event type.
+fn period_setting(default_value: &str) -> jfr_format::metadata::Setting {
+    jfr_format::metadata::Setting {
+        name: "period".into(),
+        type_id: ids::SETTING_PERIOD,
+        default_value: default_value.into(),
+        annotations: vec![label_annotation("Period")],
+    }
+}
+
+/// The built-in event classes.
+pub fn classes() -> Vec<Class> {
+    let mut sample = ExecutionSample::class();
+    if declared_span_ids() {
+        sample.fields.extend(SampleContext::fields());
+    }
+    sample.settings.push(period_setting("10 ms"));
+    let mut wall = WallClockSample::class();
+    wall.settings.push(period_setting("50 ms"));
+    let out = vec![
+        sample,
+        ActiveRecording::class(),
+        ActiveSetting::class(),
+        CpuLoad::class(),
+        ThreadCpuLoad::class(),
+        ResidentSetSize::class(),
+        ThreadStart::class(),
+        ThreadEnd::class(),
+        JdkDataLoss::class(),
+        DataLoss::class(),
+        SamplerStatistics::class(),
+        Diagnostic::class(),
+        wall,
+        ObjectAllocationSample::class(),
+        LiveObject::class(),
+        LiveSet::class(),
+        AllocationStatistics::class(),
+        ScopeTiming::class(),
+        // No event of it is written (see `RECORDING`).
+        event_class(spec(
+            RECORDING,
+            "recorder.Recording",
+            "Recording Settings",
+            &["Flight Recorder"],
+            "The recorder's own settings (flush interval, chunk size and age, retention, memory, stack depth, \
+             repository): jdk.ActiveSetting rows with this type's id. No events of this type are written.",
+        )),
+    ];
     debug_assert!(out.iter().all(|c| c.super_type.as_deref() == Some(SUPER_EVENT)));
     out
 }
 
-/// `recorder.PushStatistics`, declared only by recordings that push (so that the metadata of
-/// others does not depend on the `push` feature).
+/// `recorder.PushStatistics`, declared only by recordings that push.
 #[cfg(feature = "push")]
 pub fn push_statistics_class() -> Class {
-    event_class(EventTypeSpec {
-        fields: vec![
-            f("target", ids::STRING, "Server"),
-            f("chunksPosted", ids::LONG, "Chunks Posted"),
-            f("uploads", ids::LONG, "Uploads"),
-            bytes("bytesSent", "Bytes Sent"),
-            bytes("jfrBytes", "JFR Bytes Posted"),
-            f("retries", ids::LONG, "Retried Attempts"),
-            f("rejected", ids::LONG, "Rejected Uploads"),
-            f("chunksLost", ids::LONG, "Chunks Lost"),
-            bytes("bytesLost", "Bytes Lost"),
-            f("pending", ids::LONG, "Chunks Pending"),
-            f("lastError", ids::STRING, "Last Error"),
-        ],
-        ..spec(
-            PUSH_STATISTICS,
-            "recorder.PushStatistics",
-            "Push Statistics",
-            &["Flight Recorder"],
-            "Totals of the uploader that ships finished chunks to Grafana Pyroscope: uploads, retries, \
-             rejected uploads, and finished chunks deleted by retention before they were posted (lost)",
-        )
-    })
+    PushStatistics::class()
 }

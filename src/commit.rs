@@ -28,7 +28,7 @@ pub(crate) use wakeup::Wakeup;
 /// Generation of the running recording; 0 when none runs.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The running recording's shared state (for threads attaching to it).
-pub(crate) static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+pub(crate) static CURRENT: Mutex<Option<Arc<CommitShared>>> = Mutex::new(None);
 /// A recording is starting (between its check of `CURRENT` and its publication there).
 pub(crate) static STARTING: AtomicBool = AtomicBool::new(false);
 
@@ -69,7 +69,7 @@ pub(crate) fn next_name_epoch() {
 
 /// State shared between committing threads and L holders of one recording.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct CommitShared {
     pub generation: u64,
     pub stacks: StackTable,
     pub depth: DepthPolicy,
@@ -86,7 +86,7 @@ pub(crate) struct Shared {
     /// Drained buffers for the next threads that need one: their pages are already in memory
     /// (a new allocation faults in every page on first write, about 1/5 of the commit path's
     /// time when threads commit at full speed) and the heap does not churn. As many as the
-    /// budget allows; [`Shared::trim_spare_buffers`] gives back what recent flushes did not use.
+    /// budget allows; [`CommitShared::trim_spare_buffers`] gives back what recent flushes did not use.
     pub spare_buffers: ArrayQueue<EventBuffer>,
     /// Spare buffers taken since the last trim.
     pub spares_taken: AtomicUsize,
@@ -99,14 +99,14 @@ pub(crate) struct Shared {
     /// Deterministic mode: the logical clock (every event start and thread change takes the next
     /// value) and the logical thread numbers, instead of real ticks and OS thread ids.
     pub logical: Option<LogicalClock>,
-    /// The in-flight marks of the threads attached to this recording (see `Local::enter`).
+    /// The in-flight marks of the threads attached to this recording (see `CommitThreadState::enter`).
     pub in_flight: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
 /// Spare buffers kept however idle the recording is.
 const MIN_SPARE_BUFFERS: usize = 4;
 
-impl Shared {
+impl CommitShared {
     /// A new buffer of at least `min` bytes within the memory budget, or `None`.
     fn new_buffer(&self, tid: u32, min: usize) -> Option<Arc<EventBuffer>> {
         if min <= self.buffer_bytes {
@@ -185,7 +185,7 @@ impl Shared {
         let deadline = std::time::Instant::now() + timeout;
         let mut stuck = 0;
         for mark in marks {
-            // Acquire: pairs with the Release store in `Local::leave`; the record is then in its
+            // Acquire: pairs with the Release store in `CommitThreadState::leave`; the record is then in its
             // buffer for the final flush.
             while mark.load(Ordering::Acquire) {
                 if std::time::Instant::now() >= deadline {
@@ -209,8 +209,8 @@ impl Shared {
 /// thread-local without destructor (so reaching it costs no registration check).
 ///
 /// Invariant C1: while `state` is a generation, `buffer` is the thread's current buffer of that
-/// recording (kept alive by `Local::buffer`), `[pos, end)` is its free space, and `shared` is that
-/// recording's state (kept alive by `Local::shared`). `Local` updates the cursor whenever it
+/// recording (kept alive by `CommitThreadState::buffer`), `[pos, end)` is its free space, and `shared` is that
+/// recording's state (kept alive by `CommitThreadState::shared`). `CommitThreadState` updates the cursor whenever it
 /// changes buffer or recording, and sets `state` to [`IDLE`] before it lets go of either.
 struct Cursor {
     /// The recording the buffer belongs to, [`IDLE`] or [`BUSY`].
@@ -218,13 +218,13 @@ struct Cursor {
     pos: Cell<*mut u8>,
     end: Cell<*mut u8>,
     buffer: Cell<*const EventBuffer>,
-    shared: Cell<*const Shared>,
+    shared: Cell<*const CommitShared>,
     /// The thread id's varint, encoded at attach (`encoder::varint_word`).
     tid_word: Cell<u64>,
     tid_len: Cell<usize>,
     /// The [`NAME_EPOCH`] at which the thread last checked its name.
     name_epoch: Cell<u64>,
-    /// The thread's in-flight mark (`Local::in_flight`, which keeps it alive; null before the
+    /// The thread's in-flight mark (`CommitThreadState::in_flight`, which keeps it alive; null before the
     /// thread first attached).
     in_flight: Cell<*const AtomicBool>,
 }
@@ -281,9 +281,9 @@ impl Drop for Busy<'_> {
 
 /// The slow path's per-thread state: the recording and buffer the cursor points into (owned here),
 /// the stack capture scratch, and the scratch for records that do not fit in place.
-struct Local {
+struct CommitThreadState {
     generation: u64,
-    shared: Option<Arc<Shared>>,
+    shared: Option<Arc<CommitShared>>,
     buffer: Option<Arc<EventBuffer>>,
     scratch: Vec<u8>,
     frames: Vec<u64>,
@@ -301,11 +301,11 @@ struct Local {
     comm: crate::threads::RawComm,
     name_epoch: u64,
     /// Set while a commit of this thread is between its generation check and its append; shared
-    /// with every recording this thread attached to (see `Local::enter`).
+    /// with every recording this thread attached to (see `CommitThreadState::enter`).
     in_flight: Option<Arc<AtomicBool>>,
 }
 
-impl Local {
+impl CommitThreadState {
     #[cold]
     /// `in_commit`: the caller is a commit (or marked in flight like one) and clears the mark when
     /// done; a thread's first attach creates its mark in that state (the caller's `enter` found
@@ -410,7 +410,7 @@ impl Local {
     }
 }
 
-impl Drop for Local {
+impl Drop for CommitThreadState {
     fn drop(&mut self) {
         // The thread is exiting: hand its buffer over so nothing it committed is lost.
         self.detach();
@@ -418,8 +418,8 @@ impl Drop for Local {
 }
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local {
+    static LOCAL: RefCell<CommitThreadState> = const {
+        RefCell::new(CommitThreadState {
             generation: 0,
             shared: None,
             buffer: None,
@@ -658,7 +658,7 @@ fn times(span_start: Option<i64>) -> (i64, i64) {
 #[inline(always)]
 fn enter(mark: *const AtomicBool) {
     if !mark.is_null() {
-        // SAFETY: `Local::in_flight` keeps the mark alive for the thread's lifetime.
+        // SAFETY: `CommitThreadState::in_flight` keeps the mark alive for the thread's lifetime.
         // Relaxed: ordered before the generation load by the compiler fence and `stop`'s
         // process-wide barrier.
         unsafe { (*mark).store(true, Ordering::Relaxed) };
@@ -672,7 +672,7 @@ fn leave(mark: *const AtomicBool) {
     if !mark.is_null() {
         // SAFETY: as in `enter`.
         // Release: publishes the append (the buffer's `committed` store) to `stop`, which waits
-        // for this with an Acquire load in `Shared::wait_for_commits`.
+        // for this with an Acquire load in `CommitShared::wait_for_commits`.
         unsafe { (*mark).store(false, Ordering::Release) };
     }
 }
@@ -785,7 +785,7 @@ fn commit_slow(write_fields: &impl Fn(&mut Encoder<'_>), type_id: u64, start: i6
     }
 }
 
-impl Local {
+impl CommitThreadState {
     /// Marks this thread's commit in flight (see [`enter`]).
     #[inline(always)]
     fn enter(&self) {
@@ -927,14 +927,14 @@ pub(crate) fn note_thread_ref(tid: u32) {
 /// Hands the threads noted while encoding to the flusher (before the record is committed, so a
 /// flusher that copies the record also finds the threads).
 #[inline(always)]
-fn publish_thread_refs(shared: &Shared) {
+fn publish_thread_refs(shared: &CommitShared) {
     if THREAD_REFS_PENDING.get() {
         publish_pending_thread_refs(shared);
     }
 }
 
 #[cold]
-fn publish_pending_thread_refs(shared: &Shared) {
+fn publish_pending_thread_refs(shared: &CommitShared) {
     let _ = THREAD_REFS.try_with(|refs| {
         if let Ok(mut refs) = refs.try_borrow_mut() {
             for tid in refs.drain(..) {

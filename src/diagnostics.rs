@@ -59,7 +59,7 @@ const STOPPED_PERCENT: u64 = 50;
 
 /// One diagnostic, waiting for the next flush to be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Diagnostic {
+pub(crate) struct PendingDiagnostic {
     pub code: &'static str,
     pub message: String,
     pub fix: &'static str,
@@ -80,7 +80,7 @@ static FRAME_POINTERS_REPORTED: AtomicBool = AtomicBool::new(false);
 static SAID_ON_STDERR: AtomicBool = AtomicBool::new(false);
 /// The current recording has had its late-span-layer diagnostic.
 static LATE_SPAN_LAYER_REPORTED: AtomicBool = AtomicBool::new(false);
-static PENDING: Mutex<Vec<Diagnostic>> = Mutex::new(Vec::new());
+static PENDING: Mutex<Vec<PendingDiagnostic>> = Mutex::new(Vec::new());
 /// [`PENDING`], for the atfork handlers, which hold it across fork (a flush holds it while it
 /// writes the diagnostics; its holders wait for no other lock).
 pub(crate) static PENDING_LOCK: &dyn crate::fork::HeldAcrossFork = &PENDING;
@@ -177,7 +177,7 @@ fn note_descriptors_taken() {
             taken - before,
             taken
         );
-        PENDING.lock().push(Diagnostic { code: DESCRIPTORS_TAKEN, message, fix: DESCRIPTORS_TAKEN_FIX });
+        PENDING.lock().push(PendingDiagnostic { code: DESCRIPTORS_TAKEN, message, fix: DESCRIPTORS_TAKEN_FIX });
     }
 }
 
@@ -185,12 +185,7 @@ fn note_descriptors_taken() {
 pub(crate) fn write_pending(writer: &mut ChunkWriter, now_ticks: i64) {
     note_descriptors_taken();
     for d in std::mem::take(&mut *PENDING.lock()) {
-        writer.event(builtin::DIAGNOSTIC, |e| {
-            e.long(now_ticks);
-            e.string(d.code);
-            e.string(&d.message);
-            e.string(d.fix);
-        });
+        writer.write(&builtin::Diagnostic { start_time: now_ticks, code: d.code, message: &d.message, fix: d.fix });
     }
 }
 
@@ -210,7 +205,7 @@ pub(crate) fn report_late_span_layer() {
     if !SAID.swap(true, Ordering::Relaxed) {
         eprintln!("recorder: warning: {message}. Fix: {LATE_SPAN_LAYER_FIX}");
     }
-    PENDING.lock().push(Diagnostic { code: LATE_SPAN_LAYER, message, fix: LATE_SPAN_LAYER_FIX });
+    PENDING.lock().push(PendingDiagnostic { code: LATE_SPAN_LAYER, message, fix: LATE_SPAN_LAYER_FIX });
 }
 
 /// Allocation sampling runs, but the process's `malloc` is `owner`'s, bound ahead of the library
@@ -223,7 +218,11 @@ pub(crate) fn report_allocator_not_interposed(owner: &str) {
          the recorder's library: the program's allocations do not reach the recorder and are not sampled"
     );
     eprintln!("recorder: warning: {message}. Fix: {ALLOCATOR_NOT_INTERPOSED_FIX}");
-    PENDING.lock().push(Diagnostic { code: ALLOCATOR_NOT_INTERPOSED, message, fix: ALLOCATOR_NOT_INTERPOSED_FIX });
+    PENDING.lock().push(PendingDiagnostic {
+        code: ALLOCATOR_NOT_INTERPOSED,
+        message,
+        fix: ALLOCATOR_NOT_INTERPOSED_FIX,
+    });
 }
 
 fn report_frame_pointers(message: String) {
@@ -236,7 +235,7 @@ fn report_frame_pointers(message: String) {
     if !SAID_ON_STDERR.swap(true, Ordering::Relaxed) {
         eprintln!("recorder: warning: {message}. Fix: {FRAME_POINTER_FIX}");
     }
-    PENDING.lock().push(Diagnostic { code: MISSING_FRAME_POINTERS, message, fix: FRAME_POINTER_FIX });
+    PENDING.lock().push(PendingDiagnostic { code: MISSING_FRAME_POINTERS, message, fix: FRAME_POINTER_FIX });
 }
 
 /// `None` if this build keeps frame pointers, else how many probe levels the walk found

@@ -145,17 +145,7 @@ impl FieldType for Percentage {
     }
 }
 
-/// A reference to an OS thread of this process (a `java.lang.Thread` constant keyed by tid): the
-/// flusher defines the thread in the chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ThreadRef(pub u32);
-
-impl ThreadRef {
-    /// The calling thread.
-    pub fn current() -> ThreadRef {
-        ThreadRef(crate::threads::current_tid())
-    }
-}
+pub use crate::threads::ThreadRef;
 
 impl FieldType for ThreadRef {
     fn describe(name: &str, _: &mut TypeRegistry) -> Field {

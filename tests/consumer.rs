@@ -728,3 +728,148 @@ fn jdk_recording_live_and_as_a_file() {
     // The live stream saw the same recording: every event of it.
     assert_eq!(live, counts, "live stream and dump differ");
 }
+
+/// The `test.Seq` numbers of a stream read to its end (on a thread of its own: a stream that does
+/// not end fails the test instead of hanging it).
+fn seqs_to_the_end(stream: EventStream) -> Vec<u64> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seqs = Vec::new();
+        for ev in stream.iter() {
+            let ev = ev.unwrap();
+            if ev.type_name() == "test.Seq" {
+                seqs.push(ev.field_i64("seq").unwrap() as u64);
+            }
+        }
+        let _ = tx.send(seqs);
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the stream did not end")
+}
+
+/// Finished chunks compressed by the recorder (`*.jfr.zst`) are read like plain ones, in order.
+#[cfg(feature = "zstd")]
+#[test]
+fn compressed_finished_chunks_are_read_in_order() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path())
+        .no_sampling()
+        .flush_interval(Duration::from_millis(20))
+        .max_chunk_size(64 * 1024)
+        .compress_finished_chunks(true)
+        .start()
+        .unwrap();
+    let repo = rec.repository_dir().to_owned();
+    let files = || std::fs::read_dir(&repo).unwrap().count();
+    const N: u64 = 1200;
+    for seq in 0..N {
+        Seq { seq, note: format!("{seq:0>200}") }.commit();
+        if seq % 400 == 399 {
+            // 80 KiB published: the next periodic flush rotates the chunk.
+            let before = files();
+            rec.flush();
+            assert!(wait_until(Duration::from_secs(30), || files() > before), "no rotation");
+        }
+    }
+    rec.stop().unwrap();
+    let compressed = std::fs::read_dir(&repo)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".jfr.zst"))
+        .count();
+    assert!(compressed >= 2, "the recording rotated and compressed its chunks ({compressed} .jfr.zst)");
+    assert_sequence(&seqs_to_the_end(EventStream::open_repository(&repo).unwrap()), N, "compressed chunks");
+}
+
+/// A base directory with two recordings: by default the most recently modified one is read; with
+/// `all_recordings` both, in start order, and the stream ends after the newest final chunk.
+#[test]
+fn all_recordings_of_a_base_directory_are_read_in_order() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    for range in [0..50u64, 50..120] {
+        let rec = Recorder::builder().repository(base.path()).no_sampling().start().unwrap();
+        for seq in range {
+            Seq { seq, note: String::new() }.commit();
+        }
+        rec.stop().unwrap();
+        // The next recording's chunks start after this one's end on the wall clock.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let newest = seqs_to_the_end(EventStream::open_repository(base.path()).unwrap());
+    assert_eq!(newest, (50..120).collect::<Vec<u64>>(), "the newest recording only");
+    let mut stream = EventStream::open_repository(base.path()).unwrap();
+    stream.all_recordings(true);
+    assert_sequence(&seqs_to_the_end(stream), 120, "every recording");
+}
+
+/// Every recording of a base directory, the older one's last chunk left unfinished by a writer
+/// that died: what it published is read, then the newer recording, and the stream ends after the
+/// newer one's final chunk instead of waiting for the dead chunk to grow.
+#[test]
+fn all_recordings_move_on_from_a_dead_recordings_unfinished_chunk() {
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let mut dirs = Vec::new();
+    for range in [0..50u64, 50..120] {
+        let rec = Recorder::builder().repository(base.path()).no_sampling().start().unwrap();
+        for seq in range {
+            Seq { seq, note: String::new() }.commit();
+        }
+        dirs.push(rec.repository_dir().to_owned());
+        rec.stop().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dead = chunk_files(&dirs[0]).pop().unwrap();
+    let mut bytes = std::fs::read(&dead).unwrap();
+    bytes[64] = 7; // a generation: in progress
+    bytes[67] = 1; // compressed ints, no final flag
+    std::fs::write(&dead, bytes).unwrap();
+    let mut stream = EventStream::open_repository(base.path()).unwrap();
+    stream.all_recordings(true);
+    assert_sequence(&seqs_to_the_end(stream), 120, "a dead recording, then a finished one");
+}
+
+/// `poll_next` hands out what is published and then says so instead of waiting for the writer;
+/// the headers read tell how far the recording reaches.
+#[test]
+fn poll_next_returns_idle_when_caught_up_and_ended_after_the_final_chunk() {
+    use recorder::consumer::Polled;
+    let _guard = serial();
+    let base = tempfile::tempdir().unwrap();
+    let rec = Recorder::builder()
+        .repository(base.path())
+        .no_sampling()
+        .flush_interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    let mut events = EventStream::open_repository(rec.repository_dir()).unwrap().iter();
+    let want = |name: &str| name == "test.Seq";
+    // Everything published, then Idle (or Ended): the Seq numbers read.
+    let read_published = |events: &mut recorder::consumer::EventIter| {
+        let mut seqs = Vec::new();
+        loop {
+            match events.poll_next(&want) {
+                Polled::Event(ev) => seqs.push(ev.field_i64("seq").unwrap() as u64),
+                Polled::Error(e) => panic!("{e}"),
+                Polled::Idle => return (seqs, false),
+                Polled::Ended => return (seqs, true),
+            }
+        }
+    };
+    let mut ends = Vec::new();
+    for round in 0..3u64 {
+        for seq in round * 10..round * 10 + 10 {
+            Seq { seq, note: String::new() }.commit();
+        }
+        rec.flush();
+        let (seqs, ended) = read_published(&mut events);
+        assert_eq!(seqs, (round * 10..round * 10 + 10).collect::<Vec<u64>>(), "round {round}");
+        assert!(!ended, "a live recording has not ended");
+        ends.push(events.published_end_nanos());
+    }
+    assert!(ends[0] > 0 && ends.windows(2).all(|w| w[0] <= w[1]), "{ends:?}");
+    rec.stop().unwrap();
+    let (seqs, ended) = read_published(&mut events);
+    assert!(seqs.is_empty() && ended, "{seqs:?} {ended}");
+}

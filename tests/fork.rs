@@ -233,3 +233,36 @@ fn forked_child_starts_while_parent_threads_hold_the_scope_and_diagnostic_locks(
     let hung = outcomes.iter().filter(|o| **o == Err(libc::SIGALRM)).count();
     assert!(outcomes.iter().all(|o| *o == Ok(0)), "{hung} of 40 children hung (SIGALRM); all: {outcomes:?}");
 }
+
+/// The thread id a thread caches for its commits: in a forked child the forking thread is the
+/// child's only thread, with an id of its own (the child's pid), and the child's events carry that
+/// id, not the one the thread had in the parent.
+#[test]
+fn forked_childs_events_carry_the_childs_thread_id() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let parent = Recorder::builder().repository(dir.path()).no_sampling().start().unwrap();
+    Forky { n: 1 }.commit(); // this thread's first commit: its id is cached
+    let child_dir = dir.path().join("child");
+    std::fs::create_dir(&child_dir).unwrap();
+    let pid = fork_child(|| {
+        let rec = Recorder::builder().repository(&child_dir).no_sampling().start().expect("child starts its own");
+        Forky { n: 7 }.commit();
+        rec.stop().expect("child stops");
+    });
+    wait_child_ok(pid, Duration::from_secs(300));
+    parent.stop().unwrap();
+    let mut tids = Vec::new();
+    for sub in std::fs::read_dir(&child_dir).unwrap() {
+        for path in chunk_files(&sub.unwrap().path()) {
+            for chunk in jfr_format::chunks(bytes::Bytes::from(std::fs::read(&path).unwrap())) {
+                let chunk = chunk.unwrap();
+                let Some(id) = chunk.metadata().class_by_name("test.Forky").map(|c| c.id) else { continue };
+                for event in chunk.events().map(Result::unwrap).filter(|e| e.type_id == id) {
+                    tids.push(chunk.event_thread(&event).unwrap().expect("an event thread").os_thread_id);
+                }
+            }
+        }
+    }
+    assert_eq!(tids, vec![i64::from(pid)], "the child's event names the child's thread");
+}

@@ -9,7 +9,7 @@ mod http_server;
 use bytes::Bytes;
 use http_server::{closed_port_url, Received, Reply, Server};
 use jfr_format::metadata::{event_class, ids, jdk_types, EventTypeSpec, Field, Metadata};
-use jfr_format::write::{put_long, put_string, put_varint, Checkpoint, ChunkWriter};
+use jfr_format::write::{put_long, put_string, put_varint, Checkpoint, ChunkEncoder};
 use recorder::push::{push_path, PushEvent, PushOptions, PushStats, PushTarget};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -496,7 +496,7 @@ fn synthetic_chunk(s: &Synth) -> Vec<u8> {
     )));
     classes.push(event_class(spec(NOISE, "app.Noise", vec![Field::new("text", ids::STRING)])));
     let metadata = Metadata { id: 1, classes, ..Metadata::default() };
-    let mut w = ChunkWriter::new(START_NANOS, 1000);
+    let mut w = ChunkEncoder::new(START_NANOS, 1000);
     w.write_metadata(&metadata, 1000);
     let mut t = 1000i64;
     let mut tick = || {

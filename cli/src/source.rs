@@ -195,11 +195,6 @@ fn header_start(path: &Path) -> Option<i64> {
     layout::read_chunk_header(path).ok().map(|h| h.start_nanos)
 }
 
-/// The chunk files of a directory and of its JDK recording subdirectories, sorted by name.
-pub fn repository_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    chunk_files(dir, Recordings::All)
-}
-
 /// The bytes of a file, decompressed if it is zstd-compressed. The error, if any, comes with what
 /// could be read before it (a truncated `.zst` still yields its first chunks).
 pub fn read_file_bytes(path: &Path) -> Result<Bytes, (Bytes, anyhow::Error)> {

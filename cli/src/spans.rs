@@ -53,7 +53,12 @@ impl SpanNames {
             return;
         };
         let name = values.get(name).map(|v| text(chunk, v)).unwrap_or_default();
-        self.spans.insert(id as u64, (Arc::from(name), parent as u64));
+        self.add(id as u64, parent as u64, &name);
+    }
+
+    /// Adds span `id`, child of `parent`, called `name`.
+    pub fn add(&mut self, id: u64, parent: u64, name: &str) {
+        self.spans.insert(id, (Arc::from(name), parent));
     }
 
     /// The span path of span `id`, outermost first: each span's name, or `#id` for a span whose

@@ -25,63 +25,12 @@ use jfr_format::Value;
 use jfrs::reader::event::Accessor;
 use jfrs::reader::value_descriptor::{Primitive, ValueDescriptor};
 use jfrs::reader::JfrReader;
-use recorder::{Bytes, Event, EventSettings, Percentage, Recorder, ThreadRef};
+use recorder::{Event, EventSettings, Recorder};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
-
-recorder::event_struct! {
-    #[struct_type(name = "interop.Geo", label = "Position")]
-    pub struct Geo {
-        #[field(label = "Latitude")]
-        pub lat: f64,
-        pub lon: f64,
-    }
-}
-
-recorder::event_struct! {
-    #[struct_type(name = "interop.Endpoint", label = "Endpoint")]
-    pub struct Endpoint {
-        pub host: String,
-        pub port: u16,
-        /// A struct inside a struct.
-        #[field(label = "Where")]
-        pub geo: Geo,
-    }
-}
-
-recorder::event! {
-    /// One field of every kind.
-    #[event(name = "interop.AllKinds", label = "All Kinds", category = ["Interop"])]
-    pub struct AllKinds {
-        pub flag: bool,
-        pub tiny: i8,
-        pub ubyte: u8,
-        pub small: i16,
-        pub ushort: u16,
-        pub int: i32,
-        pub uint: u32,
-        pub long: i64,
-        pub ulong: u64,
-        pub single: f32,
-        pub double: f64,
-        pub letter: char,
-        /// Outside the BMP: two UTF-16 units, so not one JFR char.
-        pub wide: char,
-        pub text: String,
-        pub empty: String,
-        pub fixed: &'static str,
-        pub missing: Option<String>,
-        pub endpoint: Endpoint,
-        pub elapsed: Duration,
-        pub when: SystemTime,
-        pub size: Bytes,
-        pub load: Percentage,
-        pub peer: ThreadRef,
-    }
-}
+use std::time::Duration;
 
 recorder::event! {
     #[event(name = "interop.Tick", label = "Tick")]
@@ -94,36 +43,9 @@ recorder::event! {
     pub struct Late { pub n: u32 }
 }
 
-const WIDE: char = '🦀';
-
 #[inline(never)]
 fn commit_all_kinds(n: u64) {
-    AllKinds {
-        flag: n.is_multiple_of(2),
-        tiny: -7,
-        ubyte: 200,
-        small: -1234,
-        ushort: 60000,
-        int: -123456,
-        uint: 4_000_000_000,
-        long: -9_000_000_000_000,
-        ulong: n,
-        single: 1.5,
-        double: -2.25e100,
-        letter: 'ß',
-        wide: WIDE,
-        text: "héllo ✓ 日本 🦀".into(),
-        empty: String::new(),
-        fixed: "static",
-        missing: None,
-        endpoint: Endpoint { host: "example.org".into(), port: 443, geo: Geo { lat: 48.5, lon: -2.25 } },
-        elapsed: Duration::from_micros(1500),
-        when: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-        size: Bytes(1 << 40),
-        load: Percentage(0.25),
-        peer: ThreadRef::current(),
-    }
-    .commit();
+    all_kinds(n).commit();
 }
 
 #[inline(never)]
@@ -357,7 +279,7 @@ struct JfrsRead {
     errors: Vec<String>,
     /// (event type, frames) of every event with a stack trace, in file order.
     stacks: Vec<(String, Vec<String>)>,
-    /// The `wide` and `letter` fields of interop.AllKinds events.
+    /// The `wide` and `letter` fields of test.AllKinds events.
     chars: Vec<(char, char)>,
 }
 
@@ -392,7 +314,7 @@ fn jfrs_read(path: &Path) -> JfrsRead {
             let name = event.class.name().to_owned();
             *out.counts.entry(name.clone()).or_default() += 1;
             let v = event.value();
-            if name == "interop.AllKinds" {
+            if name == "test.AllKinds" {
                 let c = |f: &str| match v.get_field(f).map(|a| a.value) {
                     Some(ValueDescriptor::Primitive(Primitive::Character(c))) => *c,
                     other => panic!("{f}: {other:?}"),
@@ -511,7 +433,7 @@ fn jfrs_reads_every_file_with_the_counts_of_jfr_summary_and_the_same_stacks() {
     }
     // The files have what the comparison is about: stacks (3000 deep among them), samples.
     let every_kind = jfrs_read(&files.multi_chunk_dump);
-    assert!(every_kind.stacks.iter().any(|(t, _)| t == "interop.AllKinds"));
+    assert!(every_kind.stacks.iter().any(|(t, _)| t == "test.AllKinds"));
     assert!(jfrs_read(&files.demo).stacks.iter().any(|(t, _)| t == "jdk.ExecutionSample"));
 }
 
@@ -623,9 +545,9 @@ fn frames_are_named_for_every_reader() {
     // A known function of this test reads as its Rust path in our tools, and as the module
     // (class) and function in `jfr print`.
     let dump = files.multi_chunk_dump.to_str().unwrap();
-    let printed = recorder_ok(&["print", "--events", "interop.AllKinds", dump]);
+    let printed = recorder_ok(&["print", "--events", "test.AllKinds", dump]);
     assert!(printed.contains("interop::commit_all_kinds line:"), "{}", &printed[..printed.len().min(3000)]);
-    let jdk = jfr_ok(&["print", "--events", "interop.AllKinds", dump]);
+    let jdk = jfr_ok(&["print", "--events", "test.AllKinds", dump]);
     let line = jdk.lines().find(|l| l.contains("interop::commit_all_kinds")).expect("the committing function");
     assert!(line.trim().starts_with("interop-") && line.contains(".interop::commit_all_kinds() line:"), "{line}");
 
@@ -660,14 +582,14 @@ fn a_char_outside_the_bmp_is_written_as_the_replacement_character() {
     let files = files();
     let dump = &files.multi_chunk_dump;
     let json: serde_json::Value =
-        serde_json::from_str(&jfr_ok(&["print", "--json", "--events", "interop.AllKinds", dump.to_str().unwrap()]))
+        serde_json::from_str(&jfr_ok(&["print", "--json", "--events", "test.AllKinds", dump.to_str().unwrap()]))
             .unwrap();
     let events = json["recording"]["events"].as_array().unwrap();
     assert_eq!(events.len(), 120);
     for e in events {
         assert_eq!(e["values"]["wide"], "\u{FFFD}");
         assert_eq!(e["values"]["letter"], "ß");
-        assert_eq!(e["values"]["text"], "héllo ✓ 日本 🦀", "strings keep every character");
+        assert_eq!(e["values"]["text"], "héllo wörld ✓ 日本 🦀", "strings keep every character");
         assert_eq!(e["values"]["endpoint"]["geo_lat"], 48.5, "{}", e["values"]["endpoint"]);
     }
     // jfrs drops an event with a lone surrogate; it reads every one.

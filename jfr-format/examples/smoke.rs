@@ -1,6 +1,6 @@
 //! Writes a small two-chunk recording to the path given as the first argument.
 use jfr_format::metadata::{event_class, ids, jdk_types, EventTypeSpec, Field, Metadata, Region};
-use jfr_format::write::{put_int, put_long, put_string, put_varint, Checkpoint, ChunkWriter};
+use jfr_format::write::{put_int, put_long, put_string, put_varint, Checkpoint, ChunkEncoder};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: smoke OUT.jfr");
@@ -21,7 +21,7 @@ fn main() {
     let now = 1_700_000_000_000_000_000i64;
     for c in 0..2 {
         let start = now + c * 1_000_000;
-        let mut w = ChunkWriter::new(start, 1000 + c * 1_000_000);
+        let mut w = ChunkEncoder::new(start, 1000 + c * 1_000_000);
         w.write_metadata(&md, 0);
         w.write_event(100, |o| {
             put_long(o, 1000 + c * 1_000_000 + 10);

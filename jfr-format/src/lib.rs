@@ -15,7 +15,7 @@
 //! - [`header`]: the 68-byte chunk header and the live-update (guard/generation) protocol.
 //! - [`metadata`]: the type model, the JDK 17 stack-trace and thread types ([`metadata::jdk_types`])
 //!   and event-type helpers.
-//! - [`write`](mod@write): value encoders, records, metadata, checkpoints and [`write::ChunkWriter`].
+//! - [`write`](mod@write): value encoders, records, metadata, checkpoints and [`write::ChunkEncoder`].
 //! - [`read`]: [`read::Chunk`] (header, metadata, lazily resolved constant pools, events, refresh of
 //!   live chunks) and [`read::chunks`] for multi-chunk files.
 //! - [`view`]: typed views of threads and stack traces.
@@ -39,7 +39,7 @@ pub use metadata::{Class, Field, Metadata};
 pub use read::{chunks, Chunk, Event, Item, LeadingFields, Refresh};
 pub use value::{Object, Text, Value};
 pub use view::{FrameInfo, StackTraceInfo, ThreadInfo};
-pub use write::{Checkpoint, ChunkWriter};
+pub use write::{Checkpoint, ChunkEncoder};
 
 /// Deepest nesting of inline structs (and metadata elements) the reader accepts.
 pub const MAX_NESTING: usize = 64;

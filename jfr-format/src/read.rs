@@ -1215,7 +1215,7 @@ impl Iterator for Chunks {
 mod tests {
     use super::*;
     use crate::metadata::{event_class, ids, jdk_types, EventTypeSpec};
-    use crate::write::ChunkWriter;
+    use crate::write::ChunkEncoder;
 
     /// A live chunk with one published flush (events 0 and 1) followed by the bytes of a flush
     /// written but never published (events 2 and 3), as a writer killed mid-flush leaves it.
@@ -1233,13 +1233,13 @@ mod tests {
             fields: vec![Field::new("n", ids::LONG)],
         }));
         let metadata = Metadata { id: 1, classes, ..Metadata::default() };
-        let event = |w: &mut ChunkWriter, n: u64| {
+        let event = |w: &mut ChunkEncoder, n: u64| {
             w.write_event(ids::FIRST_EVENT, |o| {
                 crate::varint::write_u64(o, 10); // startTime
                 crate::varint::write_u64(o, n);
             })
         };
-        let mut w = ChunkWriter::new(1_700_000_000_000_000_000, 0);
+        let mut w = ChunkEncoder::new(1_700_000_000_000_000_000, 0);
         w.write_metadata(&metadata, 0);
         event(&mut w, 0);
         event(&mut w, 1);

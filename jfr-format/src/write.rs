@@ -1,6 +1,6 @@
 //! The writer: sans I/O encoders for values, records, metadata, checkpoints and whole chunks.
 //!
-//! Everything appends to a caller-provided `Vec<u8>`; [`ChunkWriter`] keeps the chunk's state
+//! Everything appends to a caller-provided `Vec<u8>`; [`ChunkEncoder`] keeps the chunk's state
 //! (published size, last checkpoint, metadata offset, generation) and hands out the bytes to write
 //! and the header updates to publish, so the caller owns all I/O.
 
@@ -515,7 +515,7 @@ impl Checkpoint {
 /// write by the guard protocol (see [`crate::header::publish_writes`]). A caller that keeps the whole
 /// chunk in memory uses [`Self::into_bytes`] instead.
 #[derive(Debug)]
-pub struct ChunkWriter {
+pub struct ChunkEncoder {
     header: ChunkHeader,
     pending: Vec<u8>,
     pending_start: u64,
@@ -524,16 +524,16 @@ pub struct ChunkWriter {
     metadata_id: Option<u64>,
 }
 
-impl ChunkWriter {
+impl ChunkEncoder {
     /// Starts a chunk with ns ticks: the header (state 1, size 68) is the first pending bytes.
-    pub fn new(start_nanos: i64, start_ticks: i64) -> ChunkWriter {
-        ChunkWriter::with_ticks_per_second(start_nanos, start_ticks, NANOS_PER_SECOND)
+    pub fn new(start_nanos: i64, start_ticks: i64) -> ChunkEncoder {
+        ChunkEncoder::with_ticks_per_second(start_nanos, start_ticks, NANOS_PER_SECOND)
     }
 
     /// Starts a chunk whose ticks run at `ticks_per_second` (e.g. a CPU's time-stamp counter).
-    pub fn with_ticks_per_second(start_nanos: i64, start_ticks: i64, ticks_per_second: i64) -> ChunkWriter {
+    pub fn with_ticks_per_second(start_nanos: i64, start_ticks: i64, ticks_per_second: i64) -> ChunkEncoder {
         let header = ChunkHeader { ticks_per_second, ..ChunkHeader::new(start_nanos, start_ticks) };
-        ChunkWriter {
+        ChunkEncoder {
             pending: header.encode().to_vec(),
             header,
             pending_start: 0,

@@ -7,7 +7,7 @@ mod common;
 use bytes::Bytes;
 use common::fixture::fixture;
 use jfr_format::metadata::Metadata;
-use jfr_format::write::{begin_record, end_record, put_long, ChunkWriter};
+use jfr_format::write::{begin_record, end_record, put_long, ChunkEncoder};
 use jfr_format::{chunks, varint, Chunk};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -70,7 +70,7 @@ pub fn prune_jvm_chunk(data: Bytes, per_type: usize, max_checkpoint: usize) -> V
         region: md.region.clone(),
     };
     let h = chunk.header();
-    let mut w = ChunkWriter::new(h.start_nanos, h.start_ticks);
+    let mut w = ChunkEncoder::new(h.start_nanos, h.start_ticks);
     w.write_metadata(&pruned, h.start_ticks);
     for r in &kept_records {
         w.write_records(r);
@@ -109,7 +109,7 @@ pub fn prune_jvm_chunk(data: Bytes, per_type: usize, max_checkpoint: usize) -> V
 pub fn live_chunk() -> Vec<u8> {
     let md = common::fixture::metadata(false);
     let pools = common::fixture::pools();
-    let mut w = ChunkWriter::new(common::fixture::START_NANOS, common::fixture::START_TICKS);
+    let mut w = ChunkEncoder::new(common::fixture::START_NANOS, common::fixture::START_TICKS);
     let mut seq = 0;
     let mut file = Vec::new();
     for segment in 0..3 {

@@ -376,7 +376,7 @@ fn jvm_recording_counts_match_jfr_summary() {
 fn jdk_array_fields_print_in_json_and_xml() {
     use common::fixture::{obj, s, POINT};
     use jfr_format::metadata::{event_class, EventTypeSpec, Field, Region};
-    use jfr_format::write::{put_field, put_long, ChunkWriter, StringEncoding};
+    use jfr_format::write::{put_field, put_long, ChunkEncoder, StringEncoding};
     let cases: Vec<(&str, u64, Value)> = vec![
         ("int", ids::INT, Value::Array(vec![Value::Int(1), Value::Int(-2)])),
         ("double", ids::DOUBLE, Value::Array(vec![Value::Double(1.5)])),
@@ -400,7 +400,7 @@ fn jdk_array_fields_print_in_json_and_xml() {
                 fields: vec![Field::new("a", *type_id).array()],
             }));
             let md = Metadata { id: 1, classes, region: Region::default() };
-            let mut w = ChunkWriter::new(START_NANOS, START_TICKS);
+            let mut w = ChunkEncoder::new(START_NANOS, START_TICKS);
             w.write_metadata(&md, START_TICKS);
             let field = md.class(150).unwrap().fields[1].clone();
             w.write_event(150, |o| {

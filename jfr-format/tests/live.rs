@@ -7,18 +7,18 @@ use bytes::Bytes;
 use common::fixture::{metadata, pools, r, s, write_events, START_NANOS, START_TICKS};
 use jfr_format::header::{publish_writes, ChunkHeader, HEADER_SIZE, STATE_GUARD};
 use jfr_format::metadata::{event_class, ids, EventTypeSpec, Field};
-use jfr_format::write::{put_field, Checkpoint, ChunkWriter, StringEncoding};
+use jfr_format::write::{put_field, Checkpoint, ChunkEncoder, StringEncoding};
 use jfr_format::{Chunk, Error, Item, Refresh, Value};
 
 /// The file as a reader sees it: bytes are appended, then the header is patched in place.
 struct LiveFile {
     bytes: Vec<u8>,
-    writer: ChunkWriter,
+    writer: ChunkEncoder,
 }
 
 impl LiveFile {
     fn new() -> LiveFile {
-        let mut writer = ChunkWriter::new(START_NANOS, START_TICKS);
+        let mut writer = ChunkEncoder::new(START_NANOS, START_TICKS);
         let (at, header) = writer.take_pending();
         assert_eq!((at, header.len()), (0, HEADER_SIZE));
         LiveFile { bytes: header, writer }
@@ -207,7 +207,7 @@ fn refresh_follows_every_stage_of_a_live_chunk() {
 #[test]
 fn generations_cycle_through_1_to_254() {
     let md = metadata(false);
-    let mut w = ChunkWriter::new(0, 0);
+    let mut w = ChunkEncoder::new(0, 0);
     assert!(w.publish(1).is_none(), "never publish data without metadata");
     w.write_metadata(&md, 0);
     let mut previous = w.header().state;

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use jfr_format::header::ChunkHeader;
 use jfr_format::metadata::{event_class, ids, jdk_types, Class, EventTypeSpec, Field, Metadata, Region};
 use jfr_format::write::{
-    put_field, put_int, put_long, put_short, put_string_as, put_varint, ChunkWriter, StringEncoding,
+    put_field, put_int, put_long, put_short, put_string_as, put_varint, ChunkEncoder, StringEncoding,
 };
 use jfr_format::{chunks, varint, Chunk, Object, Text, Value};
 use proptest::prelude::*;
@@ -36,7 +36,7 @@ fn metadata(fields: Vec<Field>) -> Metadata {
 
 /// One chunk with one event per element of `events`, each written field by field.
 fn chunk_with(md: &Metadata, events: &[Vec<Value>], encoding: StringEncoding) -> Bytes {
-    let mut w = ChunkWriter::new(0, 0);
+    let mut w = ChunkEncoder::new(0, 0);
     w.write_metadata(md, 0);
     let class = md.class(EVENT).unwrap();
     for values in events {
@@ -166,7 +166,7 @@ proptest! {
     fn signed_integers_in_every_accepted_width(v in any::<i64>()) {
         // long as two's complement, int/short zero-extended (HotSpot) and sign-extended (9 bytes).
         let md = metadata(vec![Field::new("l", ids::LONG), Field::new("i", ids::INT), Field::new("i9", ids::INT), Field::new("s", ids::SHORT), Field::new("s9", ids::SHORT)]);
-        let mut w = ChunkWriter::new(0, 0);
+        let mut w = ChunkEncoder::new(0, 0);
         w.write_metadata(&md, 0);
         w.write_event(EVENT, |o| {
             put_long(o, 1);
@@ -239,7 +239,7 @@ proptest! {
 #[test]
 fn string_tags_zero_to_five_decode() {
     let md = metadata(vec![Field::new("s", ids::STRING); 1]);
-    let mut w = ChunkWriter::new(0, 0);
+    let mut w = ChunkEncoder::new(0, 0);
     w.write_metadata(&md, 0);
     let payloads: Vec<(Vec<u8>, Value)> = vec![
         (vec![0], Value::Null),
@@ -264,7 +264,7 @@ fn string_tags_zero_to_five_decode() {
         assert_eq!(&g[1], expected, "payload {bytes:02x?}");
     }
     // Tag 6 is not a string encoding.
-    let mut w = ChunkWriter::new(0, 0);
+    let mut w = ChunkEncoder::new(0, 0);
     w.write_metadata(&md, 0);
     w.write_event(EVENT, |o| {
         put_long(o, 0);
@@ -313,7 +313,7 @@ fn multi_chunk_files_end_exactly_and_flag_only_the_last() {
     let md = metadata(vec![Field::new("x", ids::INT)]);
     let mut file = Vec::new();
     for i in 0..3 {
-        let mut w = ChunkWriter::new(1000 * i, 1000 * i);
+        let mut w = ChunkEncoder::new(1000 * i, 1000 * i);
         w.write_metadata(&md, 0);
         w.write_event(EVENT, |o| {
             put_long(o, 1000 * i + 1);

@@ -1,7 +1,7 @@
 //! The negative model of interleaving 8 (docs/sampler-protocol.md §9): a recorder that drains WITHOUT taking L must
 //! fail. Interleavings 7 and 8 themselves run on the shipped chunk writer in `chunk_segments.rs`.
 //!
-//! The "chunk writer" below stands for the recorder core's L-protected state: a per-chunk dedup
+//! `ChunkModel` below stands for the recorder core's L-protected state: a per-chunk dedup
 //! table of stack traces (no epochs; ids are defined in the segment's checkpoint: docs/sampler-protocol.md §5),
 //! the pending stack-trace constant buffer, and the chunk output. (This model catches a race on
 //! its own cell, whatever the shipped code does.)
@@ -25,7 +25,7 @@ enum Item {
     Checkpoint,
 }
 
-struct ChunkWriter {
+struct ChunkModel {
     locked: LockedState,
     chunks: Vec<Vec<Item>>,
     /// Per chunk: stack (first ip) -> id. Cleared at rotation.
@@ -39,9 +39,9 @@ struct ChunkWriter {
     seen: Vec<u64>,
 }
 
-impl ChunkWriter {
-    fn new(locked: LockedState) -> ChunkWriter {
-        ChunkWriter {
+impl ChunkModel {
+    fn new(locked: LockedState) -> ChunkModel {
+        ChunkModel {
             locked,
             chunks: vec![Vec::new()],
             dedup: Vec::new(),
@@ -58,7 +58,7 @@ impl ChunkWriter {
         {
             // Split borrows: run the drain with a callback that only touches local vectors, then
             // fold them in (same effect as processing inline).
-            let ChunkWriter { locked, dedup, next_id, seen, .. } = self;
+            let ChunkModel { locked, dedup, next_id, seen, .. } = self;
             let mut f = |r: &SampleRecord<'_>| {
                 let key = r.ips[0];
                 let id = match dedup.iter().find(|(k, _)| *k == key) {
@@ -150,7 +150,7 @@ fn recorder_vs_flush(recorder_takes_l: bool) {
         assert!(produce(&core, 0, 0));
         // The L-protected state, held in a loom cell so that an access without L is a data race
         // loom can see. `l` is the chunk-writer lock itself.
-        let state = Arc::new(UnsafeCell::new(ChunkWriter::new(locked)));
+        let state = Arc::new(UnsafeCell::new(ChunkModel::new(locked)));
         let l = Arc::new(Mutex::new(()));
         core.refill_spares();
         let c = core.clone();

@@ -134,7 +134,7 @@ const LIVE_ENTRIES: usize = 1 << 16;
 
 /// Per-thread state. Atomics (Relaxed) rather than `Cell`s because an application's signal
 /// handler that allocates may interrupt the hook on the same thread.
-struct Local {
+struct AllocThreadState {
     /// Bytes until the next sample.
     remaining: AtomicI64,
     /// The `EPOCH` `remaining` belongs to (0: none yet).
@@ -154,8 +154,8 @@ struct Local {
 thread_local! {
     // Const-initialized and without `Drop`: no lazy initialization, no destructor registration,
     // accessible during TLS teardown.
-    static LOCAL: Local = const {
-        Local {
+    static LOCAL: AllocThreadState = const {
+        AllocThreadState {
             remaining: AtomicI64::new(0),
             epoch: AtomicU64::new(0),
             rng: AtomicU64::new(0),
@@ -178,7 +178,7 @@ pub(crate) fn skip(size: usize) -> bool {
     // Relaxed: a thread that reads an old epoch once more samples by its old countdown once more.
     let epoch = EPOCH.load(Ordering::Relaxed);
     LOCAL.with(|l| {
-        // Relaxed (all `Local` accesses): this thread's own state.
+        // Relaxed (all `AllocThreadState` accesses): this thread's own state.
         let r = l.remaining.load(Ordering::Relaxed).wrapping_sub(size as i64);
         if r > 0 && l.epoch.load(Ordering::Relaxed) == epoch {
             l.remaining.store(r, Ordering::Relaxed);
@@ -375,7 +375,7 @@ pub(crate) fn decide(size: usize) -> Option<Ticket> {
     let epoch = EPOCH.load(Ordering::Relaxed);
     LOCAL
         .try_with(|l| {
-            // Relaxed (all `Local` accesses): this thread's own state.
+            // Relaxed (all `AllocThreadState` accesses): this thread's own state.
             if l.excluded.load(Ordering::Relaxed) {
                 l.epoch.store(epoch, Ordering::Relaxed);
                 l.remaining.store(i64::MAX, Ordering::Relaxed);
@@ -587,7 +587,7 @@ pub(crate) fn freed(ptr: *mut u8) {
     }
 }
 
-fn tid(l: &Local) -> u32 {
+fn tid(l: &AllocThreadState) -> u32 {
     // Relaxed: this thread's own cache.
     let t = l.tid.load(Ordering::Relaxed);
     if t != 0 {
@@ -600,11 +600,12 @@ fn tid(l: &Local) -> u32 {
 }
 
 /// The next gap: an exponential draw of mean `interval` bytes (at least 1).
-fn draw_gap(l: &Local, interval: u64) -> i64 {
+fn draw_gap(l: &AllocThreadState, interval: u64) -> i64 {
     // Relaxed (both): this thread's own generator.
     let mut x = l.rng.load(Ordering::Relaxed);
     if x == 0 {
-        let seed = u64::from(tid(l)) ^ (crate::clock::ticks() as u64).rotate_left(17) ^ (l as *const Local as u64);
+        let seed =
+            u64::from(tid(l)) ^ (crate::clock::ticks() as u64).rotate_left(17) ^ (l as *const AllocThreadState as u64);
         x = splitmix64(seed) | 1;
     }
     // xorshift64*.

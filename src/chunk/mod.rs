@@ -6,8 +6,8 @@
 //! so the flusher can do it with L released; the loom models in `loom-tests` drive this same code.
 //!
 //! Segment completeness (docs/sampler-protocol.md I7): every event written through this
-//! type reports the threads and stack traces it references — [`EventOut::thread`] and
-//! [`EventOut::stack`] write a reference and note it in one call, [`ChunkWriter::records`] reads
+//! type reports the threads and stack traces it references — a built-in event's thread and stack
+//! fields write a reference and note it in one call (`fields.rs`), [`ChunkWriter::records`] reads
 //! the leading ids of pre-encoded records — and [`ChunkWriter::checkpoint`] defines every one of
 //! them the chunk lacks. There is no other way to write an event, so an event cannot reference a
 //! constant its segment leaves undefined (`tests/constant_refs.rs`).
@@ -16,8 +16,10 @@
 //! between two flushes (the recorder thread's pass over full sampler buffers) leaves its
 //! references for whichever L holder writes the next checkpoint.
 
+mod fields;
 mod pools;
 
+pub use fields::{ClassKey, FieldValue, Fields, SettingsThread, ThreadStateKey, TypedEvent};
 pub use pools::{Address, FrameName, Resolve};
 
 use crate::clock::ClockPair;
@@ -43,7 +45,7 @@ pub struct ChunkWriter {
 /// The chunk being written.
 #[derive(Debug)]
 struct Live {
-    out: write::ChunkWriter,
+    out: write::ChunkEncoder,
     start: ClockPair,
     defined: Defined,
     /// Constants referenced since the last checkpoint: the open segment's.
@@ -80,7 +82,7 @@ struct Refs {
     classes: BTreeSet<u64>,
 }
 
-/// A thread key from [`ChunkWriter::sampled_thread`], for [`EventOut::thread_key`].
+/// A thread key from [`ChunkWriter::sampled_thread`], for a built-in event's thread field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadKey(pub u64);
 
@@ -130,42 +132,42 @@ pub struct EventOut<'a> {
 
 impl EventOut<'_> {
     /// A `long` (also a tick timestamp or duration).
-    pub fn long(&mut self, v: i64) {
+    fn long(&mut self, v: i64) {
         write::put_long(self.out, v);
     }
     /// An `int`.
-    pub fn int(&mut self, v: i32) {
+    fn int(&mut self, v: i32) {
         write::put_int(self.out, v);
     }
     /// A `float`.
-    pub fn float(&mut self, v: f32) {
+    fn float(&mut self, v: f32) {
         write::put_float(self.out, v);
     }
     /// A `double`.
-    pub fn double(&mut self, v: f64) {
+    fn double(&mut self, v: f64) {
         write::put_double(self.out, v);
     }
     /// A string.
-    pub fn string(&mut self, s: &str) {
+    fn string(&mut self, s: &str) {
         write::put_string(self.out, Some(s));
     }
     /// A string, or null.
-    pub fn optional_string(&mut self, s: Option<&str>) {
+    fn optional_string(&mut self, s: Option<&str>) {
         write::put_string(self.out, s);
     }
     /// A reference to thread `tid` (0: none); the segment's checkpoint defines it.
-    pub fn thread(&mut self, tid: u32) {
+    fn thread(&mut self, tid: u32) {
         write::put_varint(self.out, u64::from(tid));
         if tid != 0 {
             self.refs.threads.insert(u64::from(tid));
         }
     }
     /// A reference to a thread by the key [`ChunkWriter::sampled_thread`] gave (already noted).
-    pub fn thread_key(&mut self, key: ThreadKey) {
+    fn thread_key(&mut self, key: ThreadKey) {
         write::put_varint(self.out, key.0);
     }
     /// A reference to stack trace `key` (0: none); the segment's checkpoint defines it.
-    pub fn stack(&mut self, key: StackKey) {
+    fn stack(&mut self, key: StackKey) {
         write::put_varint(self.out, key.0);
         if key != StackKey::NONE {
             self.refs.stacks.insert(key.0);
@@ -173,20 +175,20 @@ impl EventOut<'_> {
     }
     /// A reference to class `key` (from [`ChunkWriter::class_key`]; 0: none); the segment's
     /// checkpoint defines it.
-    pub fn class(&mut self, key: u64) {
+    fn class(&mut self, key: u64) {
         write::put_varint(self.out, key);
         if key != 0 {
             self.refs.classes.insert(key);
         }
     }
     /// A key of a fixed pool (frame types, thread states), which every chunk defines.
-    pub fn fixed(&mut self, key: u64) {
+    fn fixed(&mut self, key: u64) {
         write::put_varint(self.out, key);
     }
     /// A thread key written WITHOUT noting the reference: the bug I7 forbids, for the mutation
     /// that must make the loom models of `loom-tests/tests/sampler_chunks.rs` fail.
     #[cfg(recorder_mutation = "settings_thread_unreferenced")]
-    pub fn unreferenced_thread(&mut self, tid: u32) {
+    fn unreferenced_thread(&mut self, tid: u32) {
         write::put_varint(self.out, u64::from(tid));
     }
 }
@@ -207,7 +209,7 @@ impl ChunkWriter {
     pub fn open(&mut self, start: ClockPair) {
         debug_assert!(self.live.is_none(), "a chunk is still live");
         self.live = Some(Live {
-            out: write::ChunkWriter::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
+            out: write::ChunkEncoder::with_ticks_per_second(start.epoch_nanos, start.ticks, start.ticks_per_second),
             start,
             defined: Defined::default(),
             refs: Refs::default(),
@@ -236,13 +238,28 @@ impl ChunkWriter {
     }
 
     /// Writes one event of type `type_id`; `body` writes its fields after the type id.
-    pub fn event(&mut self, type_id: u64, body: impl FnOnce(&mut EventOut<'_>)) {
+    fn event(&mut self, type_id: u64, body: impl FnOnce(&mut EventOut<'_>)) {
         let live = self.live();
         let refs = &mut live.refs;
         live.out.write_event(type_id, |out| body(&mut EventOut { out, refs }));
     }
 
-    /// The recording's key of the class `name`, in no package (for [`EventOut::class`]).
+    /// Writes one built-in event (declared in `builtin.rs`: its fields in the metadata's order and
+    /// types, see `fields.rs`).
+    pub fn write<E: TypedEvent>(&mut self, event: &E) {
+        self.event(E::TYPE_ID, |e| event.write_fields(e));
+    }
+
+    /// Writes one built-in event followed by fields the metadata declares after its own (the
+    /// samples' context block).
+    pub fn write_followed_by<E: TypedEvent>(&mut self, event: &E, more: &impl Fields) {
+        self.event(E::TYPE_ID, |e| {
+            event.write_fields(e);
+            more.write_fields(e);
+        });
+    }
+
+    /// The recording's key of the class `name`, in no package (for a [`ClassKey`] field).
     pub fn class_key(&mut self, name: &str) -> u64 {
         self.pools.class(name)
     }

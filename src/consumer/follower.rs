@@ -27,6 +27,11 @@ pub(super) struct Follower {
     not_ready: u32,
     /// Problems found by a directory scan, delivered before anything else.
     pending: VecDeque<ConsumerError>,
+    /// With every recording: the last chunk finished had the final flag (the stream ends when no
+    /// chunk follows it).
+    final_read: bool,
+    /// See [`super::EventIter::published_end_nanos`].
+    pub(super) published_end_nanos: i64,
     done: bool,
 }
 
@@ -46,6 +51,8 @@ impl Follower {
             not_ready: 0,
             starts: HashMap::new(),
             ignored: HashSet::new(),
+            final_read: false,
+            published_end_nanos: 0,
             done: false,
         }
     }
@@ -66,8 +73,9 @@ impl Follower {
     }
 
     /// The next event, flush or problem; `None` when the stream has ended. `want` says which event
-    /// types to decode into [`ConsumedEvent`]s (others are skipped cheaply).
-    pub(super) fn next_step(&mut self, want: &dyn Fn(&str) -> bool) -> Option<Step> {
+    /// types to decode into [`ConsumedEvent`]s (others are skipped cheaply). `wait`: sleep a poll
+    /// interval when everything published was read, else return [`Step::Idle`].
+    pub(super) fn next_step(&mut self, want: &dyn Fn(&str) -> bool, wait: bool) -> Option<Step> {
         loop {
             if let Some(e) = self.pending.pop_front() {
                 return Some(Step::Error(e));
@@ -80,8 +88,10 @@ impl Follower {
                 match self.open_next() {
                     Ok(true) => continue,
                     Ok(false) => {
-                        if self.mode == Mode::File || !self.config.follow {
+                        if self.mode == Mode::File || !self.config.follow || self.final_read {
                             self.done = true;
+                        } else if !wait {
+                            return Some(Step::Idle);
                         } else {
                             self.sleep(self.config.poll);
                         }
@@ -115,15 +125,19 @@ impl Follower {
                 }
                 None => {
                     let header = *cur.chunk.header();
+                    self.published_end_nanos =
+                        self.published_end_nanos.max(header.start_nanos.saturating_add(header.duration_nanos));
                     if header.is_finished() || cur.file.is_none() {
                         self.current = None;
-                        if self.mode == Mode::Repository && header.is_final() {
+                        if self.mode == Mode::Repository && header.is_final() && !self.config.all {
                             self.done = true;
                         } else {
+                            self.final_read = self.mode == Mode::Repository && header.is_final();
                             self.after = After::End(header.start_nanos.saturating_add(header.duration_nanos.max(1)));
                         }
                         continue;
                     }
+                    let path = cur.path.clone();
                     match refresh(cur) {
                         Ok(Some(true)) => {
                             self.not_ready = 0;
@@ -135,6 +149,13 @@ impl Follower {
                             self.after = After::Skip(header.start_nanos);
                             self.current = None;
                         }
+                        Ok(Some(false)) if self.config.all && self.later_chunk_elsewhere(&path, header.start_nanos) => {
+                            // A live chunk left behind by a writer that is gone (another
+                            // recording started after it): what was read of it is all there is.
+                            self.after = After::Skip(header.start_nanos);
+                            self.current = None;
+                        }
+                        Ok(Some(false)) if !wait => return Some(Step::Idle),
                         Ok(Some(false)) => self.sleep(self.config.poll),
                         Ok(None) => {
                             self.not_ready += 1;
@@ -142,7 +163,6 @@ impl Follower {
                                 // A header left locked by a writer that died: what was read is
                                 // all there is.
                                 self.not_ready = 0;
-                                let path = cur.path.clone();
                                 self.abandon();
                                 let e = io::Error::other("the chunk header stays locked");
                                 return Some(Step::Error(io_err(&path, e)));
@@ -214,11 +234,8 @@ impl Follower {
     }
 
     fn open_next_in_repository(&mut self) -> Result<bool, ConsumerError> {
-        let dir = match &self.chunk_dir {
-            Some(d) => d.clone(),
-            None => self.pick_dir(),
-        };
-        let (chunks, locked) = self.scan(&dir);
+        let dirs = self.dirs();
+        let (chunks, locked) = self.scan(&dirs);
         if let Some(path) = locked {
             // A header being rewritten: its start time is unknown, and it may be the chunk to read
             // next. Scan again shortly; a header that stays locked (a writer that died in the
@@ -244,8 +261,11 @@ impl Follower {
             return Ok(false);
         };
         let path = path.clone();
-        if self.chunk_dir.is_none() {
-            self.chunk_dir = Some(dir);
+        if self.chunk_dir.is_none() && !self.config.all {
+            self.chunk_dir = path.parent().map(Path::to_path_buf);
+        }
+        if path.extension().is_some_and(|e| e == "zst") {
+            return self.open_compressed(start_nanos, path);
         }
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -283,7 +303,55 @@ impl Follower {
         };
         self.current = Some(Current { path, file: Some(file), pos, cache: Resolver::new(&chunk), chunk });
         self.not_ready = 0;
+        self.final_read = false;
         Ok(true)
+    }
+
+    /// Opens a compressed chunk file: a finished chunk, read whole.
+    fn open_compressed(&mut self, start_nanos: i64, path: PathBuf) -> Result<bool, ConsumerError> {
+        let data = match layout::read_finished_chunk(&path) {
+            Ok(d) => d,
+            // Removed by retention between the scan and now: scan again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+            Err(e) => {
+                self.after = After::Skip(start_nanos);
+                return Err(io_err(&path, e));
+            }
+        };
+        let chunk = match Chunk::parse(Bytes::from(data), 0) {
+            Ok(c) => c,
+            Err(e) => {
+                self.after = After::Skip(start_nanos);
+                return Err(format_err(&path, e));
+            }
+        };
+        let pos = match (self.after, self.config.start) {
+            (After::Nothing, StartAt::Now) => chunk.size(),
+            _ => HEADER_SIZE as u64,
+        };
+        self.current = Some(Current { path, file: None, pos, cache: Resolver::new(&chunk), chunk });
+        self.not_ready = 0;
+        self.final_read = false;
+        Ok(true)
+    }
+
+    /// The directories whose chunk files are scanned: the chosen recording's, or (every
+    /// recording) the root and each recording directory in it.
+    fn dirs(&self) -> Vec<PathBuf> {
+        if !self.config.all {
+            return vec![self.chunk_dir.clone().unwrap_or_else(|| self.pick_dir())];
+        }
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(layout::recording_dirs(&self.root).into_iter().flatten().map(|r| r.path));
+        dirs
+    }
+
+    /// A chunk of another directory (another recording) starts after the chunk at `path`, which
+    /// starts at `start`.
+    fn later_chunk_elsewhere(&mut self, path: &Path, start: i64) -> bool {
+        let dirs = self.dirs();
+        let (chunks, _) = self.scan(&dirs);
+        chunks.range(start.saturating_add(1)..).any(|(_, p)| p.parent() != path.parent())
     }
 
     /// A chunk that cannot be read yet (header locked, no metadata published): retried without
@@ -317,20 +385,19 @@ impl Follower {
         best.map(|(_, p)| p).unwrap_or_else(|| self.root.clone())
     }
 
-    /// The chunk files of `dir` by header start time. Files whose header is being rewritten are
+    /// The chunk files of `dirs` by header start time. Files whose header is being rewritten are
     /// left for the next scan; files that are not chunks are reported once.
-    fn scan(&mut self, dir: &Path) -> (BTreeMap<i64, PathBuf>, Option<PathBuf>) {
+    fn scan(&mut self, dirs: &[PathBuf]) -> (BTreeMap<i64, PathBuf>, Option<PathBuf>) {
         let mut out = BTreeMap::new();
         let mut locked = None;
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return (out, None);
-        };
         // A chunk's start time never changes: headers are read once per file (by name and inode),
         // so a scan of a large repository costs one readdir.
         let mut starts = HashMap::with_capacity(self.starts.len());
+        let entries = dirs.iter().filter_map(|d| std::fs::read_dir(d).ok()).flatten();
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|e| e != "jfr") || self.ignored.contains(&path) {
+            let chunk_name = entry.file_name().to_str().is_some_and(layout::is_chunk_file_name);
+            if !chunk_name || self.ignored.contains(&path) {
                 continue;
             }
             let key = (path, entry.ino());
@@ -340,6 +407,22 @@ impl Follower {
                 continue;
             }
             let path = key.0.clone();
+            if path.extension().is_some_and(|e| e == "zst") {
+                // Compressed: finished, its header never changes.
+                match layout::read_chunk_header(&path) {
+                    Ok(h) => {
+                        starts.insert(key, h.start_nanos);
+                        out.entry(h.start_nanos).or_insert(path);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        if self.reported.insert(path.clone()) {
+                            self.pending.push_back(io_err(&path, e));
+                        }
+                    }
+                }
+                continue;
+            }
             let Ok(file) = File::open(&path) else {
                 continue;
             };

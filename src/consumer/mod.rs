@@ -17,10 +17,14 @@
 //! - The chunk directory: a path holding recording subdirectories (`yyyy_MM_dd_HH_mm_ss_<pid>[_<n>]`,
 //!   `repository::layout::recording_dir_pid`) means the most recently modified one (re-chosen at
 //!   every scan until a chunk was found there, then fixed, as the JDK does); otherwise the path
-//!   itself.
-//! - Chunks are the `*.jfr` files of at least 68 bytes whose header parses, ordered by the header's
-//!   `startNanos`. After a finished chunk the next is the one with the smallest
-//!   `startNanos ≥ start + max(duration, 1)`. A finished chunk with the final flag ends the stream.
+//!   itself. With [`EventStream::all_recordings`], the path's own chunk files and those of every
+//!   recording subdirectory, at every scan.
+//! - Chunks are the `*.jfr` files of at least 68 bytes whose header parses, and the compressed
+//!   finished ones (`*.jfr.zst`, read whole), ordered by the header's `startNanos`. After a
+//!   finished chunk the next is the one with the smallest `startNanos ≥ start + max(duration, 1)`.
+//!   A finished chunk with the final flag ends the stream (with every recording: when no chunk
+//!   follows it). With every recording, a live chunk that does not grow while a later chunk of
+//!   another recording is there is left (its writer is gone), and reading goes on with that one.
 //! - The live chunk: at the end of its published data the header is re-read every poll interval
 //!   (10 ms by default, against the JDK's 1 s). The header is read twice and accepted only when both
 //!   reads agree and the guard byte (255) is not set, so a header being rewritten is never taken
@@ -244,6 +248,8 @@ struct Config {
     poll: Duration,
     start: StartAt,
     follow: bool,
+    /// Every recording of a base directory, not only the most recently modified one.
+    all: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +320,7 @@ impl EventStream {
         EventStream {
             path,
             mode,
-            config: Config { poll: DEFAULT_POLL_INTERVAL, start: StartAt::Beginning, follow: true },
+            config: Config { poll: DEFAULT_POLL_INTERVAL, start: StartAt::Beginning, follow: true, all: false },
             handlers: Handlers::default(),
             closed: Arc::new(AtomicBool::new(false)),
         }
@@ -332,6 +338,14 @@ impl EventStream {
     /// process died without finishing its last chunk.
     pub fn follow(&mut self, follow: bool) -> &mut Self {
         self.config.follow = follow;
+        self
+    }
+
+    /// `true`: the chunks of every recording of a base directory (its own chunk files and those of
+    /// each recording subdirectory, found again at every scan), in start order, instead of the
+    /// most recently modified recording's (default `false`). Ignored for files.
+    pub fn all_recordings(&mut self, all: bool) -> &mut Self {
+        self.config.all = all;
         self
     }
 
@@ -386,7 +400,7 @@ impl EventStream {
         let wants_all = !handlers.any.is_empty();
         let typed: HashSet<String> = handlers.by_type.keys().cloned().collect();
         let want = |name: &str| wants_all || typed.contains(name);
-        while let Some(step) = follower.next_step(&want) {
+        while let Some(step) = follower.next_step(&want, true) {
             match step {
                 Step::Event(ev) => {
                     if let Some(fs) = handlers.by_type.get_mut(ev.type_name()) {
@@ -408,6 +422,7 @@ impl EventStream {
                         f(&e);
                     }
                 }
+                Step::Idle => {}
             }
         }
         for f in &mut handlers.close {
@@ -500,6 +515,40 @@ impl EventIter {
     pub fn closer(&self) -> Closer {
         self.closer.clone()
     }
+
+    /// The next event of a type `want` accepts (others are skipped without being decoded), or
+    /// problem, without waiting for the writer: [`Polled::Idle`] once everything published so far
+    /// was read (call again later), [`Polled::Ended`] when the stream has ended.
+    pub fn poll_next(&mut self, want: &dyn Fn(&str) -> bool) -> Polled {
+        loop {
+            match self.follower.next_step(want, false) {
+                None => return Polled::Ended,
+                Some(Step::Event(e)) => return Polled::Event(e),
+                Some(Step::Flush) => continue,
+                Some(Step::Error(e)) => return Polled::Error(e),
+                Some(Step::Idle) => return Polled::Idle,
+            }
+        }
+    }
+
+    /// How far the chunks read so far reach: the latest `startNanos + durationNanos` of their
+    /// headers as last read (a live chunk's grows with each publish); 0 before any.
+    pub fn published_end_nanos(&self) -> i64 {
+        self.follower.published_end_nanos
+    }
+}
+
+/// What [`EventIter::poll_next`] found.
+#[derive(Debug)]
+pub enum Polled {
+    /// An event.
+    Event(ConsumedEvent),
+    /// A problem; reading goes on.
+    Error(ConsumerError),
+    /// Everything published so far was read.
+    Idle,
+    /// The stream has ended (final chunk, end of file, or closed).
+    Ended,
 }
 
 impl Iterator for EventIter {
@@ -507,9 +556,9 @@ impl Iterator for EventIter {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            match self.follower.next_step(&|_| true)? {
+            match self.follower.next_step(&|_| true, true)? {
                 Step::Event(e) => return Some(Ok(e)),
-                Step::Flush => continue,
+                Step::Flush | Step::Idle => continue,
                 Step::Error(e) => return Some(Err(e)),
             }
         }
@@ -520,6 +569,8 @@ enum Step {
     Event(ConsumedEvent),
     Flush,
     Error(ConsumerError),
+    /// Everything published was read (only when the caller does not wait).
+    Idle,
 }
 
 /// What decides the next chunk.

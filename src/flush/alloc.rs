@@ -5,10 +5,11 @@
 
 use super::{LossReport, SampleSource, Segment, SettingRow, Stopped};
 use crate::alloc::{AllocConfig, AllocRecord, AllocationStats, LiveRef, Sampling};
-use crate::builtin;
-use crate::chunk::ChunkWriter;
+use crate::builtin::{self, AllocationStatistics, LiveObject, LiveSet, ObjectAllocationSample};
+use crate::chunk::{ChunkWriter, ClassKey};
 use crate::clock::ClockPair;
 use crate::stack::StackKey;
+use crate::threads::ThreadRef;
 use std::collections::BTreeMap;
 
 /// A sampled block the live set follows.
@@ -109,26 +110,20 @@ impl AllocSamples {
         let mut bytes = 0i64;
         for t in self.tracked.values() {
             bytes += t.weight;
-            chunk.event(builtin::LIVE_OBJECT, |e| {
-                e.long(now);
-                e.thread(t.tid);
-                e.stack(t.stack);
-                e.class(t.class);
-                e.long(t.size as i64);
-                e.long(t.weight);
-                e.long(t.ticks);
-                e.long(snapshot);
+            chunk.write(&LiveObject {
+                start_time: now,
+                event_thread: ThreadRef(t.tid),
+                stack_trace: t.stack,
+                object_class: ClassKey(t.class),
+                allocation_size: t.size,
+                weight: t.weight,
+                allocation_time: t.ticks,
+                snapshot,
             });
         }
         let untracked = sampling.stats().untracked as i64;
         let objects = self.tracked.len() as i64;
-        chunk.event(builtin::LIVE_SET, |e| {
-            e.long(now);
-            e.long(snapshot);
-            e.long(objects);
-            e.long(bytes);
-            e.long(untracked);
-        });
+        chunk.write(&LiveSet { start_time: now, snapshot, objects, estimated_bytes: bytes, untracked });
     }
 
     fn losses(&mut self, stats: AllocationStats) -> Vec<LossReport> {
@@ -202,12 +197,12 @@ fn write_sample(
     let bucket = size_bucket(rec.size);
     let class = *classes.entry(bucket).or_insert_with(|| seg.chunk.class_key(&bucket_name(bucket)));
     let weight = estimated_bytes(rec.size, interval);
-    seg.chunk.event(builtin::OBJECT_ALLOCATION_SAMPLE, |e| {
-        e.long(rec.ticks);
-        e.thread(rec.tid);
-        e.stack(stack);
-        e.class(class);
-        e.long(weight);
+    seg.chunk.write(&ObjectAllocationSample {
+        start_time: rec.ticks,
+        event_thread: ThreadRef(rec.tid),
+        stack_trace: stack,
+        object_class: ClassKey(class),
+        weight,
     });
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;
     Tracked {
@@ -269,14 +264,14 @@ impl SampleSource for AllocSamples {
             (None, None) => return,
         };
         let interval = self.config.interval;
-        chunk.event(builtin::ALLOCATION_STATISTICS, |e| {
-            e.long(now);
-            e.long(interval as i64);
-            e.long(stats.taken as i64);
-            e.long(stats.written as i64);
-            e.long(stats.lost as i64);
-            e.long(stats.failed as i64);
-            e.long(stats.untracked as i64);
+        chunk.write(&AllocationStatistics {
+            start_time: now,
+            interval,
+            taken: stats.taken,
+            written: stats.written,
+            lost: stats.lost,
+            failed: stats.failed,
+            untracked: stats.untracked,
         });
     }
 

@@ -2,14 +2,14 @@
 
 use super::Segment;
 use crate::buffer::EventBuffer;
-use crate::commit::Shared;
+use crate::commit::CommitShared;
 use std::sync::Arc;
 
 /// The event buffers of one recording: adopted from the commit path's queue, copied at every
 /// flush, dropped once their thread retired them and everything in them was copied.
 #[derive(Debug)]
 pub struct EventBuffers {
-    shared: Arc<Shared>,
+    shared: Arc<CommitShared>,
     buffers: Vec<Arc<EventBuffer>>,
     /// Every thread a `ThreadRef` field has named in this recording, referenced again at every
     /// flush. A thread notes the tid before it commits the record, so a flush may take the note
@@ -21,7 +21,7 @@ pub struct EventBuffers {
 
 impl EventBuffers {
     /// The buffers of the recording `shared` belongs to.
-    pub fn new(shared: Arc<Shared>) -> EventBuffers {
+    pub fn new(shared: Arc<CommitShared>) -> EventBuffers {
         EventBuffers { shared, buffers: Vec::new(), referenced: Default::default() }
     }
 

@@ -3,28 +3,28 @@
 //! the segment's checkpoint (docs/sampler-protocol.md I7, `tests/constant_refs.rs`).
 
 use super::{LossReport, SettingRow};
-use crate::builtin;
-use crate::chunk::{ChunkWriter, EventOut};
+use crate::builtin::{
+    ActiveRecording, ActiveSetting, CpuLoad, DataLoss, JdkDataLoss, ResidentSetSize, ThreadCpuLoad, ThreadEnd,
+    ThreadStart,
+};
+use crate::chunk::{ChunkWriter, SettingsThread};
 use crate::stack::StackKey;
+use crate::threads::ThreadRef;
 
 /// `jdk.ThreadStart` of `tid` (it names itself as the event thread).
 pub fn write_thread_start(chunk: &mut ChunkWriter, ticks: i64, tid: u32) {
-    chunk.event(builtin::THREAD_START, |e| {
-        e.long(ticks);
-        e.thread(tid);
-        e.stack(StackKey::NONE);
-        e.thread(tid);
-        e.thread(0);
+    chunk.write(&ThreadStart {
+        start_time: ticks,
+        event_thread: ThreadRef(tid),
+        stack_trace: StackKey::NONE,
+        thread: ThreadRef(tid),
+        parent_thread: ThreadRef(0),
     });
 }
 
 /// `jdk.ThreadEnd` of `tid`.
 pub fn write_thread_end(chunk: &mut ChunkWriter, ticks: i64, tid: u32) {
-    chunk.event(builtin::THREAD_END, |e| {
-        e.long(ticks);
-        e.thread(tid);
-        e.thread(tid);
-    });
+    chunk.write(&ThreadEnd { start_time: ticks, event_thread: ThreadRef(tid), thread: ThreadRef(tid) });
 }
 
 /// The recording, as `jdk.ActiveRecording` describes it. The fields mean what the JDK means
@@ -51,19 +51,19 @@ pub struct RecordingInfo {
 /// `jdk.ActiveRecording` and one `jdk.ActiveSetting` per row, written by thread `tid` (0 in
 /// deterministic mode); at each chunk start and whenever settings change.
 pub fn write_settings(chunk: &mut ChunkWriter, now: i64, tid: u32, recording: &RecordingInfo, rows: &[SettingRow]) {
-    chunk.event(builtin::ACTIVE_RECORDING, |e| {
-        e.long(now);
-        e.long(0);
-        settings_thread(e, tid);
-        e.stack(StackKey::NONE);
-        e.long(1);
-        e.string(&recording.name);
-        e.optional_string(recording.destination.as_deref());
-        e.long(recording.max_age_ms);
-        e.long(recording.flush_interval_ms);
-        e.long(recording.max_size);
-        e.long(recording.start_ms);
-        e.long(recording.duration_ms);
+    chunk.write(&ActiveRecording {
+        start_time: now,
+        duration: 0,
+        event_thread: SettingsThread(tid),
+        stack_trace: StackKey::NONE,
+        id: 1,
+        name: &recording.name,
+        destination: recording.destination.as_deref(),
+        max_age: recording.max_age_ms,
+        flush_interval: recording.flush_interval_ms,
+        max_size: recording.max_size,
+        recording_start: recording.start_ms,
+        recording_duration: recording.duration_ms,
     });
     write_setting_rows(chunk, now, tid, rows);
 }
@@ -72,54 +72,31 @@ pub fn write_settings(chunk: &mut ChunkWriter, now: i64, tid: u32, recording: &R
 /// event types registered since the chunk's last settings (the recording is described already).
 pub fn write_setting_rows(chunk: &mut ChunkWriter, now: i64, tid: u32, rows: &[SettingRow]) {
     for row in rows {
-        chunk.event(builtin::ACTIVE_SETTING, |e| {
-            e.long(now);
-            e.long(0);
-            settings_thread(e, tid);
-            e.stack(StackKey::NONE);
-            e.long(row.event_type as i64);
-            e.string(&row.name);
-            e.string(&row.value);
+        chunk.write(&ActiveSetting {
+            start_time: now,
+            duration: 0,
+            event_thread: SettingsThread(tid),
+            stack_trace: StackKey::NONE,
+            id: row.event_type as i64,
+            name: &row.name,
+            value: &row.value,
         });
     }
 }
 
-/// The settings events' `eventThread`.
-fn settings_thread(e: &mut EventOut<'_>, tid: u32) {
-    #[cfg(not(recorder_mutation = "settings_thread_unreferenced"))]
-    e.thread(tid);
-    // The bug I7 forbids, for the loom models to catch.
-    #[cfg(recorder_mutation = "settings_thread_unreferenced")]
-    e.unreferenced_thread(tid);
-}
-
 /// `jdk.CPULoad`: shares of all CPUs' time.
 pub fn write_cpu_load(chunk: &mut ChunkWriter, now: i64, user: f32, system: f32, machine: f32) {
-    chunk.event(builtin::CPU_LOAD, |e| {
-        e.long(now);
-        e.float(user);
-        e.float(system);
-        e.float(machine);
-    });
+    chunk.write(&CpuLoad { start_time: now, jvm_user: user, jvm_system: system, machine_total: machine });
 }
 
 /// `jdk.ThreadCPULoad` of thread `tid`: shares of all CPUs' time.
 pub fn write_thread_cpu_load(chunk: &mut ChunkWriter, now: i64, tid: u32, user: f32, system: f32) {
-    chunk.event(builtin::THREAD_CPU_LOAD, |e| {
-        e.long(now);
-        e.thread(tid);
-        e.float(user);
-        e.float(system);
-    });
+    chunk.write(&ThreadCpuLoad { start_time: now, event_thread: ThreadRef(tid), user, system });
 }
 
 /// `jdk.ResidentSetSize`.
 pub fn write_resident_set_size(chunk: &mut ChunkWriter, now: i64, size: u64, peak: u64) {
-    chunk.event(builtin::RESIDENT_SET_SIZE, |e| {
-        e.long(now);
-        e.long(size as i64);
-        e.long(peak as i64);
-    });
+    chunk.write(&ResidentSetSize { start_time: now, size, peak });
 }
 
 /// Losses on their way into the recording: noted, written into a segment, confirmed when that
@@ -148,22 +125,18 @@ impl Losses {
             events += loss.events;
             samples += loss.samples;
             bytes += loss.bytes;
-            chunk.event(builtin::DATA_LOSS, |e| {
-                e.long(now);
-                e.thread(loss.thread);
-                e.string(&loss.reason);
-                e.long(loss.events as i64);
-                e.long(loss.samples as i64);
-                e.long(loss.bytes as i64);
-                e.long(events as i64);
-                e.long(samples as i64);
+            chunk.write(&DataLoss {
+                start_time: now,
+                thread: ThreadRef(loss.thread),
+                reason: &loss.reason,
+                events: loss.events,
+                samples: loss.samples,
+                bytes: loss.bytes,
+                total_events: events,
+                total_samples: samples,
             });
             if loss.bytes > 0 {
-                chunk.event(builtin::JDK_DATA_LOSS, |e| {
-                    e.long(now);
-                    e.long(loss.bytes as i64);
-                    e.long(bytes as i64);
-                });
+                chunk.write(&JdkDataLoss { start_time: now, amount: loss.bytes, total: bytes });
             }
             self.unconfirmed.push(loss);
         }
@@ -206,23 +179,19 @@ impl PushReport {
         if !new_chunk && self.written.as_ref() == Some(&stats) {
             return;
         }
-        chunk.event(builtin::PUSH_STATISTICS, |e| {
-            e.long(now);
-            e.string(target);
-            for v in [
-                stats.chunks_posted,
-                stats.uploads,
-                stats.bytes_sent,
-                stats.jfr_bytes,
-                stats.retries,
-                stats.rejected,
-                stats.chunks_lost,
-                stats.bytes_lost,
-                stats.pending,
-            ] {
-                e.long(v as i64);
-            }
-            e.optional_string(stats.stopped.as_deref().or(stats.last_error.as_deref()));
+        chunk.write(&crate::builtin::PushStatistics {
+            start_time: now,
+            target,
+            chunks_posted: stats.chunks_posted,
+            uploads: stats.uploads,
+            bytes_sent: stats.bytes_sent,
+            jfr_bytes: stats.jfr_bytes,
+            retries: stats.retries,
+            rejected: stats.rejected,
+            chunks_lost: stats.chunks_lost,
+            bytes_lost: stats.bytes_lost,
+            pending: stats.pending,
+            last_error: stats.stopped.as_deref().or(stats.last_error.as_deref()),
         });
         self.written = Some(stats);
     }

@@ -2,7 +2,8 @@
 //! sampler is the first; `write_sample` is what every one of them shares.
 
 use super::Segment;
-use crate::builtin;
+use crate::builtin::{self, ExecutionSample, SampleContext, WallClockSample};
+use crate::chunk::ThreadStateKey;
 use crate::sampler::SampleRecord;
 use jfr_format::metadata::THREAD_STATE_RUNNABLE;
 
@@ -15,15 +16,17 @@ pub fn write_sample(seg: &mut Segment<'_>, rec: &SampleRecord<'_>) {
     #[cfg(not(loom))]
     crate::diagnostics::note_sample(rec.ips.len(), rec.truncated, rec.leaf_only);
     let thread = seg.chunk.sampled_thread(rec.tid, &rec.comm);
-    seg.chunk.event(builtin::EXECUTION_SAMPLE, |e| {
-        e.long(rec.ticks);
-        e.thread_key(thread);
-        e.stack(key);
-        e.fixed(THREAD_STATE_RUNNABLE);
-        if span_ids {
-            builtin::write_sample_context(e, rec.span);
-        }
-    });
+    let sample = ExecutionSample {
+        start_time: rec.ticks,
+        sampled_thread: thread,
+        stack_trace: key,
+        state: ThreadStateKey(THREAD_STATE_RUNNABLE),
+    };
+    if span_ids {
+        seg.chunk.write_followed_by(&sample, &SampleContext::of_span(rec.span));
+    } else {
+        seg.chunk.write(&sample);
+    }
     *seg.tally.samples.entry(rec.tid).or_insert(0) += 1;
 }
 
@@ -58,19 +61,19 @@ fn write_wall_sample_of(
             crate::chunk::ThreadKey(u64::from(tid))
         }
     };
-    seg.chunk.event(builtin::WALL_CLOCK_SAMPLE, |e| {
-        e.long(ticks);
-        e.thread_key(thread);
-        e.stack(key);
-        e.fixed(state);
-        e.long(samples.min(u32::MAX as u64) as i64);
+    seg.chunk.write(&WallClockSample {
+        start_time: ticks,
+        sampled_thread: thread,
+        stack_trace: key,
+        state: ThreadStateKey(state),
+        samples: samples.min(u64::from(u32::MAX)) as u32,
     });
     // Counted as the periods it stands for: a failed write loses that many.
     seg.tally.count_other("wall-clock periods", tid, samples);
 }
 
 #[cfg(not(loom))]
-pub use cpu::CpuSamples;
+pub use cpu::CpuAndWallSamples;
 
 #[cfg(not(loom))]
 mod cpu {
@@ -146,7 +149,7 @@ mod cpu {
     /// CPU samples (`jdk.ExecutionSample`) from the SIGPROF sampler (src/sampler), and wall-clock
     /// samples (`profiler.WallClockSample`) when its wall sampler runs.
     #[derive(Debug)]
-    pub struct CpuSamples {
+    pub struct CpuAndWallSamples {
         last: LastStacks,
         /// Also held by the recorder thread (to wait for work without L) and by `Recorder` (for
         /// registrations and statistics without L).
@@ -193,10 +196,10 @@ mod cpu {
         }
     }
 
-    impl CpuSamples {
+    impl CpuAndWallSamples {
         /// The source of a started sampler.
-        pub fn new(sampler: Arc<Sampler>, locked: SamplerLocked) -> CpuSamples {
-            CpuSamples {
+        pub fn new(sampler: Arc<Sampler>, locked: SamplerLocked) -> CpuAndWallSamples {
+            CpuAndWallSamples {
                 last: LastStacks::default(),
                 sampler: Some(sampler),
                 locked,
@@ -239,7 +242,7 @@ mod cpu {
         }
     }
 
-    impl SampleSource for CpuSamples {
+    impl SampleSource for CpuAndWallSamples {
         fn drain(&mut self, seg: &mut Segment<'_>) {
             let Some(sampler) = self.sampler.as_ref() else { return };
             name_exited(seg, sampler);
@@ -327,17 +330,17 @@ mod cpu {
             let samples = std::mem::take(&mut self.samples_since_rate);
             let period_ns = period.as_nanos() as i64;
             let (written, leaf_only, truncated) = crate::diagnostics::take_stack_shapes();
-            chunk.event(builtin::SAMPLER_STATISTICS, |e| {
-                e.long(now);
-                e.string(mode);
-                e.long(period_ns);
-                e.double(samples as f64 / elapsed);
-                e.long(stats.taken as i64);
-                e.long(stats.lost as i64);
-                e.long(stats.slots_in_use as i64);
-                e.long(written as i64);
-                e.long(leaf_only as i64);
-                e.long(truncated as i64);
+            chunk.write(&builtin::SamplerStatistics {
+                start_time: now,
+                mode,
+                period: period_ns,
+                rate: samples as f64 / elapsed,
+                taken: stats.taken,
+                lost: stats.lost,
+                threads: stats.slots_in_use as u64,
+                samples_written: written,
+                leaf_only_stacks: leaf_only,
+                truncated_stacks: truncated,
             });
         }
 

@@ -4,7 +4,7 @@
 //! node again (retention may remove the chunks that had them), and an event's ancestors are in
 //! its chunk before it.
 
-use crate::builtin;
+use crate::builtin::ScopeTiming;
 use crate::chunk::ChunkWriter;
 use crate::scope::{self, Merged};
 
@@ -67,14 +67,14 @@ impl ScopeTimings {
             let node = &nodes[n as usize];
             let name = names.get(node.func as usize).map_or("?", |s| &**s);
             let nanos = |t: u64| if deterministic { 0 } else { scope::ticks_to_nanos(t) as i64 };
-            chunk.event(builtin::SCOPE_TIMING, |e| {
-                e.long(now);
-                e.long(i64::from(n));
-                e.long(i64::from(node.parent));
-                e.string(name);
-                e.long(node.counts.calls as i64);
-                e.long(nanos(node.counts.total));
-                e.long(nanos(node.counts.self_ticks));
+            chunk.write(&ScopeTiming {
+                start_time: now,
+                path_id: i64::from(n),
+                parent_path_id: i64::from(node.parent),
+                name,
+                calls: node.counts.calls,
+                total_time: nanos(node.counts.total),
+                self_time: nanos(node.counts.self_ticks),
             });
         }
     }

@@ -43,7 +43,7 @@ pub use target::{PushTarget, SPY_NAME};
 pub use uploader::{push_path, PushError, PushEvent, PushOptions, PushStats};
 
 #[cfg(feature = "push")]
-pub(crate) use uploader::{start, Handle, Shared};
+pub(crate) use uploader::{start, Handle, UploaderShared};
 
 use std::path::Path;
 
@@ -54,7 +54,7 @@ use std::path::Path;
 #[derive(Debug, Default)]
 pub(crate) struct Link {
     #[cfg(feature = "push")]
-    shared: Option<std::sync::Arc<uploader::Shared>>,
+    shared: Option<std::sync::Arc<uploader::UploaderShared>>,
     #[cfg(feature = "push")]
     target: String,
 }
@@ -62,7 +62,7 @@ pub(crate) struct Link {
 impl Link {
     /// A link to the uploader sharing `shared`.
     #[cfg(feature = "push")]
-    pub(crate) fn new(shared: std::sync::Arc<uploader::Shared>, target: &PushTarget) -> Link {
+    pub(crate) fn new(shared: std::sync::Arc<uploader::UploaderShared>, target: &PushTarget) -> Link {
         Link { shared: Some(shared), target: target.url().to_owned() }
     }
 

@@ -2,9 +2,9 @@
 //!
 //! It runs on a thread of its own (in a recording process) or on the CLI's main thread; the
 //! application never waits for it and it never takes the chunk-writer lock L. A recording process
-//! shares one [`Shared`] between the uploader and the retention code (under L): retention asks
+//! shares one [`UploaderShared`] between the uploader and the retention code (under L): retention asks
 //! which chunks are still unposted and reports the ones the disk budget forced it to delete, and
-//! the uploader marks what it posted. Lock order: L, then `Shared::state`; the uploader never holds
+//! the uploader marks what it posted. Lock order: L, then `UploaderShared::state`; the uploader never holds
 //! `state` during I/O.
 
 use super::http::{self, Answer, Client};
@@ -124,7 +124,7 @@ pub enum PushEvent<'a> {
 /// Counters and coordination shared by the uploader thread, the recorder (retention, statistics
 /// events) and `stop`.
 #[derive(Debug, Default)]
-pub(crate) struct Shared {
+pub(crate) struct UploaderShared {
     chunks_posted: AtomicU64,
     uploads: AtomicU64,
     bytes_sent: AtomicU64,
@@ -159,7 +159,7 @@ pub(crate) fn chunk_key(path: &Path) -> Option<&str> {
     layout::chunk_stem(path.file_name()?.to_str()?)
 }
 
-impl Shared {
+impl UploaderShared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic elsewhere must not stop uploads or retention.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -292,7 +292,7 @@ enum Flow {
 pub(crate) struct Uploader {
     target: PushTarget,
     client: Client,
-    shared: Arc<Shared>,
+    shared: Arc<UploaderShared>,
     markers: HashMap<PathBuf, Marker>,
     on_event: Box<dyn FnMut(&PushEvent<'_>) + Send>,
     /// Failed attempts of the current failure streak.
@@ -305,7 +305,7 @@ pub(crate) struct Uploader {
 impl Uploader {
     pub(crate) fn new(
         target: PushTarget,
-        shared: Arc<Shared>,
+        shared: Arc<UploaderShared>,
         max_attempts: Option<u64>,
         on_event: Box<dyn FnMut(&PushEvent<'_>) + Send>,
     ) -> Uploader {
@@ -684,7 +684,7 @@ pub fn push_path(
     target.validate().map_err(PushError::InvalidTarget)?;
     let io_err = |source| PushError::Io { path: path.to_owned(), source };
     let meta = std::fs::metadata(path).map_err(io_err)?;
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(UploaderShared::default());
     let mut uploader = Uploader::new(target.clone(), Arc::clone(&shared), options.max_attempts, Box::new(on_event));
     let stopped = |uploader: &Uploader| -> Result<PushStats, PushError> {
         match uploader.stopped() {
@@ -733,7 +733,7 @@ pub fn push_path(
 
 /// The uploader thread of a recording process.
 pub(crate) struct Handle {
-    shared: Arc<Shared>,
+    shared: Arc<UploaderShared>,
     thread: Option<std::thread::JoinHandle<()>>,
     grace: Duration,
     /// The process that started the thread: a forked child has no uploader thread to wait for.
@@ -751,7 +751,7 @@ impl std::fmt::Debug for Handle {
 pub(crate) fn start(
     target: PushTarget,
     dir: PathBuf,
-    shared: Arc<Shared>,
+    shared: Arc<UploaderShared>,
     on_start: Box<dyn FnOnce() + Send>,
 ) -> io::Result<Handle> {
     let grace = target.stop_grace;

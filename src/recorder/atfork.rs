@@ -68,6 +68,7 @@ extern "C" fn parent() {
 extern "C" fn child() {
     crate::alloc::forget_in_child();
     crate::unwind::forked_child();
+    crate::threads::forget_tid_in_child();
     // Release (both): later commits in the child see no recording, and a start the parent had in
     // progress does not exist in the child.
     GENERATION.store(0, Ordering::Release);
@@ -87,8 +88,9 @@ pub(super) fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: the handlers are `extern "C"` functions that live for the whole process.
-        unsafe {
-            libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
+        let registered = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) } == 0;
+        if registered {
+            crate::threads::tid_cache_cleared_on_fork();
         }
     });
 }

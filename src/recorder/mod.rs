@@ -33,10 +33,10 @@ pub use lock::{Holder, LockHold};
 pub use settings::{AllocationSampling, Error, RecorderBuilder, Settings};
 
 use crate::clock::ClockPair;
-use crate::commit::{Shared, CURRENT, GENERATION, STARTING};
+use crate::commit::{CommitShared, CURRENT, GENERATION, STARTING};
 use crate::flush::alloc::AllocSamples;
 use crate::flush::periodic;
-use crate::flush::samples::CpuSamples;
+use crate::flush::samples::CpuAndWallSamples;
 use crate::flush::LossReport;
 use crate::fork::ForkSafeMutex as Mutex;
 use crate::metadata_registry::{self, EventSettings};
@@ -100,7 +100,7 @@ pub struct Recorder {
 
 #[derive(Debug)]
 struct Inner {
-    shared: Arc<Shared>,
+    shared: Arc<CommitShared>,
     l: L,
     stopping: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -156,7 +156,7 @@ impl Recorder {
         // otherwise write the previous recording's).
         crate::scope::start(generation, settings.deterministic, settings.scope_clock);
         crate::builtin::set_sample_span_ids(settings.sample_span_ids);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(CommitShared {
             generation,
             stacks: StackTable::with_key_base(settings.stack_table_capacity, settings.constant_key_base),
             depth: settings.depth,
@@ -203,7 +203,7 @@ impl Recorder {
                 crate::thread_hooks::install();
             }
             let s = Arc::new(s);
-            state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&s), locked)));
+            state.add_sample_source(Box::new(CpuAndWallSamples::new(Arc::clone(&s), locked)));
             sampler = Some(s);
         }
         if let Some(a) = settings.allocation {
@@ -406,11 +406,11 @@ impl Reservation {
     }
 
     /// Makes `shared` the current recording: application threads attach to it from now on.
-    fn publish(self, shared: Arc<Shared>) {
+    fn publish(self, shared: Arc<CommitShared>) {
         let generation = shared.generation;
         *CURRENT.lock() = Some(shared);
         // Release: publishes `CURRENT` (and everything set up before); pairs with the Acquire
-        // load in `Local::record`.
+        // load in `CommitThreadState::record`.
         GENERATION.store(generation, Ordering::Release);
     }
 }
@@ -626,7 +626,7 @@ impl Inner {
     /// Starts the Pyroscope uploader thread (the recording directory is its queue; `link` is
     /// what retention shares with it).
     #[cfg(feature = "push")]
-    fn start_push(&self, target: crate::push::PushTarget, link: Arc<crate::push::Shared>) -> Result<(), Error> {
+    fn start_push(&self, target: crate::push::PushTarget, link: Arc<crate::push::UploaderShared>) -> Result<(), Error> {
         let handle =
             crate::push::start(target, self.dir.clone(), link, self.own_thread_start()).map_err(Error::Thread)?;
         *self.push.lock() = Some(handle);

@@ -8,7 +8,7 @@ use super::RecorderStats;
 use crate::builtin;
 use crate::chunk::{ChunkWriter, Resolved, Unresolved};
 use crate::clock::{self, ClockPair};
-use crate::commit::{NoteKind, Shared, ThreadNote};
+use crate::commit::{CommitShared, NoteKind, ThreadNote};
 use crate::flush::events::EventBuffers;
 use crate::flush::own::{self, Losses, RecordingInfo};
 use crate::flush::periodic::{self, PeriodicSource, Reading};
@@ -25,7 +25,7 @@ use std::time::Duration;
 /// Everything L protects.
 #[derive(Debug)]
 pub(super) struct State {
-    pub shared: Arc<Shared>,
+    pub shared: Arc<CommitShared>,
     pub settings: Settings,
     recording_start: ClockPair,
     /// The live chunk and the recording's constants.
@@ -65,7 +65,7 @@ pub(super) struct State {
 }
 
 impl State {
-    pub fn new(shared: Arc<Shared>, settings: Settings, dir: PathBuf, start: ClockPair) -> State {
+    pub fn new(shared: Arc<CommitShared>, settings: Settings, dir: PathBuf, start: ClockPair) -> State {
         let policy = Policy {
             max_size: settings.max_size,
             max_age: settings.max_age,

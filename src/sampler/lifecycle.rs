@@ -3,7 +3,7 @@
 
 use super::buffer::{Core, LockedState, SampleRecord};
 use super::registration::{register_thread_start, RegisterError, EXIT_GUARD};
-use super::shared::{stats_of, Shared, LIFECYCLE};
+use super::shared::{stats_of, SamplerShared, LIFECYCLE};
 use super::signal;
 use super::stats::{DiscoveryReport, SamplerLocked, SamplerStats, StopReport};
 use super::timer;
@@ -41,7 +41,7 @@ const ATFORK_REGISTERED: u64 = 1 << 63;
 /// `pthread_atfork` child hook (docs/sampler-protocol.md §6, fork): the child inherits the handler and
 /// memory but no timers and no other threads. Leave it "not recording" with no lock held:
 /// forget the parent's sampler and force-release locks a vanished parent thread may hold.
-/// The parent's `Shared` is leaked in the child (a copy of the parent's memory).
+/// The parent's `SamplerShared` is leaked in the child (a copy of the parent's memory).
 extern "C" fn atfork_child() {
     let shared = signal::forget_in_child();
     timer::forget_locks_in_child();
@@ -49,7 +49,7 @@ extern "C" fn atfork_child() {
         // SAFETY: the holder was a parent thread that does not exist in the child.
         unsafe { LIFECYCLE.release_after_fork(true) };
     }
-    // SAFETY: the parent's `Shared` is still mapped in the child (never freed there).
+    // SAFETY: the parent's `SamplerShared` is still mapped in the child (never freed there).
     if let Some(shared) = unsafe { shared.as_ref() } {
         if shared.threads.registry.is_locked() {
             // SAFETY: as above.
@@ -62,17 +62,17 @@ extern "C" fn atfork_child() {
 /// flusher and application threads that register themselves.
 #[derive(Debug)]
 pub struct Sampler {
-    shared: *mut Shared,
+    shared: *mut SamplerShared,
 }
 
-// SAFETY: `Shared` is made of atomics, immutable fields and Mutexes; the raw pointer is owned
+// SAFETY: `SamplerShared` is made of atomics, immutable fields and Mutexes; the raw pointer is owned
 // by this handle and freed only by `stop`/`drop`, which take it by value.
 unsafe impl Send for Sampler {}
 // SAFETY: as above; every `&self` method synchronizes through atomics or the locks.
 unsafe impl Sync for Sampler {}
 
 impl Sampler {
-    pub(super) fn shared(&self) -> &Shared {
+    pub(super) fn shared(&self) -> &SamplerShared {
         // SAFETY: `shared` is valid from `start` until `stop`/`drop`, which consume `self`.
         unsafe { &*self.shared }
     }
@@ -151,7 +151,7 @@ impl Sampler {
         *life += 1;
         // SAFETY: sysconf has no preconditions.
         let page_size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let shared = Box::new(Shared {
+        let shared = Box::new(SamplerShared {
             core,
             fd_slots: (0..fd_len).map(|_| AtomicU32::new(0)).collect(),
             wake: std::sync::atomic::AtomicU32::new(0),
@@ -410,7 +410,7 @@ type Final<'a> = (&'a mut LockedState, &'a mut dyn FnMut(&SampleRecord<'_>));
 
 /// # Safety
 /// `shared` must come from `Box::into_raw` in `start` and not have been freed.
-unsafe fn teardown(shared: *mut Shared, fin: Option<Final<'_>>) -> StopReport {
+unsafe fn teardown(shared: *mut SamplerShared, fin: Option<Final<'_>>) -> StopReport {
     // SAFETY: caller's contract.
     let sh = unsafe { &*shared };
     // Before LIFECYCLE: the wall thread's start hook or exit guard may wait for it.

@@ -4,8 +4,8 @@
 //! # Who calls what
 //! ```text
 //! let (sampler, locked) = Sampler::start(config)?;      // once; Arc<Sampler> if shared
-//! // L owns SamplerLocked: `flush::samples::CpuSamples` keeps it, in the recorder's `State`
-//! state.add_sample_source(Box::new(CpuSamples::new(Arc::clone(&sampler), locked)));
+//! // L owns SamplerLocked: `flush::samples::CpuAndWallSamples` keeps it, in the recorder's `State`
+//! state.add_sample_source(Box::new(CpuAndWallSamples::new(Arc::clone(&sampler), locked)));
 //!
 //! flusher (every flush interval), holding L:
 //!     event buffers -> sampler.drain(&mut locked, &mut |rec| intern + ExecutionSample)
@@ -147,7 +147,7 @@ pub(crate) use registration::attach_span_cell;
 #[cfg(not(loom))]
 pub use registration::register_thread_start;
 #[cfg(not(loom))]
-use shared::Shared;
+use shared::SamplerShared;
 #[cfg(not(loom))]
 pub use stats::{DiscoveryReport, SamplerLocked, SamplerStats, StopReport, ThreadStats};
 #[cfg(not(loom))]

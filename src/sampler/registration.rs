@@ -2,7 +2,7 @@
 //! at its start (the thread-start hook), and its retirement on behalf of a thread proven dead.
 
 use super::buffer::{StackBounds, SLOT_EXITED, SLOT_LIVE};
-use super::shared::{Shared, LIFECYCLE};
+use super::shared::{SamplerShared, LIFECYCLE};
 use super::signal;
 use super::timer::Source;
 use crate::sync::Ordering;
@@ -36,7 +36,7 @@ impl Drop for ExitGuard {
         let _life = LIFECYCLE.lock();
         // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
         let shared = signal::SHARED.load(Ordering::Relaxed);
-        // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+        // SAFETY: under LIFECYCLE the published `SamplerShared` cannot be freed.
         if let Some(shared) = unsafe { shared.as_ref() } {
             if shared.generation == self.generation {
                 shared.unregister(gettid(), self.start_time);
@@ -51,7 +51,7 @@ pub(crate) fn attach_span_cell(tid: u32, cell: *const std::sync::atomic::AtomicU
     let _life = LIFECYCLE.lock();
     // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
     let shared = signal::SHARED.load(Ordering::Relaxed);
-    // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+    // SAFETY: under LIFECYCLE the published `SamplerShared` cannot be freed.
     let Some(shared) = (unsafe { shared.as_ref() }) else { return };
     let reg = shared.threads.registry.lock();
     for (index, entry) in reg.entries.iter().enumerate() {
@@ -81,7 +81,7 @@ pub(super) enum RegisterError {
     Io(io::Error),
 }
 
-impl Shared {
+impl SamplerShared {
     /// Whether some slot waits for an L holder to reap it (retired, not yet FREE).
     pub(super) fn reaping_pending(&self) -> bool {
         self.core.slots().iter().any(|s| s.state() == SLOT_EXITED)
@@ -180,7 +180,7 @@ pub fn register_thread_start() -> ThreadStart {
     let life = LIFECYCLE.lock();
     // Relaxed: under LIFECYCLE, which `start`/`stop` hold while publishing/unpublishing.
     let shared = signal::SHARED.load(Ordering::Relaxed);
-    // SAFETY: under LIFECYCLE the published `Shared` cannot be freed.
+    // SAFETY: under LIFECYCLE the published `SamplerShared` cannot be freed.
     let Some(shared) = (unsafe { shared.as_ref() }) else {
         return ThreadStart::NotSampling;
     };
@@ -207,7 +207,7 @@ pub fn register_thread_start() -> ThreadStart {
 /// Retires entry `index` on behalf of its thread, which the caller proved dead (registry lock
 /// held). Returns false if a handler is still inside the slot: the entry stays, marked
 /// `retiring`, for the next discovery.
-pub(super) fn retire_dead(shared: &Shared, reg: &mut Registry<Source>, index: usize) -> bool {
+pub(super) fn retire_dead(shared: &SamplerShared, reg: &mut Registry<Source>, index: usize) -> bool {
     let Some(entry) = reg.entries.get_mut(index).and_then(Option::as_mut) else {
         return true;
     };

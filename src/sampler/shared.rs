@@ -1,4 +1,4 @@
-//! What the signal handler can reach (`Shared`, published in `signal::SHARED`), and the
+//! What the signal handler can reach (`SamplerShared`, published in `signal::SHARED`), and the
 //! arming and disarming of a thread's sampling sources.
 
 use super::buffer::{Core, ThreadSlot, SLOT_FREE, SLOT_LIVE};
@@ -19,7 +19,7 @@ pub(super) static LIFECYCLE: crate::fork::ForkSafeMutex<u64> = crate::fork::Fork
 
 /// Everything the handler can reach, behind [`signal::SHARED`].
 #[derive(Debug)]
-pub(super) struct Shared {
+pub(super) struct SamplerShared {
     pub(super) core: Core,
     /// perf fd -> slot index + 1 (0: none). Written in normal context before the fd is enabled.
     pub(super) fd_slots: Box<[AtomicU32]>,
@@ -61,7 +61,7 @@ pub(super) struct Shared {
 /// period at its first signal.
 const FIRST_PERIOD: u32 = 1 << 31;
 
-impl Shared {
+impl SamplerShared {
     /// Unregisters thread (tid, start time): disarm, then retire its slot (buffers to the full
     /// queue). Called on the thread itself. Other threads' quarantined perf fd numbers are left
     /// to the next discovery (a /proc read each: not on every thread's exit path).
@@ -97,7 +97,7 @@ impl Shared {
     }
 
     /// The slot of perf event `fd`, and whether the event is still in its random first period
-    /// (then the handler calls [`Shared::end_first_period`]).
+    /// (then the handler calls [`SamplerShared::end_first_period`]).
     ///
     /// # Signal safety
     /// One bounds-checked atomic load.
@@ -157,7 +157,7 @@ impl Shared {
         // Release: pairs with the Acquire load in `wait_pending`; what the waker published
         // (the pending flag) is seen by a waiter that sees the new value.
         self.wake.fetch_add(1, std::sync::atomic::Ordering::Release);
-        // SAFETY: FUTEX_WAKE on a live u32 of ours (Shared outlives every handler, stop's
+        // SAFETY: FUTEX_WAKE on a live u32 of ours (SamplerShared outlives every handler, stop's
         // grace period); no other pointer argument is read.
         unsafe { libc::syscall(libc::SYS_futex, self.wake.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
     }
@@ -279,14 +279,14 @@ impl Shared {
         }
     }
 
-    /// [`Shared::disarm`] on the thread `tid` itself (`timer::disarm_own`: no /proc read).
+    /// [`SamplerShared::disarm`] on the thread `tid` itself (`timer::disarm_own`: no /proc read).
     pub(super) fn disarm_own(&self, source: Source, tid: u32) {
         self.unmap_fds(&source);
         timer::disarm_own(source, tid);
     }
 }
 
-pub(super) fn stats_of(shared: &Shared) -> SamplerStats {
+pub(super) fn stats_of(shared: &SamplerShared) -> SamplerStats {
     let core = &shared.core;
     let (t, w, l) = core.retired_totals();
     let (wall_taken, wall_written) = core.retired_wall_totals();

@@ -18,7 +18,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::buffer::{RecordHeader, ThreadSlot, FLAG_LEAF_ONLY, FLAG_TRUNCATED, FLAG_WALL};
-use super::{stacks, Shared};
+use super::{stacks, SamplerShared};
 use crate::stack::KeepEnds;
 use crate::sync::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use crate::unwind::{sample_walk_limit, walk, End, OwnStack, Regs, Unwinder, WalkRules};
@@ -27,7 +27,7 @@ use std::ptr;
 
 /// The running sampler, or null. Written only by `Sampler::start`/`stop` (normal context, under
 /// the lifecycle lock); read by the handler.
-pub(super) static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
+pub(super) static SHARED: AtomicPtr<SamplerShared> = AtomicPtr::new(ptr::null_mut());
 /// Handlers currently between their increment and decrement (stop's grace period).
 static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 /// The application's previous SIGPROF disposition (`sa_sigaction` value and `sa_flags`).
@@ -213,7 +213,7 @@ pub fn adopt_application_action(act: Option<&libc::sigaction>) -> Option<libc::s
 /// so one still counted after this never returns.
 const GRACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Set once a grace period ended with handlers still counted: from then on no `Shared` is ever
+/// Set once a grace period ended with handlers still counted: from then on no `SamplerShared` is ever
 /// freed, and later grace periods wait only for the handlers above that count.
 static ABANDONED: AtomicUsize = AtomicUsize::new(0);
 static ANY_ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -295,18 +295,18 @@ pub(crate) fn with_unwind_tables<R>(
         mode => s.cfi.load().map(|t| (t, mode)),
     });
     let r = f(tables);
-    // Release: our reads of `Shared` happen-before `unpublish_and_wait` sees the count drop.
+    // Release: our reads of `SamplerShared` happen-before `unpublish_and_wait` sees the count drop.
     IN_HANDLER.fetch_sub(1, Ordering::Release);
     r
 }
 
 /// In a forked child (only the forking thread survives): forget the parent's sampler, so the
 /// child starts "not recording" and may start a recording of its own. Returns the parent's
-/// `Shared` (still mapped in the child) so its locks can be released.
+/// `SamplerShared` (still mapped in the child) so its locks can be released.
 ///
 /// # Signal safety
 /// Atomic stores only (it runs in the `pthread_atfork` child hook).
-pub(super) fn forget_in_child() -> *mut Shared {
+pub(super) fn forget_in_child() -> *mut SamplerShared {
     // Relaxed: single-threaded child.
     let shared = SHARED.swap(ptr::null_mut(), Ordering::Relaxed);
     // Relaxed: no handler of the parent's other threads exists in the child.
@@ -319,8 +319,8 @@ pub(super) fn forget_in_child() -> *mut Shared {
 }
 
 /// Publishes a fully initialized sampler.
-pub(super) fn publish(shared: *mut Shared) {
-    // Release: publishes the initialized `Shared`; pairs with the Acquire load in `on_sigprof`.
+pub(super) fn publish(shared: *mut SamplerShared) {
+    // Release: publishes the initialized `SamplerShared`; pairs with the Acquire load in `on_sigprof`.
     SHARED.store(shared, Ordering::Release);
 }
 
@@ -345,7 +345,7 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
         // No sampler: a stale signal of ours (a source disarmed by stop) is dropped.
         None => !matches!(source_of(info), Source::Foreign),
     };
-    // Release: our reads of `Shared` happen-before `unpublish_and_wait` sees the count drop.
+    // Release: our reads of `SamplerShared` happen-before `unpublish_and_wait` sees the count drop.
     IN_HANDLER.fetch_sub(1, Ordering::Release);
     if !handled {
         chain(sig, info, ctx);
@@ -444,7 +444,7 @@ fn source_of(info: *mut siginfo_t) -> Source {
 }
 
 /// Returns true if the signal was ours (handled, counted or stale), false if it must be chained.
-fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
+fn on_signal(shared: &SamplerShared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
     let (index, wall) = match source_of(info) {
         Source::Foreign => return false,
         Source::Timer(index) => (index, false),
@@ -477,7 +477,7 @@ fn on_signal(shared: &Shared, info: *mut siginfo_t, ctx: *mut c_void) -> bool {
 ///
 /// # Signal safety
 /// As the handler: atomics, the validated walk, writes into the slot's own buffers.
-fn sample(shared: &Shared, index: usize, wall: bool, ctx: *mut c_void) {
+fn sample(shared: &SamplerShared, index: usize, wall: bool, ctx: *mut c_void) {
     let core = &shared.core;
     let Some(slot) = core.slot(index) else {
         core.count_unattributed();
@@ -551,7 +551,7 @@ fn write_leaf(
 
 /// One sample's walk and write, for [`sample_work`] on the stack [`stacks::placement`] chose.
 struct SampleWork<'a> {
-    shared: &'a Shared,
+    shared: &'a SamplerShared,
     slot: &'a ThreadSlot,
     adm: &'a super::buffer::Admission<'a>,
     regs: Regs,

@@ -34,7 +34,7 @@
 
 use super::blocked::{syscall_registers, walk_blocked, StackCopy, Waiting};
 use super::timer;
-use super::Shared;
+use super::SamplerShared;
 use crate::sync::Ordering;
 use crate::threads::gettid;
 use crate::threads::proc::{start_time, task_stat};
@@ -140,7 +140,7 @@ struct Pending {
     closed: Vec<WallBatch>,
 }
 
-/// The wall sampler's part of [`Shared`].
+/// The wall sampler's part of [`SamplerShared`].
 #[derive(Debug)]
 pub(super) struct WallShared {
     pub(super) period: Duration,
@@ -236,15 +236,15 @@ impl WallShared {
 }
 
 /// Starts the wall thread of `shared` (published, with a wall part).
-pub(super) fn spawn(shared: *const Shared) -> std::io::Result<()> {
+pub(super) fn spawn(shared: *const SamplerShared) -> std::io::Result<()> {
     let addr = shared as usize;
     let handle = crate::own_thread::spawn("recorder-wall", move || {
         // SAFETY: `teardown` joins this thread (`WallShared::stop_thread`) before it frees
-        // `Shared`.
-        let shared = unsafe { &*(addr as *const Shared) };
+        // `SamplerShared`.
+        let shared = unsafe { &*(addr as *const SamplerShared) };
         run(shared);
     })?;
-    // SAFETY: as above; the caller owns the published `Shared`.
+    // SAFETY: as above; the caller owns the published `SamplerShared`.
     if let Some(w) = unsafe { &*shared }.wall.as_ref() {
         *w.thread.lock() = Some(handle);
     }
@@ -296,7 +296,7 @@ struct Walker {
 /// `cpu`), the user PC of its system call, and (if `walk`) its stack there if it can be walked
 /// while the thread stays put (`blocked.rs`).
 fn idle_state(
-    shared: &Shared,
+    shared: &SamplerShared,
     index: usize,
     tid: u32,
     cpu: u64,
@@ -329,7 +329,7 @@ fn idle_state(
     Idle { state, pc, stack, walked, tried }
 }
 
-fn run(shared: &Shared) {
+fn run(shared: &SamplerShared) {
     // Our own thread is never sampled (its CPU is the sampler's cost, not the application's).
     exclude_self(shared);
     let Some(w) = shared.wall.as_ref() else { return };
@@ -369,7 +369,7 @@ fn run(shared: &Shared) {
         tracked.iter().filter(|(_, t)| t.outstanding).map(|(&i, t)| (i, t.served)).collect();
 }
 
-fn exclude_self(shared: &Shared) {
+fn exclude_self(shared: &SamplerShared) {
     let tid = gettid();
     let start = start_time(tid);
     shared.threads.registry.lock().excluded.push((tid, start));
@@ -378,7 +378,7 @@ fn exclude_self(shared: &Shared) {
 
 /// One tick standing for `n` periods (see the module docs).
 fn tick(
-    shared: &Shared,
+    shared: &SamplerShared,
     w: &WallShared,
     n: u64,
     tracked: &mut HashMap<usize, Tracked>,

@@ -191,13 +191,13 @@ pub fn pair_cost_ticks(clock: ScopeClock) -> i64 {
 static PAIR_COST: [AtomicI64; 2] = [AtomicI64::new(0), AtomicI64::new(0)];
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local::new()) };
+    static LOCAL: RefCell<ScopeThreadState> = const { RefCell::new(ScopeThreadState::new()) };
     /// A private tree that only [`calibrate`] uses, entered through the same code as `LOCAL`.
-    static CALIBRATION: RefCell<Local> = const { RefCell::new(Local::new()) };
+    static CALIBRATION: RefCell<ScopeThreadState> = const { RefCell::new(ScopeThreadState::new()) };
 }
 
 #[inline(always)]
-fn enter_with(key: &'static LocalKey<RefCell<Local>>, site: &'static Site, generation: u64) -> ScopeGuard {
+fn enter_with(key: &'static LocalKey<RefCell<ScopeThreadState>>, site: &'static Site, generation: u64) -> ScopeGuard {
     key.try_with(|l| match l.try_borrow_mut() {
         Ok(mut l) => l.enter(site, generation, 0),
         Err(_) => ScopeGuard::INACTIVE,
@@ -206,7 +206,7 @@ fn enter_with(key: &'static LocalKey<RefCell<Local>>, site: &'static Site, gener
 }
 
 #[inline(always)]
-fn exit_with(key: &'static LocalKey<RefCell<Local>>, depth: u32, generation: u64, deterministic: bool) {
+fn exit_with(key: &'static LocalKey<RefCell<ScopeThreadState>>, depth: u32, generation: u64, deterministic: bool) {
     // The first thing a return does: everything after this is the profiler's.
     let now = if deterministic { 0 } else { crate::clock::ticks() };
     let _ = key.try_with(|l| {
@@ -257,7 +257,7 @@ pub fn calibrate(clock: ScopeClock) -> i64 {
             let inside = tree.counts(2).total as i64;
             best = best.min((elapsed - inside - excluded) / PAIRS);
         }
-        let _ = CALIBRATION.try_with(|l| *l.borrow_mut() = Local::new());
+        let _ = CALIBRATION.try_with(|l| *l.borrow_mut() = ScopeThreadState::new());
         let cost = best.max(0);
         // Relaxed: a constant, read by threads as they attach.
         PAIR_COST[clock.index()].store(cost, Ordering::Relaxed);
@@ -340,7 +340,7 @@ struct Cached {
 
 /// One thread's profiler state: the shared tree it writes, and what only it needs.
 #[derive(Debug)]
-struct Local {
+struct ScopeThreadState {
     generation: u64,
     deterministic: bool,
     /// [`ScopeClock::Exact`]: entries and returns are bracketed by clock reads.
@@ -364,9 +364,9 @@ struct Local {
     overflow: u32,
 }
 
-impl Local {
-    const fn new() -> Local {
-        Local {
+impl ScopeThreadState {
+    const fn new() -> ScopeThreadState {
+        ScopeThreadState {
             generation: 0,
             deterministic: false,
             exact: false,
@@ -660,7 +660,7 @@ impl Local {
     }
 }
 
-impl Drop for Local {
+impl Drop for ScopeThreadState {
     fn drop(&mut self) {
         // The thread exits: its tree's values are final (the reports keep them).
         self.detach();

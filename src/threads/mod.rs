@@ -39,3 +39,16 @@ pub fn getpid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::getpid() as u32 }
 }
+
+/// A reference to an OS thread of this process (a `java.lang.Thread` constant keyed by tid): the
+/// flusher defines the thread in the chunk. An event's field (`FieldType`), and a built-in event's
+/// (`chunk::FieldValue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThreadRef(pub u32);
+
+impl ThreadRef {
+    /// The calling thread.
+    pub fn current() -> ThreadRef {
+        ThreadRef(current_tid())
+    }
+}

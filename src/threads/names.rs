@@ -8,6 +8,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
@@ -16,6 +17,11 @@ thread_local! {
 /// The kernel keeps 15 bytes of a thread's name (`TASK_COMM_LEN` 16 with the terminator).
 const COMM_LEN: usize = 15;
 
+/// Whether a thread may cache its id: a forked child's thread has an id of its own, so the cache
+/// is only kept once the fork hooks that clear it in the child ([`forget_tid_in_child`]) are
+/// registered (`recorder/atfork.rs`); before that every call asks the kernel.
+static TID_CACHE_CLEARED_ON_FORK: AtomicBool = AtomicBool::new(false);
+
 /// The calling thread's OS thread id (cached per thread).
 pub fn current_tid() -> u32 {
     let cached = TID.try_with(Cell::get).unwrap_or(0);
@@ -23,8 +29,24 @@ pub fn current_tid() -> u32 {
         return cached;
     }
     let tid = super::gettid();
-    let _ = TID.try_with(|c| c.set(tid));
+    // Acquire: pairs with the Release in `tid_cache_cleared_on_fork`, after the hooks' registration.
+    if TID_CACHE_CLEARED_ON_FORK.load(Ordering::Acquire) {
+        let _ = TID.try_with(|c| c.set(tid));
+    }
     tid
+}
+
+/// The fork hooks now clear the forking thread's cached id in the child: threads may cache theirs.
+pub fn tid_cache_cleared_on_fork() {
+    // Release: pairs with the Acquire in `current_tid`.
+    TID_CACHE_CLEARED_ON_FORK.store(true, Ordering::Release);
+}
+
+/// In a forked child (its `pthread_atfork` child hook, on the forking thread, the child's only
+/// one): forgets the id the thread had in the parent. A `const` thread-local without destructor:
+/// no allocation, no lock.
+pub fn forget_tid_in_child() {
+    let _ = TID.try_with(|c| c.set(0));
 }
 
 /// The kernel's name for thread `tid` of this process (`comm`), if it still exists.

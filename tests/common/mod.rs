@@ -9,6 +9,92 @@ use std::sync::{Mutex, MutexGuard};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+recorder::event_struct! {
+    #[struct_type(name = "test.Geo", label = "Position")]
+    pub struct Geo {
+        #[field(label = "Latitude")]
+        pub lat: f64,
+        pub lon: f64,
+    }
+}
+
+recorder::event_struct! {
+    #[struct_type(name = "test.Endpoint", label = "Endpoint")]
+    pub struct Endpoint {
+        #[field(label = "Host")]
+        pub host: String,
+        pub port: u16,
+        /// A struct inside a struct.
+        #[field(label = "Where")]
+        pub geo: Geo,
+    }
+}
+
+recorder::event! {
+    /// One field of every kind.
+    #[event(name = "test.AllKinds", label = "All Kinds", description = "One field of every kind", category = ["Test", "Kinds"])]
+    pub struct AllKinds {
+        pub flag: bool,
+        pub tiny: i8,
+        pub ubyte: u8,
+        pub small: i16,
+        pub ushort: u16,
+        pub int: i32,
+        pub uint: u32,
+        pub long: i64,
+        pub ulong: u64,
+        pub single: f32,
+        pub double: f64,
+        pub letter: char,
+        /// Outside the BMP: two UTF-16 units, so not one JFR char.
+        pub wide: char,
+        pub text: String,
+        pub empty: String,
+        pub fixed: &'static str,
+        pub missing: Option<String>,
+        pub endpoint: Endpoint,
+        pub elapsed: std::time::Duration,
+        pub when: std::time::SystemTime,
+        pub size: recorder::Bytes,
+        pub load: recorder::Percentage,
+        pub peer: recorder::ThreadRef,
+    }
+}
+
+/// The `wide` field of [`all_kinds`].
+pub const WIDE: char = '🦀';
+
+/// An [`AllKinds`] with `ulong` = `n` (`flag`: `n` is even), naming the calling thread as its
+/// `peer`; every other field as below.
+pub fn all_kinds(n: u64) -> AllKinds {
+    use std::time::{Duration, SystemTime};
+    AllKinds {
+        flag: n.is_multiple_of(2),
+        tiny: -7,
+        ubyte: 200,
+        small: -1234,
+        ushort: 60000,
+        int: -123456,
+        uint: 4_000_000_000,
+        long: -9_000_000_000_000,
+        ulong: n,
+        single: 1.5,
+        double: -2.25e100,
+        letter: 'ß',
+        wide: WIDE,
+        text: "héllo wörld ✓ 日本 🦀".into(),
+        empty: String::new(),
+        fixed: "static",
+        missing: None,
+        endpoint: Endpoint { host: "example.org".into(), port: 443, geo: Geo { lat: 48.5, lon: -2.25 } },
+        elapsed: Duration::from_micros(1500),
+        when: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+        size: recorder::Bytes(1 << 40),
+        load: recorder::Percentage(0.25),
+        peer: recorder::ThreadRef::current(),
+    }
+}
+
 /// One recording per process at a time: tests that record hold this.
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -292,7 +378,7 @@ fn iso_timestamps_convert_to_epoch_nanos() {
 }
 
 /// A scope's total time in ns is its self time plus its children's totals: exact in ticks (a
-/// call's total is never less than its children's, see `scope::Local::pop`), up to the rounding
+/// call's total is never less than its children's, see `scope::ScopeThreadState::pop`), up to the rounding
 /// of each term's conversion to whole ns. A lost or double-counted child is far beyond that.
 pub fn assert_sums_up(total: u64, self_nanos: u64, children: &[u64]) {
     let parts = self_nanos + children.iter().sum::<u64>();

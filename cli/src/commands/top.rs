@@ -2,30 +2,32 @@
 //! window: self (innermost frame) and total (anywhere in the stack) share.
 //!
 //! A file is a finished recording: one table of the last `--window` before its end is printed. A
-//! directory is a repository followed live: every `--interval` its chunk files are polled; a new
-//! file is parsed, a live chunk is re-read ([`jfr_format::Chunk::refresh`], which honours the
-//! header's guard protocol) when its file grew or its header still says "in progress", and only
-//! the records published since the last poll are decoded. Finished chunks are read once; when all
-//! are read and the newest is the recording's final chunk, the table is printed once more and
-//! `top` exits (the recording is over). The
-//! window ends at the latest published time of the recording (the newest chunk header's end, or
-//! the newest sample), so a stopped recording still shows its last window.
+//! directory is a repository followed live with `recorder::consumer` (every recording of it, in
+//! start order, compressed finished chunks too): every `--interval` what was published since the
+//! last look is read and the table printed again; when the recording's final chunk was read, the
+//! table is printed once more and `top` exits (the recording is over). The window ends at the
+//! latest published time of the recording (the newest chunk header's end, or the newest sample), so
+//! a stopped recording still shows its last window.
 
 use crate::args::TopConfig;
 use crate::source::{self, Damage};
 use crate::spans::SpanNames;
 use crate::Outcome;
-use jfr_format::header::{FLAG_FINAL_CHUNK, HEADER_SIZE};
-use jfr_format::{Chunk, Item, Refresh, Value};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use jfr_format::header::HEADER_SIZE;
+use jfr_format::{Chunk, Item, StackTraceInfo, Value};
+use recorder::consumer::{ConsumedEvent, ConsumerError, EventIter, EventStream, Polled};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// A stack's frame names, innermost first.
+type Frames = Arc<[Arc<str>]>;
+
 /// One CPU sample: when, and its frame names (innermost first).
 struct Sample {
     time_ns: i64,
-    frames: Arc<[Arc<str>]>,
+    frames: Frames,
     /// The span it was taken in (0: none).
     span: u64,
 }
@@ -96,9 +98,8 @@ impl ChunkReader {
                 None => continue,
             };
             let time_ns = chunk.ticks_to_epoch_nanos(event.start_ticks());
-            samples.end_ns = samples.end_ns.max(time_ns);
             let span = chunk.event_field(&event, "spanId").and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
-            samples.samples.push_back(Sample { time_ns, frames, span });
+            samples.push(Sample { time_ns, frames, span });
         }
         Ok(items.position())
     }
@@ -117,14 +118,14 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
         return run_file(cfg);
     }
     let dir = source::recording_dir(&cfg.path, cfg.recordings)?;
-    let mut repo = Repository { dir: dir.clone(), files: BTreeMap::new(), damage: Vec::new() };
+    let mut stream = EventStream::open_repository(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    stream.all_recordings(true);
+    let mut events = stream.iter();
     let mut samples = Samples::default();
+    let mut names = StackNames::default();
     let terminal = std::io::stdout().is_terminal();
     loop {
-        repo.poll(&mut samples)?;
-        for d in repo.damage.drain(..) {
-            eprintln!("error: {d}");
-        }
+        let ended = read_published(&mut events, &mut samples, &mut names);
         let table = table(&samples, cfg, &dir);
         let mut out = std::io::stdout().lock();
         if terminal {
@@ -137,10 +138,80 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<Outcome> {
         }
         out.flush()?;
         drop(out);
-        if cfg.once || repo.ended() {
+        if cfg.once || ended {
             return Ok(Outcome::Clean);
         }
         std::thread::sleep(cfg.interval);
+    }
+}
+
+/// Reads the samples and spans published since the last call, reporting problems on stderr;
+/// `true` when the recording is over (its final chunk was read).
+fn read_published(events: &mut EventIter, samples: &mut Samples, names: &mut StackNames) -> bool {
+    let want = |name: &str| name == "jdk.ExecutionSample" || name == "recorder.Span";
+    let ended = loop {
+        match events.poll_next(&want) {
+            Polled::Event(ev) if ev.type_name() == "recorder.Span" => {
+                if let (Some(id), Some(parent)) = (ev.field_i64("spanId"), ev.field_i64("parentSpanId")) {
+                    samples.spans.add(id as u64, parent as u64, ev.field_str("name").unwrap_or_default());
+                }
+            }
+            Polled::Event(ev) => samples.add_consumed(&ev, names),
+            Polled::Error(e) => eprintln!("error: {}", damage(e)),
+            Polled::Idle => break false,
+            Polled::Ended => break true,
+        }
+    };
+    samples.end_ns = samples.end_ns.max(events.published_end_nanos());
+    ended
+}
+
+/// A problem of the followed repository, as the other commands report damage.
+fn damage(e: ConsumerError) -> Damage {
+    let (file, problem) = match e {
+        ConsumerError::Io { path, source } => (path, anyhow::Error::new(source)),
+        ConsumerError::Format { path, source } => (path, anyhow::Error::new(source)),
+        other => (PathBuf::new(), anyhow::anyhow!("{other}")),
+    };
+    Damage { file: Arc::new(file), problem }
+}
+
+/// The frame names of the stacks of the chunk being read (stacks are chunk-local).
+#[derive(Default)]
+struct StackNames {
+    chunk_start_ns: i64,
+    /// By the address of the stack, which the entry keeps alive.
+    by_stack: HashMap<*const StackTraceInfo, (Arc<StackTraceInfo>, Frames)>,
+}
+
+impl StackNames {
+    fn of(&mut self, ev: &ConsumedEvent) -> Frames {
+        let Some(stack) = ev.stack_trace_arc() else { return Arc::from(Vec::new()) };
+        if ev.chunk_start_nanos() != self.chunk_start_ns {
+            self.chunk_start_ns = ev.chunk_start_nanos();
+            self.by_stack.clear();
+        }
+        let (_, frames) = self.by_stack.entry(Arc::as_ptr(&stack)).or_insert_with(|| {
+            let frames = stack.frames.iter().map(|f| Arc::from(crate::frames::display_name(f))).collect();
+            (Arc::clone(&stack), frames)
+        });
+        Arc::clone(frames)
+    }
+}
+
+impl Samples {
+    /// One CPU sample read from the repository (without a `stackTrace` field: not counted).
+    fn add_consumed(&mut self, ev: &ConsumedEvent, names: &mut StackNames) {
+        if ev.field("stackTrace").is_none() {
+            return;
+        }
+        let span = ev.field_i64("spanId").map_or(0, |s| s.max(0) as u64);
+        self.push(Sample { time_ns: ev.start_nanos(), frames: names.of(ev), span });
+    }
+
+    fn push(&mut self, sample: Sample) {
+        self.end_ns = self.end_ns.max(sample.time_ns);
+        self.samples.push_back(sample);
     }
 }
 
@@ -165,105 +236,6 @@ fn run_file(cfg: &TopConfig) -> anyhow::Result<Outcome> {
     source.damage.splice(0..0, damage);
     source.report_damage();
     Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
-}
-
-/// A chunk file being followed.
-struct Followed {
-    /// The live chunk (None once finished and read, or before it could be parsed).
-    chunk: Option<(Chunk, ChunkReader, u64)>,
-    /// File length at the last read.
-    len: u64,
-    /// Everything in the file was read: never read again.
-    done: bool,
-    /// The file's last chunk has the final flag: the recording ended with it.
-    final_chunk: bool,
-}
-
-struct Repository {
-    dir: PathBuf,
-    files: BTreeMap<PathBuf, Followed>,
-    damage: Vec<Damage>,
-}
-
-impl Repository {
-    /// The recording is over: every chunk file was read and the newest one is the final chunk.
-    fn ended(&self) -> bool {
-        self.files.values().all(|f| f.done) && self.files.values().next_back().is_some_and(|f| f.final_chunk)
-    }
-
-    /// Reads what was published since the last poll.
-    fn poll(&mut self, samples: &mut Samples) -> anyhow::Result<()> {
-        let listed = source::repository_files(&self.dir)?;
-        let present: HashSet<&PathBuf> = listed.iter().collect();
-        // Files removed by retention are forgotten (their samples stay until they leave the window).
-        self.files.retain(|p, _| present.contains(p));
-        for path in &listed {
-            let followed = self.files.entry(path.clone()).or_insert(Followed {
-                chunk: None,
-                len: u64::MAX,
-                done: false,
-                final_chunk: false,
-            });
-            if followed.done {
-                continue;
-            }
-            let Ok(meta) = std::fs::metadata(path) else { continue };
-            let live = followed.chunk.as_ref().is_some_and(|(c, _, _)| !c.header().is_finished());
-            if meta.len() == followed.len && !live {
-                continue;
-            }
-            if let Err(problem) = follow(path, followed, samples, meta.len()) {
-                self.damage.push(Damage { file: Arc::new(path.clone()), problem });
-                followed.done = true;
-                followed.chunk = None;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Reads one chunk file's news.
-fn follow(path: &Path, followed: &mut Followed, samples: &mut Samples, len: u64) -> anyhow::Result<()> {
-    let data = source::read_file_bytes(path).map_err(|(_, e)| e)?;
-    if data.len() < HEADER_SIZE {
-        return Ok(()); // just created: nothing published yet
-    }
-    let header = jfr_format::ChunkHeader::parse(&data, 0)?;
-    match followed.chunk.as_mut() {
-        None if header.is_finished() => {
-            // A finished file: every chunk in it, once.
-            for chunk in jfr_format::chunks(data) {
-                let chunk = chunk?;
-                ChunkReader::new(&chunk).read(&chunk, HEADER_SIZE as u64, samples)?;
-                followed.final_chunk = chunk.header().flags & FLAG_FINAL_CHUNK != 0;
-            }
-            followed.done = true;
-        }
-        None => match Chunk::parse(data, 0) {
-            Ok(chunk) => {
-                let mut reader = ChunkReader::new(&chunk);
-                let pos = reader.read(&chunk, HEADER_SIZE as u64, samples)?;
-                followed.chunk = Some((chunk, reader, pos));
-            }
-            // Being rewritten, or no metadata yet: next time.
-            Err(jfr_format::Error::HeaderLocked { .. } | jfr_format::Error::NoMetadata { .. }) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        },
-        Some((chunk, reader, pos)) => match chunk.refresh(data)? {
-            Refresh::Locked => return Ok(()), // the writer holds the guard: next time
-            Refresh::Unchanged => {}
-            Refresh::Grew => {
-                *pos = reader.read(chunk, *pos, samples)?;
-                if chunk.header().is_finished() {
-                    followed.final_chunk = chunk.header().flags & FLAG_FINAL_CHUNK != 0;
-                    followed.chunk = None;
-                    followed.done = true;
-                }
-            }
-        },
-    }
-    followed.len = len;
-    Ok(())
 }
 
 /// The table of the window ending at the recording's end.

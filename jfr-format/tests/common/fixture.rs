@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use jfr_format::metadata::{event_class, ids, jdk_types, Annotation, Class, EventTypeSpec, Field, Metadata, Region};
-use jfr_format::write::{put_field, Checkpoint, ChunkWriter, StringEncoding};
+use jfr_format::write::{put_field, Checkpoint, ChunkEncoder, StringEncoding};
 use jfr_format::{Object, Text, Value};
 use std::collections::BTreeMap;
 
@@ -296,9 +296,9 @@ fn sample(chunk: usize, n: usize) -> Vec<Value> {
 }
 
 /// Writes the events of `chunk` into `w` and returns them.
-pub fn write_events(w: &mut ChunkWriter, md: &Metadata, chunk: usize, seq: &mut i64) -> Vec<Written> {
+pub fn write_events(w: &mut ChunkEncoder, md: &Metadata, chunk: usize, seq: &mut i64) -> Vec<Written> {
     let mut written = Vec::new();
-    let mut emit = |w: &mut ChunkWriter, type_id: u64, values: Vec<Value>| {
+    let mut emit = |w: &mut ChunkEncoder, type_id: u64, values: Vec<Value>| {
         let class = md.class(type_id).expect("declared");
         w.write_event(type_id, |out| {
             for (f, v) in class.fields.iter().zip(&values) {
@@ -345,7 +345,7 @@ pub fn fixture() -> Fixture {
     for chunk in 0..3 {
         let md = metadata(chunk == 2);
         let start = START_NANOS + chunk as i64 * CHUNK_NANOS;
-        let mut w = ChunkWriter::new(start, START_TICKS + chunk as i64 * CHUNK_NANOS);
+        let mut w = ChunkEncoder::new(start, START_TICKS + chunk as i64 * CHUNK_NANOS);
         w.write_metadata(&md, START_TICKS);
         events.extend(write_events(&mut w, &md, chunk, &mut seq));
         // Constants split over two checkpoints (the second also ends the segment).
