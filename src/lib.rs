@@ -106,6 +106,7 @@ mod tracing {
         pub fields: String,
     }
 }
+pub mod units;
 /// Stack unwinding: the DWARF CFI tables and the one stack walk; public for the benchmarks.
 #[cfg(not(loom))]
 #[allow(unsafe_code)]

@@ -223,46 +223,7 @@ pub struct DemoArgs {
     pub top: usize,
 }
 
-/// Parses `10ms`, `500us`, `1s`, `2m`, `1h`, `100ns` (a bare number is milliseconds).
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration such as 10ms"))?;
-    let nanos_per = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "" | "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
-    };
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("`{text}` is not a duration such as 10ms"));
-    }
-    Ok(std::time::Duration::from_nanos((value * nanos_per) as u64))
-}
-
-/// `512KiB`, `1MiB`, `4096` (bytes), `64k`: at least one byte.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 512KiB"))?;
-    let per = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
-    };
-    let bytes = value * per;
-    if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("`{text}`: the size must be at least 1 byte"));
-    }
-    Ok(bytes as u64)
-}
+pub use recorder::units::{parse_duration, parse_size};
 
 const TOP_EXAMPLES: &str = "\
 EXAMPLES:

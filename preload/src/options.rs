@@ -2,6 +2,7 @@
 //! (`period=1ms,repository=/tmp/rec,output=app.jfr`). `recorder record` writes it; a user may
 //! write it by hand (README "Recording an unmodified program").
 
+use recorder::units::{parse_duration, parse_size};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -65,11 +66,7 @@ pub fn parse(text: &str) -> Result<Options, String> {
             "follow-children" => o.follow_children = parse_bool(value).map_err(bad)?,
             "wall" => o.wall = Some(parse_duration(value).map_err(bad)?),
             "alloc" => {
-                let bytes = parse_size(value).map_err(bad)?;
-                if bytes == 0 {
-                    return Err(bad("the interval must be at least 1 byte".into()));
-                }
-                o.alloc = Some(bytes);
+                o.alloc = Some(parse_size(value).map_err(bad)?);
             }
             "alloc_live" | "alloc-live" => o.alloc_live = parse_bool(value).map_err(bad)?,
             "unwinder" => {
@@ -108,45 +105,6 @@ fn parse_bool(value: &str) -> Result<bool, String> {
         "0" | "no" | "false" | "off" => Ok(false),
         _ => Err("expected 1 or 0".into()),
     }
-}
-
-/// `10ms`, `500us`, `1s`, `2m`, `1h`, `100ns` (a bare number is milliseconds), as the CLI takes it.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (value, unit) = split_number(text)?;
-    let nanos_per = match unit {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "" | "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        other => return Err(format!("unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
-    };
-    Ok(Duration::from_nanos((value * nanos_per) as u64))
-}
-
-/// `512KiB`, `1MiB`, `4096` (bytes), `2k`, `1M`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let (value, unit) = split_number(text)?;
-    let per = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
-    };
-    Ok((value * per) as u64)
-}
-
-fn split_number(text: &str) -> Result<(f64, &str), String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a number with a unit"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("`{text}` is not a number with a unit"));
-    }
-    Ok((value, unit.trim()))
 }
 
 #[cfg(test)]

@@ -320,24 +320,14 @@ fn collect_refs(v: &Value, out: &mut Vec<(u64, u64)>) {
     }
 }
 
-/// `10 ms`, `10000 us`, `1 s`, … as ns (the JDK's and our own `jdk.ActiveSetting` spelling).
+/// `10 ms`, `10000 us`, `1 s`, … as ns (the JDK's and our own `jdk.ActiveSetting` spelling: a unit
+/// is required).
 pub(crate) fn parse_period(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let ns_per = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        "d" => 86400e9,
-        _ => return None,
-    };
-    let ns = (value * ns_per).round();
-    (1.0..9e18).contains(&ns).then_some(ns as i64)
+    if text.trim_end().ends_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let ns = crate::units::parse_duration(text).ok()?.as_nanos();
+    (1..9_000_000_000_000_000_000).contains(&ns).then_some(ns as i64)
 }
 
 /// A constant's encoded value and the constants it references, decoded once per chunk.
