@@ -297,14 +297,7 @@ impl Follower {
                 return Err(format_err(&path, e));
             }
         };
-        let pos = match (self.after, self.config.start) {
-            (After::Nothing, StartAt::Now) => chunk.size(),
-            _ => HEADER_SIZE as u64,
-        };
-        self.current = Some(Current { path, file: Some(file), pos, cache: Resolver::new(&chunk), chunk });
-        self.not_ready = 0;
-        self.final_read = false;
-        Ok(true)
+        self.start_reading(path, Some(file), chunk)
     }
 
     /// Opens a compressed chunk file: a finished chunk, read whole.
@@ -325,11 +318,18 @@ impl Follower {
                 return Err(format_err(&path, e));
             }
         };
+        self.start_reading(path, None, chunk)
+    }
+
+    /// Makes the opened chunk the current one: read from its first event, or (a stream that
+    /// starts now, on its first chunk) from its end. `file`: the live chunk file, read again as
+    /// it grows; `None` for a finished chunk read whole.
+    fn start_reading(&mut self, path: PathBuf, file: Option<File>, chunk: Chunk) -> Result<bool, ConsumerError> {
         let pos = match (self.after, self.config.start) {
             (After::Nothing, StartAt::Now) => chunk.size(),
             _ => HEADER_SIZE as u64,
         };
-        self.current = Some(Current { path, file: None, pos, cache: Resolver::new(&chunk), chunk });
+        self.current = Some(Current { path, file, pos, cache: Resolver::new(&chunk), chunk });
         self.not_ready = 0;
         self.final_read = false;
         Ok(true)
