@@ -628,11 +628,13 @@ pub struct LeadingFields<'a> {
 
 impl<'a> LeadingFields<'a> {
     /// Starts at `record`'s first byte, its size field.
+    #[inline]
     pub fn new(record: &'a [u8]) -> LeadingFields<'a> {
         LeadingFields { bytes: record, pos: 0 }
     }
 
     /// The next field, a varint: the size, the type id, an integer, or a constant pool key.
+    #[inline]
     pub fn varint(&mut self) -> Option<u64> {
         let (v, n) = varint::read_u64(self.bytes.get(self.pos..)?)?;
         self.pos += n;
@@ -640,6 +642,7 @@ impl<'a> LeadingFields<'a> {
     }
 
     /// The next `N` varint fields.
+    #[inline]
     pub fn varints<const N: usize>(&mut self) -> Option<[u64; N]> {
         let mut out = [0u64; N];
         for v in &mut out {
@@ -649,6 +652,7 @@ impl<'a> LeadingFields<'a> {
     }
 
     /// Skips a field of `n` bytes (a float, double, byte or boolean).
+    #[inline]
     pub fn skip(&mut self, n: usize) -> Option<()> {
         let end = self.pos.checked_add(n)?;
         self.bytes.get(end..)?;
@@ -657,11 +661,13 @@ impl<'a> LeadingFields<'a> {
     }
 
     /// How many bytes the fields read so far take.
+    #[inline]
     pub fn position(&self) -> usize {
         self.pos
     }
 
     /// The bytes after the fields read so far.
+    #[inline]
     pub fn rest(&self) -> &'a [u8] {
         &self.bytes[self.pos..]
     }
