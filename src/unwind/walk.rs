@@ -145,13 +145,15 @@ pub fn walk(
     let (tables, mode, limit) = (rules.tables, rules.mode, rules.limit);
     let mut n = 1usize;
     let mut cur = start;
-    let mut rules_seen = RuleCache::new();
+    // Made at the first frame that looks a rule up: a frame-pointer walk (the commit path's)
+    // never pays for filling it.
+    let mut rules_seen: Option<RuleCache> = None;
     loop {
         let row = match tables {
             None => None,
             // Only the first frame's PC may be exact.
             Some(_) if n == 1 => rule_at(tables, mode, cur.pc, pc_exact),
-            Some(_) => rules_seen.rule(tables, mode, cur.pc),
+            Some(_) => rules_seen.get_or_insert_with(RuleCache::new).rule(tables, mode, cur.pc),
         };
         let next = match step_by_rule(row, cur, lo, hi, memory) {
             Ok(next) if next.sp > cur.sp => next,
