@@ -1,5 +1,5 @@
-//! The periodic events, a flush source of their own: `jdk.ThreadCPULoad`, `jdk.CPULoad` and
-//! `jdk.ResidentSetSize`. What they report is read from /proc without L ([`Reading::now`]);
+//! The periodic events, a flush source of their own: `jdk.ThreadCPULoad`, `jdk.CPULoad`,
+//! `jdk.ResidentSetSize` and `recorder.Footprint`. What they report is read from /proc without L ([`Reading::now`]);
 //! each source then writes its events under L, in the order of [`sources`]. A new periodic
 //! event is a [`PeriodicSource`] in this file and one line in that list.
 
@@ -19,7 +19,12 @@ pub trait PeriodicSource: Send + std::fmt::Debug {
 
 /// The periodic sources, in the order they write.
 pub fn sources() -> Vec<Box<dyn PeriodicSource>> {
-    vec![Box::new(ThreadCpuLoad::default()), Box::new(CpuLoad::default()), Box::new(ResidentSetSize)]
+    vec![
+        Box::new(ThreadCpuLoad::default()),
+        Box::new(CpuLoad::default()),
+        Box::new(ResidentSetSize),
+        Box::new(RecorderFootprint),
+    ]
 }
 
 /// Readings for the periodic events, taken without L.
@@ -42,6 +47,25 @@ pub struct Reading {
     /// Threads that exited since the last reading, with their CPU times as they exited (taken
     /// after `threads`: one that exited in between is in both).
     pub exited: Vec<ExitedThreadCpu>,
+    /// The recorder's own memory, gathered by the recording (it knows its parts).
+    pub footprint: Option<Footprint>,
+}
+
+/// The recorder's own memory by part, in bytes (`recorder.Footprint`).
+#[derive(Debug, Clone, Default)]
+pub struct Footprint {
+    /// Event buffers allocated (adopted and spare), within `memory_budget`.
+    pub event_buffers: u64,
+    /// The sampler's buffers, allocated at start (resident where samples were written).
+    pub sampler_buffers: u64,
+    /// The allocation sampler's records that may be resident.
+    pub allocation_pool: u64,
+    /// The stack table, allocated (resident where nodes were written).
+    pub stack_table: u64,
+    /// The published unwind tables.
+    pub unwind_tables: u64,
+    /// The process's symbolizer.
+    pub symbolizer: crate::symbolize::Usage,
 }
 
 /// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
@@ -64,6 +88,7 @@ impl Reading {
             rss: read_rss(),
             threads: read_thread_cpu(),
             exited: Vec::new(),
+            footprint: None,
         }
     }
 }
@@ -170,6 +195,18 @@ impl PeriodicSource for ResidentSetSize {
     fn write(&mut self, chunk: &mut ChunkWriter, reading: &Reading) {
         if let Some((size, peak)) = reading.rss {
             own::write_resident_set_size(chunk, reading.now, size, peak);
+        }
+    }
+}
+
+/// `recorder.Footprint`.
+#[derive(Debug)]
+struct RecorderFootprint;
+
+impl PeriodicSource for RecorderFootprint {
+    fn write(&mut self, chunk: &mut ChunkWriter, reading: &Reading) {
+        if let Some(f) = &reading.footprint {
+            own::write_footprint(chunk, reading.now, f);
         }
     }
 }
