@@ -458,9 +458,9 @@ builtin_event! {
         name: "recorder.Footprint",
         label: "Recorder Footprint",
         category: ["Flight Recorder"],
-        description: "The recorder's own memory in the process it records, by part: event buffers and sampler buffers \
-             (allocated), the allocation sampler's record pool, the stack table (allocated; resident where nodes were \
-             written), the unwind tables, the symbolizer's heap (measured as the allocator's growth across its work) \
+        description: "The recorder's own memory in the process it records, by part: event buffers (allocated), the \
+             sampler's buffers and the stack table (their resident pages: allocated at start, resident where \
+             written), the allocation sampler's record pool, the unwind tables, the symbolizer's heap (measured as the allocator's growth across its work) \
              and the resident pages of the files it mapped for their debug info; total is their sum. symbolsOnly names \
              the modules named from their symbol table only (no lines) because their debug info did not fit what the \
              symbolizer may hold (symbolizerLimit; none: the largest value)",

@@ -114,9 +114,10 @@ impl StackTable {
         StackTable { key_base: base, ..StackTable::new(capacity) }
     }
 
-    /// Bytes of the node table (allocated; resident only where nodes were written).
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.nodes)
+    /// Bytes of the node table resident now.
+    #[cfg(not(loom))]
+    pub fn resident_bytes(&self) -> usize {
+        crate::resident::resident_bytes(&self.nodes)
     }
 
     /// Frames that could not be interned because the table was full.

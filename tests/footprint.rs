@@ -47,16 +47,18 @@ fn footprint_events_name_each_part_and_sum_to_their_total() {
     ];
     let sum: i64 = parts.iter().map(|p| last.field_i64(p)).sum();
     assert_eq!(last.field_i64("total"), sum, "{:?}", last.fields);
-    // The default stack table (2^18 nodes of 24 bytes) and sampler buffers (128 threads x 3 x 16 KiB).
-    assert_eq!(last.field_i64("stackTable"), (1 << 18) * 24);
-    assert_eq!(last.field_i64("samplerBuffers"), 128 * 3 * 16 * 1024);
+    // What is resident of the default stack table (2^18 nodes of 24 bytes) and sampler buffers
+    // (128 threads x 3 x 16 KiB): the pages written, some but not all of them.
+    let (table, buffers) = (last.field_i64("stackTable"), last.field_i64("samplerBuffers"));
+    assert!(table > 0 && table < (1 << 18) * 24, "{table}");
+    assert!(buffers > 0 && buffers < 128 * 3 * 16 * 1024, "{buffers}");
     assert!(last.field_i64("unwindTables") > 0, "{:?}", last.fields);
     assert_eq!(last.field_i64("symbolizerLimit"), 1 << 20);
     let dropped = last.field("symbolsOnly").as_str().unwrap().to_owned();
     assert!(dropped.contains("footprint-"), "this test binary is named: {dropped}");
     assert_eq!(last.field_i64("mappedDebugFiles"), 0, "its file is no longer mapped: {:?}", last.fields);
     let printed = jdk("jfr", &["print", "--events", "recorder.Footprint", out.to_str().unwrap()]);
-    assert!(printed.contains("recorder.Footprint") && printed.contains("stackTable = 6.0 MB"), "{printed}");
+    assert!(printed.contains("recorder.Footprint") && printed.contains("stackTable = "), "{printed}");
     jdk_accepts(&[out]);
 }
 

@@ -56,11 +56,11 @@ pub struct Reading {
 pub struct Footprint {
     /// Event buffers allocated (adopted and spare), within `memory_budget`.
     pub event_buffers: u64,
-    /// The sampler's buffers, allocated at start (resident where samples were written).
+    /// The sampler's buffers, resident (allocated at start, resident where samples were written).
     pub sampler_buffers: u64,
     /// The allocation sampler's records that may be resident.
     pub allocation_pool: u64,
-    /// The stack table, allocated (resident where nodes were written).
+    /// The stack table, resident (where nodes were written).
     pub stack_table: u64,
     /// The published unwind tables.
     pub unwind_tables: u64,

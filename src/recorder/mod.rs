@@ -713,7 +713,7 @@ impl Inner {
             event_buffers: self.shared.allocated.load(Ordering::Relaxed) as u64,
             sampler_buffers: sampler_buffers as u64,
             allocation_pool: crate::alloc::pool_bytes() as u64,
-            stack_table: self.shared.stacks.bytes() as u64,
+            stack_table: self.shared.stacks.resident_bytes() as u64,
             unwind_tables: unwind_tables as u64,
             symbolizer: crate::symbolize::process_usage(),
         }

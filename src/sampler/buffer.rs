@@ -717,9 +717,10 @@ impl Core {
         Core::with_spares(nslots, nbuffers, capacity_words, 1)
     }
 
-    /// Bytes of every buffer's words (allocated at start; resident where samples were written).
-    pub fn buffer_bytes(&self) -> usize {
-        self.buffers.iter().map(|b| b.capacity() * 8).sum()
+    /// Bytes of the buffers' words resident now.
+    #[cfg(not(loom))]
+    pub fn resident_buffer_bytes(&self) -> usize {
+        crate::resident::resident_bytes(&self._words.0)
     }
 
     /// Like [`Core::new`], with `spares` spare entries per slot (at least 1): how many buffers a

@@ -382,10 +382,10 @@ impl Sampler {
         self.shared().core.take_lost(&mut locked.inner)
     }
 
-    /// Bytes of the sampler's buffers (allocated) and of its published unwind tables.
+    /// Bytes of the sampler's buffers (resident) and of its published unwind tables.
     pub fn memory(&self) -> (usize, usize) {
         let shared = self.shared();
-        (shared.core.buffer_bytes(), shared.cfi.bytes())
+        (shared.core.resident_buffer_bytes(), shared.cfi.bytes())
     }
 
     /// Statistics (a test hook): exact when no handler and no drain runs concurrently.
