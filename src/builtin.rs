@@ -460,7 +460,8 @@ builtin_event! {
         category: ["Flight Recorder"],
         description: "The recorder's own memory in the process it records, by part: event buffers (allocated), the \
              sampler's buffers and the stack table (their resident pages: allocated at start, resident where \
-             written), the allocation sampler's record pool, the unwind tables, the symbolizer's heap (measured as the allocator's growth across its work) \
+             written), the allocation sampler's record pool, the unwind tables, the recorder's own code (the \
+             resident pages of its shared library, when it is one: the preload library of recorder record), the symbolizer's heap (measured as the allocator's growth across its work) \
              and the resident pages of the files it mapped for their debug info; total is their sum. symbolsOnly names \
              the modules named from their symbol table only (no lines) because their debug info did not fit what the \
              symbolizer may hold (symbolizerLimit; none: the largest value)",
@@ -471,6 +472,7 @@ builtin_event! {
             allocation_pool: u64 = "allocationPool", "Allocation Record Pool", unsigned(), data_bytes();
             stack_table: u64 = "stackTable", "Stack Table", unsigned(), data_bytes();
             unwind_tables: u64 = "unwindTables", "Unwind Tables", unsigned(), data_bytes();
+            own_code: u64 = "ownCode", "Recorder Code", unsigned(), data_bytes();
             symbolizer_heap: u64 = "symbolizerHeap", "Symbolizer Heap", unsigned(), data_bytes();
             mapped_debug_files: u64 = "mappedDebugFiles", "Mapped Debug Files", unsigned(), data_bytes();
             total: u64 = "total", "Total", unsigned(), data_bytes();

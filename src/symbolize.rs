@@ -202,11 +202,11 @@ pub(crate) fn enforce_process_limit() {
             .collect();
         let Some((largest, path, _)) = mapped.iter().max_by_key(|m| m.2).cloned() else { return };
         let paths: Vec<&std::path::Path> = mapped.iter().map(|m| m.1.as_path()).collect();
-        let resident = memory::mapped_rss(&paths);
+        let resident = crate::threads::proc::resident_file_bytes(&paths, true);
         if s.heap_bytes.saturating_add(resident) <= limit {
             return;
         }
-        let file_bytes = memory::mapped_rss(&[path.as_path()]);
+        let file_bytes = crate::threads::proc::resident_file_bytes(&[path.as_path()], true);
         let before = memory::heap_in_use();
         let object = &mut s.objects[largest];
         object.loader = LoadState::Symbols(memory::function_symbols(&path));
@@ -231,7 +231,7 @@ pub fn process_usage() -> Usage {
         (s.heap_bytes, s.symbols_only.clone(), mapped)
     };
     let paths: Vec<&std::path::Path> = mapped.iter().map(PathBuf::as_path).collect();
-    Usage { heap_bytes, mapped_file_bytes: memory::mapped_rss(&paths), symbols_only }
+    Usage { heap_bytes, mapped_file_bytes: crate::threads::proc::resident_file_bytes(&paths, true), symbols_only }
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.

@@ -42,6 +42,7 @@ fn footprint_events_name_each_part_and_sum_to_their_total() {
         "allocationPool",
         "stackTable",
         "unwindTables",
+        "ownCode",
         "symbolizerHeap",
         "mappedDebugFiles",
     ];
@@ -53,6 +54,7 @@ fn footprint_events_name_each_part_and_sum_to_their_total() {
     assert!(table > 0 && table < (1 << 18) * 24, "{table}");
     assert!(buffers > 0 && buffers < 128 * 3 * 16 * 1024, "{buffers}");
     assert!(last.field_i64("unwindTables") > 0, "{:?}", last.fields);
+    assert_eq!(last.field_i64("ownCode"), 0, "linked into this executable: its code is the program's");
     assert_eq!(last.field_i64("symbolizerLimit"), 1 << 20);
     let dropped = last.field("symbolsOnly").as_str().unwrap().to_owned();
     assert!(dropped.contains("footprint-"), "this test binary is named: {dropped}");

@@ -1019,9 +1019,11 @@ fn closing_lines_state_the_recorders_memory_and_the_modules_its_symbol_limit_nam
         .lines()
         .find(|l| l.contains("Recorder memory (last recorder.Footprint): "))
         .unwrap_or_else(|| panic!("{printed}"));
-    for part in ["event buffers", "sampler buffers", "stack table", "unwind tables", "symbolizer heap"] {
+    for part in ["event buffers", "sampler buffers", "stack table", "unwind tables", "recorder code", "symbolizer heap"]
+    {
         assert!(memory.contains(part), "{part}: {memory}");
     }
+    assert!(!memory.contains("recorder code 0 bytes"), "the preload library's pages: {memory}");
     let named = printed.lines().find(|l| l.contains("Named from symbols only")).unwrap_or_else(|| panic!("{printed}"));
     assert!(named.contains("1.0 KiB") && named.contains("calltree (~"), "{named}");
     // The samples still name the hot function (symbol table), and every JDK tool reads the file.

@@ -110,6 +110,7 @@ pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &super::periodic::F
         + f.allocation_pool
         + f.stack_table
         + f.unwind_tables
+        + f.own_code
         + s.heap_bytes
         + s.mapped_file_bytes;
     chunk.write(&crate::builtin::Footprint {
@@ -119,6 +120,7 @@ pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &super::periodic::F
         allocation_pool: f.allocation_pool,
         stack_table: f.stack_table,
         unwind_tables: f.unwind_tables,
+        own_code: f.own_code,
         symbolizer_heap: s.heap_bytes,
         mapped_debug_files: s.mapped_file_bytes,
         total,

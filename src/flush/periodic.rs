@@ -64,6 +64,9 @@ pub struct Footprint {
     pub stack_table: u64,
     /// The published unwind tables.
     pub unwind_tables: u64,
+    /// Resident pages of the recorder's own shared library (0 when it is linked into the
+    /// executable, whose pages are the program's too).
+    pub own_code: u64,
     /// The process's symbolizer.
     pub symbolizer: crate::symbolize::Usage,
 }

@@ -122,6 +122,15 @@ struct Inner {
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
+/// Resident pages of the recorder's own shared library, when it is one (`recorder.Footprint`).
+fn own_code_bytes() -> u64 {
+    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    match OWN.get_or_init(crate::sampler::own_shared_library) {
+        Some(path) => crate::threads::proc::resident_file_bytes(&[Path::new(path)], false),
+        None => 0,
+    }
+}
+
 impl Recorder {
     /// A builder with default settings.
     pub fn builder() -> RecorderBuilder {
@@ -715,6 +724,7 @@ impl Inner {
             allocation_pool: crate::alloc::pool_bytes() as u64,
             stack_table: self.shared.stacks.resident_bytes() as u64,
             unwind_tables: unwind_tables as u64,
+            own_code: own_code_bytes(),
             symbolizer: crate::symbolize::process_usage(),
         }
     }

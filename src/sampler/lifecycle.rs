@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// The path of the shared library this code is in, as `/proc/self/maps` names it; `None` when
 /// it is the executable itself (or unknown).
-fn own_shared_library() -> Option<String> {
+pub(crate) fn own_shared_library() -> Option<String> {
     // SAFETY: zeroed is a valid `Dl_info`; dladdr fills it for an address inside a loaded
     // object and leaves it alone otherwise.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

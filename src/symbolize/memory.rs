@@ -131,27 +131,3 @@ pub(super) fn function_symbols(path: &Path) -> Vec<(u64, u64, String)> {
     symbols.dedup_by_key(|e| e.0);
     symbols
 }
-
-/// Resident bytes of the mappings of `paths` that map a whole file from its start (the
-/// symbolizer's own mappings; the dynamic loader maps segments), from `/proc/self/smaps`.
-pub(super) fn mapped_rss(paths: &[&Path]) -> u64 {
-    if paths.is_empty() {
-        return 0;
-    }
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else { return 0 };
-    let mut total = 0u64;
-    let mut counting = false;
-    for line in smaps.lines() {
-        if let Some(m) = crate::threads::proc::parse_maps_line(line) {
-            counting = m.offset == 0
-                && !m.executable
-                && paths.iter().any(|p| Path::new(m.path) == *p)
-                && std::fs::metadata(m.path).is_ok_and(|md| (m.end - m.start) as u64 >= md.len());
-        } else if counting {
-            if let Some(kb) = line.strip_prefix("Rss:") {
-                total += kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) * 1024;
-            }
-        }
-    }
-    total
-}

@@ -505,6 +505,7 @@ fn write_footprint(out: &mut impl Write, fields: &[(String, Value)]) -> std::io:
         ("allocationPool", "allocation pool"),
         ("stackTable", "stack table"),
         ("unwindTables", "unwind tables"),
+        ("ownCode", "recorder code"),
         ("symbolizerHeap", "symbolizer heap"),
         ("mappedDebugFiles", "mapped debug files"),
     ];
