@@ -1,7 +1,8 @@
 //! The periodic events, a flush source of their own: `jdk.ThreadCPULoad`, `jdk.CPULoad`,
-//! `jdk.ResidentSetSize` and `recorder.Footprint`. What they report is read from /proc without L ([`Reading::now`]);
-//! each source then writes its events under L, in the order of [`sources`]. A new periodic
-//! event is a [`PeriodicSource`] in this file and one line in that list.
+//! `jdk.ResidentSetSize` and `recorder.Footprint`. What they report is read without L
+//! ([`Reading::now`], and the footprint the recording gathers); each source then writes its
+//! events under L, in the order of [`sources`]. A new periodic event is a [`PeriodicSource`] in
+//! this file and one line in that list.
 
 use super::own;
 use crate::chunk::ChunkWriter;
