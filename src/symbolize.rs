@@ -178,47 +178,14 @@ pub(crate) fn with_process_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -
 }
 
 /// Keeps the process's symbolizer within its limit ([`set_memory_limit`]; call after a batch of
-/// addresses, without L): while its heap and the resident pages of the files it mapped exceed
-/// the limit, the module with the largest mapped file loses its DWARF and is named from its
-/// symbol table from then on (addresses named already keep their names), reported in
-/// [`Usage::symbols_only`] with the bytes that freed.
+/// addresses, without L): see [`Symbolizer::enforce_limit`].
 pub(crate) fn enforce_process_limit() {
     let limit = memory_limit() as u64;
     if limit == u64::MAX {
         return;
     }
-    let mut guard = PROCESS.lock();
-    let Some(s) = guard.as_mut() else { return };
-    loop {
-        let mapped: Vec<(usize, PathBuf, u64)> = s
-            .objects
-            .iter()
-            .enumerate()
-            .filter_map(|(i, o)| {
-                let p = o.dwarf_path.clone()?;
-                let size = std::fs::metadata(&p).map_or(0, |m| m.len());
-                Some((i, p, size))
-            })
-            .collect();
-        let Some((largest, path, _)) = mapped.iter().max_by_key(|m| m.2).cloned() else { return };
-        let paths: Vec<&std::path::Path> = mapped.iter().map(|m| m.1.as_path()).collect();
-        let resident = crate::threads::proc::resident_file_bytes(&paths, true);
-        if s.heap_bytes.saturating_add(resident) <= limit {
-            return;
-        }
-        let file_bytes = crate::threads::proc::resident_file_bytes(&[path.as_path()], true);
-        let before = memory::heap_in_use();
-        let object = &mut s.objects[largest];
-        object.loader = LoadState::Symbols(memory::function_symbols(&path));
-        object.dwarf_path = None;
-        memory::give_back_heap();
-        let freed = match (before, memory::heap_in_use()) {
-            (Some(b), Some(a)) => b.saturating_sub(a),
-            _ => 0,
-        };
-        s.heap_bytes = s.heap_bytes.saturating_sub(freed);
-        let name = s.objects[largest].name.clone();
-        s.symbols_only.push((name, freed + file_bytes));
+    if let Some(s) = PROCESS.lock().as_mut() {
+        s.enforce_limit(limit);
     }
 }
 
@@ -231,7 +198,7 @@ pub fn process_usage() -> Usage {
         (s.heap_bytes, s.symbols_only.clone(), mapped)
     };
     let paths: Vec<&std::path::Path> = mapped.iter().map(PathBuf::as_path).collect();
-    Usage { heap_bytes, mapped_file_bytes: crate::threads::proc::resident_file_bytes(&paths, true), symbols_only }
+    Usage { heap_bytes, mapped_file_bytes: proc::resident_file_bytes(&paths, true), symbols_only }
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.
@@ -333,6 +300,45 @@ impl Symbolizer {
     /// limit ([`set_memory_limit`]): (module name, estimated bytes of its DWARF).
     pub fn symbols_only(&self) -> &[(String, u64)] {
         &self.symbols_only
+    }
+
+    /// While the heap this symbolizer's work left allocated (measured for the process's
+    /// symbolizer only) and the resident pages of the files it mapped for their DWARF exceed
+    /// `limit` bytes, the module with the largest mapped file loses its DWARF and is named from
+    /// its symbol table from then on (addresses named already keep their names), reported in
+    /// [`Symbolizer::symbols_only`] with the bytes that freed.
+    pub fn enforce_limit(&mut self, limit: u64) {
+        loop {
+            let mapped: Vec<(usize, PathBuf, u64)> = self
+                .objects
+                .iter()
+                .enumerate()
+                .filter_map(|(i, o)| {
+                    let p = o.dwarf_path.clone()?;
+                    let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                    Some((i, p, size))
+                })
+                .collect();
+            let Some((largest, path, _)) = mapped.iter().max_by_key(|m| m.2).cloned() else { return };
+            let paths: Vec<&std::path::Path> = mapped.iter().map(|m| m.1.as_path()).collect();
+            let resident = proc::resident_file_bytes(&paths, true);
+            if self.heap_bytes.saturating_add(resident) <= limit {
+                return;
+            }
+            let file_bytes = proc::resident_file_bytes(&[path.as_path()], true);
+            let before = memory::heap_in_use();
+            let object = &mut self.objects[largest];
+            object.loader = LoadState::Symbols(memory::function_symbols(&path));
+            object.dwarf_path = None;
+            memory::give_back_heap();
+            let freed = match (before, memory::heap_in_use()) {
+                (Some(b), Some(a)) => b.saturating_sub(a),
+                _ => 0,
+            };
+            self.heap_bytes = self.heap_bytes.saturating_sub(freed);
+            let name = self.objects[largest].name.clone();
+            self.symbols_only.push((name, freed + file_bytes));
+        }
     }
 
     /// Number of cached addresses.

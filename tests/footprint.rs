@@ -64,43 +64,73 @@ fn footprint_events_name_each_part_and_sum_to_their_total() {
     jdk_accepts(&[out]);
 }
 
-/// A shared library with one function, its DWARF compressed (`-gz`, as Debian's debug files).
-fn compressed_dwarf_library(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("lib.c");
-    std::fs::write(
-        &src,
-        "int footprint_lib_work(int n) {\n  int s = 0;\n  for (int i = 0; i < n; i++) s += i * i;\n  return s;\n}\n",
-    )
-    .unwrap();
-    let lib = dir.join("libfootprint.so");
+/// A shared library `lib{name}.so` with one function, `{name}_work`, built with -g (its DWARF
+/// compressed with `-gz`, as Debian's debug files, when `compressed`), loaded; returns the
+/// function's address.
+fn load_library(dir: &Path, name: &str, compressed: bool) -> u64 {
+    let src = dir.join(format!("{name}.c"));
+    let body = format!(
+        "int {name}_work(int n) {{\n  int s = 0;\n  for (int i = 0; i < n; i++) s += i * i;\n  return s;\n}}\n"
+    );
+    std::fs::write(&src, body).unwrap();
+    let lib = dir.join(format!("lib{name}.so"));
     let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-O1", "-g", "-gz=zlib", "-o"])
+        .args(["-shared", "-fPIC", "-O1", "-g"])
+        .args(compressed.then_some("-gz=zlib"))
+        .arg("-o")
         .arg(&lib)
         .arg(&src)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    lib
+    let path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; the library has no constructors. It stays loaded.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
+    assert!(!handle.is_null());
+    let symbol = std::ffi::CString::new(format!("{name}_work")).unwrap();
+    // SAFETY: a NUL-terminated name in a library just loaded.
+    let work = unsafe { libc::dlsym(handle, symbol.as_ptr()) } as u64;
+    assert_ne!(work, 0);
+    work
+}
+
+#[test]
+fn a_module_whose_mapped_debug_info_exceeds_the_limit_is_named_from_symbols_from_then_on() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let first = load_library(dir.path(), "footprint_mapped", false);
+    set_memory_limit(usize::MAX);
+    let mut s = Symbolizer::new();
+    let f = s.symbolize(first, false).last().unwrap().clone();
+    assert!(f.line.is_some(), "its DWARF, mapped from the file: {f:?}");
+    s.enforce_limit(u64::MAX);
+    assert!(s.symbols_only().is_empty(), "within an unbounded limit");
+
+    // Over the limit: the module loses its DWARF; what it named keeps its name (the cache), a
+    // new address of it is named from the symbol table, and the module is reported.
+    s.enforce_limit(1);
+    assert_eq!(s.symbols_only().len(), 1);
+    let (module, bytes) = &s.symbols_only()[0];
+    assert_eq!(module, "libfootprint_mapped.so");
+    assert!(*bytes > 0, "its mapped pages");
+    let again = s.symbolize(first + 1, false).last().unwrap().clone();
+    assert_eq!(again.function, "footprint_mapped_work");
+    assert_eq!(again.line, None, "{again:?}");
+    s.enforce_limit(1);
+    assert_eq!(s.symbols_only().len(), 1, "nothing mapped is left to drop");
 }
 
 #[test]
 fn compressed_debug_info_over_the_symbolizers_share_is_named_from_symbols_and_reported() {
     let _guard = serial();
     let dir = tempfile::tempdir().unwrap();
-    let lib = compressed_dwarf_library(dir.path());
-    let path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path; the library has no constructors. It stays loaded.
-    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
-    assert!(!handle.is_null());
-    // SAFETY: a NUL-terminated name in a library just loaded.
-    let work = unsafe { libc::dlsym(handle, c"footprint_lib_work".as_ptr()) } as u64;
-    assert_ne!(work, 0);
+    let work = load_library(dir.path(), "footprint_compressed", true);
 
     // Unbounded (no recording): the DWARF gives the line.
     set_memory_limit(usize::MAX);
     let mut s = Symbolizer::new();
     let f = s.symbolize(work, false).last().unwrap().clone();
-    assert_eq!(f.function, "footprint_lib_work");
+    assert_eq!(f.function, "footprint_compressed_work");
     assert!(f.line.is_some(), "{f:?}");
     assert!(s.symbols_only().is_empty());
 
@@ -109,10 +139,10 @@ fn compressed_debug_info_over_the_symbolizers_share_is_named_from_symbols_and_re
     let mut s = Symbolizer::new();
     let f = s.symbolize(work, false).last().unwrap().clone();
     set_memory_limit(usize::MAX);
-    assert_eq!(f.function, "footprint_lib_work");
+    assert_eq!(f.function, "footprint_compressed_work");
     assert_eq!(f.line, None, "{f:?}");
     assert_eq!(s.symbols_only().len(), 1);
     let (module, bytes) = &s.symbols_only()[0];
-    assert_eq!(module, "libfootprint.so");
+    assert_eq!(module, "libfootprint_compressed.so");
     assert!(*bytes > 0);
 }
