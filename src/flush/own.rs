@@ -103,8 +103,12 @@ pub fn write_resident_set_size(chunk: &mut ChunkWriter, now: i64, size: u64, pea
 #[cfg(not(loom))]
 pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &super::periodic::Footprint) {
     let s = &f.symbolizer;
+    let about = |bytes: u64| match bytes {
+        0..0x10_0000 => format!("~{} KiB", bytes.div_ceil(1 << 10)),
+        _ => format!("~{} MiB", bytes.div_ceil(1 << 20)),
+    };
     let symbols_only: Vec<String> =
-        s.symbols_only.iter().map(|(module, bytes)| format!("{module} (~{} MiB)", bytes.div_ceil(1 << 20))).collect();
+        s.symbols_only.iter().map(|(module, bytes)| format!("{module} ({})", about(*bytes))).collect();
     let total = f.event_buffers
         + f.sampler_buffers
         + f.allocation_pool
