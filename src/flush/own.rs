@@ -99,41 +99,6 @@ pub fn write_resident_set_size(chunk: &mut ChunkWriter, now: i64, size: u64, pea
     chunk.write(&ResidentSetSize { start_time: now, size, peak });
 }
 
-/// `recorder.Footprint`.
-#[cfg(not(loom))]
-pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &super::periodic::Footprint) {
-    let s = &f.symbolizer;
-    let about = |bytes: u64| match bytes {
-        0..0x10_0000 => format!("~{} KiB", bytes.div_ceil(1 << 10)),
-        _ => format!("~{} MiB", bytes.div_ceil(1 << 20)),
-    };
-    let symbols_only: Vec<String> =
-        s.symbols_only.iter().map(|(module, bytes)| format!("{module} ({})", about(*bytes))).collect();
-    let total = f.event_buffers
-        + f.sampler_buffers
-        + f.allocation_pool
-        + f.stack_table
-        + f.unwind_tables
-        + f.own_code
-        + s.heap_bytes
-        + s.mapped_file_bytes;
-    chunk.write(&crate::builtin::Footprint {
-        start_time: now,
-        event_buffers: f.event_buffers,
-        sampler_buffers: f.sampler_buffers,
-        allocation_pool: f.allocation_pool,
-        stack_table: f.stack_table,
-        unwind_tables: f.unwind_tables,
-        own_code: f.own_code,
-        symbolizer_heap: s.heap_bytes,
-        mapped_debug_files: s.mapped_file_bytes,
-        total,
-        memory_limit: u64::try_from(crate::symbolize::memory_limit()).unwrap_or(u64::MAX),
-        symbols_only_modules: s.symbols_only.len() as u64,
-        symbols_only: &symbols_only.join(", "),
-    });
-}
-
 /// Losses on their way into the recording: noted, written into a segment, confirmed when that
 /// segment is published (or noted again when its write fails). Loss is never silent.
 #[derive(Debug, Default)]

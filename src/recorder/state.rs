@@ -483,6 +483,6 @@ impl State {
             return;
         }
         self.open_chunk_if_needed();
-        crate::flush::own::write_footprint(&mut self.chunk, crate::clock::ticks_ordered(), footprint);
+        crate::flush::periodic::write_footprint(&mut self.chunk, crate::clock::ticks_ordered(), footprint);
     }
 }
