@@ -461,8 +461,9 @@ builtin_event! {
         description: "The recorder's own memory in the process it records, by part: event buffers (allocated), the \
              sampler's buffers and the stack table (their resident pages: allocated at start, resident where \
              written), the allocation sampler's record pool, the unwind tables, the recorder's own code (the \
-             resident pages of its shared library, when it is one: the preload library of recorder record), the symbolizer's heap (measured as the allocator's growth across its work) \
-             and the resident pages of the files it mapped for their debug info; total is their sum. symbolsOnly names \
+             pages of its shared library in memory, when it is one: the preload library of recorder record), the symbolizer's heap (measured as the allocator's growth across its work) \
+             and the debug info of the files it mapped (the size of their DWARF sections, which lookups read from the page \
+             cache); total is their sum. symbolsOnly names \
              the modules named from their symbol table only (no lines) because their debug info did not fit what the \
              symbolizer may hold (symbolizerLimit; none: the largest value)",
         implicit: { start_time: i64 },

@@ -194,11 +194,9 @@ pub fn process_usage() -> Usage {
     let (heap_bytes, symbols_only, mapped) = {
         let guard = PROCESS.lock();
         let Some(s) = guard.as_ref() else { return Usage::default() };
-        let mapped: Vec<PathBuf> = s.objects.iter().filter_map(|o| o.dwarf_path.clone()).collect();
-        (s.heap_bytes, s.symbols_only.clone(), mapped)
+        (s.heap_bytes, s.symbols_only.clone(), s.mapped_dwarf_bytes())
     };
-    let paths: Vec<&std::path::Path> = mapped.iter().map(PathBuf::as_path).collect();
-    Usage { heap_bytes, mapped_file_bytes: proc::resident_file_bytes(&paths, true), symbols_only }
+    Usage { heap_bytes, mapped_file_bytes: mapped, symbols_only }
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.
@@ -230,8 +228,9 @@ struct ObjectState {
     /// separate debug file's) may give `__getpid` or `__GI_getpid`.
     exports: Vec<(u64, String)>,
     loader: LoadState,
-    /// The file whose DWARF `loader` mapped (the object or its debug file).
-    dwarf_path: Option<PathBuf>,
+    /// The file whose DWARF `loader` mapped (the object or its debug file) and its expected
+    /// cost (`memory::dwarf_cost`).
+    dwarf_path: Option<(PathBuf, u64)>,
     /// The file's signal return trampolines (`.eh_frame` FDEs augmented `S`), by file address:
     /// read the first time a nameless address of the file needs a name.
     signal_trampolines: std::cell::OnceCell<Vec<(u64, u64)>>,
@@ -303,32 +302,27 @@ impl Symbolizer {
     }
 
     /// While the heap this symbolizer's work left allocated (measured for the process's
-    /// symbolizer only) and the resident pages of the files it mapped for their DWARF exceed
+    /// symbolizer only) and the DWARF sections of the files it mapped exceed
     /// `limit` bytes, the module with the largest mapped file loses its DWARF and is named from
     /// its symbol table from then on (addresses named already keep their names), reported in
     /// [`Symbolizer::symbols_only`] with the bytes that freed.
     pub fn enforce_limit(&mut self, limit: u64) {
         loop {
-            let mapped: Vec<(usize, PathBuf, u64)> = self
+            if self.heap_bytes.saturating_add(self.mapped_dwarf_bytes()) <= limit {
+                return;
+            }
+            let largest = self
                 .objects
                 .iter()
                 .enumerate()
-                .filter_map(|(i, o)| {
-                    let p = o.dwarf_path.clone()?;
-                    let size = std::fs::metadata(&p).map_or(0, |m| m.len());
-                    Some((i, p, size))
-                })
-                .collect();
-            let Some((largest, path, _)) = mapped.iter().max_by_key(|m| m.2).cloned() else { return };
-            let paths: Vec<&std::path::Path> = mapped.iter().map(|m| m.1.as_path()).collect();
-            let resident = proc::resident_file_bytes(&paths, true);
-            if self.heap_bytes.saturating_add(resident) <= limit {
-                return;
-            }
-            let file_bytes = proc::resident_file_bytes(&[path.as_path()], true);
+                .filter_map(|(i, o)| Some((i, o.dwarf_path.clone()?)))
+                .max_by_key(|m| m.1 .1);
+            let Some((largest, (path, file_bytes))) = largest else { return };
             let before = memory::heap_in_use();
+            // In a descriptor table of its own, as every file read of this module (`ensure_loaded`).
+            let symbols = crate::fds::in_private_table(|| memory::function_symbols(&path));
             let object = &mut self.objects[largest];
-            object.loader = LoadState::Symbols(memory::function_symbols(&path));
+            object.loader = LoadState::Symbols(symbols);
             object.dwarf_path = None;
             memory::give_back_heap();
             let freed = match (before, memory::heap_in_use()) {
@@ -339,6 +333,13 @@ impl Symbolizer {
             let name = self.objects[largest].name.clone();
             self.symbols_only.push((name, freed + file_bytes));
         }
+    }
+
+    /// The debug info of the files this symbolizer mapped for their DWARF, as `dwarf_cost`
+    /// expects it (what a lookup may bring in; read from no `/proc` file, which a program that
+    /// `dup2`s over low descriptor numbers could race with: cli/tests/record_fds.rs).
+    fn mapped_dwarf_bytes(&self) -> u64 {
+        self.objects.iter().filter_map(|o| o.dwarf_path.as_ref()).map(|d| d.1).sum()
     }
 
     /// Number of cached addresses.
@@ -597,8 +598,11 @@ impl ObjectState {
             } else {
                 let from_debug_file = (dwarf_file != open_path).then(|| addr2line::Loader::new(&dwarf_file).ok());
                 match from_debug_file.flatten() {
-                    Some(loader) => Ok(Some((loader, dwarf_file))),
-                    None => Ok(addr2line::Loader::new(&open_path).ok().map(|l| (l, open_path))),
+                    Some(loader) => Ok(Some((loader, (dwarf_file, cost)))),
+                    None => {
+                        let cost = memory::dwarf_cost(&open_path);
+                        Ok(addr2line::Loader::new(&open_path).ok().map(|l| (l, (open_path, cost))))
+                    }
                 }
             };
             (layout.loads, exports, loaded)

@@ -122,13 +122,13 @@ struct Inner {
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// Resident pages of the recorder's own shared library, when it is one (`recorder.Footprint`).
+/// Resident pages of the recorder's own shared library, when it is one (`recorder.Footprint`):
+/// `mincore` over its segments, no `/proc` file read (an open in the shared descriptor table can
+/// make a program's `dup2` over that number fail: cli/tests/record_fds.rs).
 fn own_code_bytes() -> u64 {
-    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    match OWN.get_or_init(crate::sampler::own_shared_library) {
-        Some(path) => crate::threads::proc::resident_file_bytes(&[Path::new(path)], false),
-        None => 0,
-    }
+    static SEGMENTS: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+    let segments = SEGMENTS.get_or_init(crate::sampler::own_library_segments);
+    segments.iter().map(|&(start, len)| crate::resident::resident_range(start, len) as u64).sum()
 }
 
 impl Recorder {
@@ -716,7 +716,9 @@ impl Inner {
 
     /// The recorder's own memory by part (without L; `recorder.Footprint`).
     fn footprint(&self) -> periodic::Footprint {
-        let (sampler_buffers, unwind_tables) = self.sampler.lock().as_ref().map_or((0, 0), |s| s.memory());
+        // Not under the sampler's lock: registrations and statistics take it.
+        let sampler = self.sampler.lock().clone();
+        let (sampler_buffers, unwind_tables) = sampler.as_ref().map_or((0, 0), |s| s.memory());
         periodic::Footprint {
             // Relaxed: a statistic.
             event_buffers: self.shared.allocated.load(Ordering::Relaxed) as u64,

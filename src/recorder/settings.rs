@@ -103,7 +103,7 @@ pub struct Settings {
     pub max_age: Option<Duration>,
     /// Bytes of event buffers at most.
     pub memory_budget: usize,
-    /// Bytes the symbolizer may hold (its heap and the resident pages of the files it maps for
+    /// Bytes the symbolizer may hold (its heap and the DWARF sections of the files it maps for
     /// their debug info); `None`: no bound. See [`RecorderBuilder::symbol_memory`].
     pub symbol_memory: Option<usize>,
     /// Size of one thread's event buffer.
@@ -261,7 +261,7 @@ impl RecorderBuilder {
         self
     }
     /// Bounds what the process's symbolizer holds to `bytes` (default: no bound): its heap (parsed
-    /// debug info, symbol tables) and the resident pages of the files it maps for their debug
+    /// debug info, symbol tables) and the DWARF sections of the files it maps for their debug
     /// info. A module whose debug info does not fit is named from its symbol table only
     /// (function names, no lines or inlined frames), and named in `recorder.Footprint`'s
     /// `symbolsOnly`; addresses named before keep their names. `recorder record` sets 16 MiB

@@ -141,7 +141,7 @@ pub use crate::threads::registry::ThreadStart;
 #[cfg(not(loom))]
 pub use config::{SamplerConfig, SamplingMode};
 #[cfg(not(loom))]
-pub(crate) use lifecycle::own_shared_library;
+pub(crate) use lifecycle::own_library_segments;
 #[cfg(not(loom))]
 pub use lifecycle::Sampler;
 #[cfg(not(loom))]

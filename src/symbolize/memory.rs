@@ -5,15 +5,15 @@
 //! sections zlib-compressed, 8.6 MB inflated) took 33 MB of heap: the inflated sections plus
 //! `addr2line`'s state for each of the file's ~1,500 compilation units, three quarters of the
 //! recorder's whole footprint in that process. DWARF that is not compressed is mapped from the
-//! file instead (its pages are the page cache's, counted as the file's resident pages in
-//! [`Usage::mapped_file_bytes`]), and its units are parsed when an address needs them.
+//! file instead (its pages are the page cache's; [`Usage::mapped_file_bytes`] counts its DWARF
+//! sections), and its units are parsed when an address needs them.
 //!
 //! The bound: a recording may limit what the symbolizer holds ([`set_memory_limit`],
 //! `RecorderBuilder::symbol_memory`; `recorder record` sets 16 MiB). A module whose DWARF is
 //! expected ([`dwarf_cost`]) not to fit in what is left of that limit is named from its symbol
 //! table only (the debug file's full one when there is a debug file: function names, no lines
 //! or inlined frames). After each batch of new addresses, while the symbolizer's heap and the
-//! resident pages of the files it mapped exceed the limit, the module with the largest mapped
+//! DWARF of the files it mapped exceed the limit, the module with the largest mapped
 //! file loses its DWARF the same way (`enforce_process_limit`). Each such module is named in
 //! [`Usage::symbols_only`], which the recording reports in `recorder.Footprint`. Without a
 //! limit (the library's default) the symbolizer is not bounded.
@@ -26,11 +26,11 @@ use std::path::Path;
 /// sections (libc 2.36's debug file, after its first lookup; the figures above).
 pub const INFLATE_FACTOR: u64 = 4;
 
-/// What the symbolizer may hold (its heap and the resident pages of the files it mapped), set by
+/// What the symbolizer may hold (its heap and the DWARF of the files it mapped), set by
 /// the running recording; `usize::MAX`: no bound.
 static MEMORY_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// Sets what the process's symbolizer may hold: its heap and the resident pages of the files it
+/// Sets what the process's symbolizer may hold: its heap and the DWARF of the files it
 /// mapped (`usize::MAX`: unbounded). Modules loaded from then on are checked against it.
 pub fn set_memory_limit(bytes: usize) {
     // Relaxed: a setting read at the next module load; nothing else is published with it.
@@ -51,8 +51,10 @@ pub struct Usage {
     /// (glibc's `mallinfo2`; another thread's allocations in those milliseconds count too), 0
     /// where the allocator does not tell.
     pub heap_bytes: u64,
-    /// Resident pages of the files the symbolizer mapped whole (objects and debug files read
-    /// for their DWARF), from `/proc/self/smaps`.
+    /// The DWARF sections of the files the symbolizer mapped (objects and debug files read for
+    /// their DWARF): what its lookups may bring in from the page cache. Not read from
+    /// `/proc/self/smaps`: a `/proc` read every periodic interval is an open in the shared
+    /// descriptor table (see `Symbolizer::mapped_dwarf_bytes`).
     pub mapped_file_bytes: u64,
     /// Modules named from their symbol table only, because their DWARF did not fit the limit:
     /// (module name, estimated bytes of its DWARF).
@@ -92,7 +94,8 @@ pub(super) fn give_back_heap() {}
 /// file; a lookup reads the parts of them its compilation unit needs, which for a large program
 /// soon adds up: 33 MB of a 44 MB `.debug_*` within seconds, `scripts/footprint.sh`). Read from
 /// the section headers; nothing is inflated. Location lists and macros are left out:
-/// symbolizing does not read them.
+/// symbolizing does not read them. Opens the file: call it in a descriptor table of its own
+/// (`fds::in_private_table`).
 pub(super) fn dwarf_cost(path: &Path) -> u64 {
     let Ok(file) = std::fs::File::open(path) else { return 0 };
     let cache = object::ReadCache::new(file);
@@ -116,7 +119,8 @@ pub(super) fn dwarf_cost(path: &Path) -> u64 {
 }
 
 /// The function symbols of `path` (its `.symtab`, else `.dynsym`), (address, size, mangled name)
-/// sorted by address: what a module is named from when its DWARF is not loaded.
+/// sorted by address: what a module is named from when its DWARF is not loaded. Opens the file:
+/// call it in a descriptor table of its own (`fds::in_private_table`).
 pub(super) fn function_symbols(path: &Path) -> Vec<(u64, u64, String)> {
     let Ok(file) = std::fs::File::open(path) else { return Vec::new() };
     let cache = object::ReadCache::new(file);

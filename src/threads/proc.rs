@@ -31,32 +31,6 @@ pub struct MapsLine<'a> {
     pub path: &'a str,
 }
 
-/// Resident bytes of the mappings of the files `paths`, from `/proc/self/smaps`; with
-/// `whole_files`, only mappings of a whole file from its start (the symbolizer's; the dynamic
-/// loader maps segments).
-pub fn resident_file_bytes(paths: &[&std::path::Path], whole_files: bool) -> u64 {
-    if paths.is_empty() {
-        return 0;
-    }
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else { return 0 };
-    let mut total = 0u64;
-    let mut counting = false;
-    for line in smaps.lines() {
-        if let Some(m) = parse_maps_line(line) {
-            counting = paths.iter().any(|p| std::path::Path::new(m.path) == *p)
-                && (!whole_files
-                    || (m.offset == 0
-                        && !m.executable
-                        && std::fs::metadata(m.path).is_ok_and(|md| (m.end - m.start) as u64 >= md.len())));
-        } else if counting {
-            if let Some(kb) = line.strip_prefix("Rss:") {
-                total += kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) * 1024;
-            }
-        }
-    }
-    total
-}
-
 /// Parses one line of `/proc/self/maps`; `None` if it is not one.
 pub fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
     let mut rest = line;

@@ -62,9 +62,12 @@ impl Published {
     }
 
     /// Bytes of the published tables: each module's rows and indexes once (snapshots share
-    /// them), and the current snapshot's module list.
+    /// them), and the current snapshot's module list. Reads the published snapshot as the handler
+    /// does, without the compiler's lock: waiting for a compilation (hundreds of ms for the
+    /// preload library's table) held up the flusher and the sampler lock it held, which let a
+    /// program's `dup2` over low descriptor numbers race with the recorder's opens
+    /// (cli/tests/record_fds.rs failed about one run in three).
     pub fn bytes(&self) -> usize {
-        let _state = self.state.lock();
         let Some(tables) = self.load() else { return 0 };
         let mut total = std::mem::size_of_val(&*tables.modules);
         let mut seen = std::collections::HashSet::new();
