@@ -189,7 +189,16 @@ pub(crate) fn enforce_process_limit() {
     }
 }
 
-/// What the process's symbolizer holds now (reads `/proc/self/smaps` when it mapped files).
+/// What the process's symbolizer holds now, or `None` while another thread symbolizes (which
+/// may take seconds for a large binary's first address: a periodic reader must not wait).
+pub fn process_usage_if_idle() -> Option<Usage> {
+    if PROCESS.is_locked() {
+        return None;
+    }
+    Some(process_usage())
+}
+
+/// What the process's symbolizer holds now.
 pub fn process_usage() -> Usage {
     let (heap_bytes, symbols_only, mapped) = {
         let guard = PROCESS.lock();

@@ -24,7 +24,7 @@ pub fn sources() -> Vec<Box<dyn PeriodicSource>> {
         Box::new(ThreadCpuLoad::default()),
         Box::new(CpuLoad::default()),
         Box::new(ResidentSetSize),
-        Box::new(RecorderFootprint),
+        Box::new(RecorderFootprint::default()),
     ]
 }
 
@@ -68,8 +68,8 @@ pub struct Footprint {
     /// Resident pages of the recorder's own shared library (0 when it is linked into the
     /// executable, whose pages are the program's too).
     pub own_code: u64,
-    /// The process's symbolizer.
-    pub symbolizer: crate::symbolize::Usage,
+    /// The process's symbolizer (`None`: busy; the last reading's figures stand).
+    pub symbolizer: Option<crate::symbolize::Usage>,
 }
 
 /// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
@@ -204,12 +204,22 @@ impl PeriodicSource for ResidentSetSize {
 }
 
 /// `recorder.Footprint`.
-#[derive(Debug)]
-struct RecorderFootprint;
+#[derive(Debug, Default)]
+struct RecorderFootprint {
+    /// The symbolizer's figures of the last reading that had them.
+    symbolizer: crate::symbolize::Usage,
+}
 
 impl PeriodicSource for RecorderFootprint {
     fn write(&mut self, chunk: &mut ChunkWriter, reading: &Reading) {
         if let Some(f) = &reading.footprint {
+            match &f.symbolizer {
+                Some(usage) => self.symbolizer = usage.clone(),
+                None => {
+                    let f = Footprint { symbolizer: Some(self.symbolizer.clone()), ..f.clone() };
+                    return write_footprint(chunk, reading.now, &f);
+                }
+            }
             write_footprint(chunk, reading.now, f);
         }
     }
@@ -217,7 +227,8 @@ impl PeriodicSource for RecorderFootprint {
 
 /// `recorder.Footprint`.
 pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &Footprint) {
-    let s = &f.symbolizer;
+    let none = crate::symbolize::Usage::default();
+    let s = f.symbolizer.as_ref().unwrap_or(&none);
     let about = |bytes: u64| match bytes {
         0..0x10_0000 => format!("~{} KiB", bytes.div_ceil(1 << 10)),
         _ => format!("~{} MiB", bytes.div_ceil(1 << 20)),

@@ -607,7 +607,7 @@ impl Inner {
             sampler.exclude_current_thread();
         }
         self.flush();
-        footprint.symbolizer = crate::symbolize::process_usage();
+        footprint.symbolizer = Some(crate::symbolize::process_usage());
         self.l.lock(Holder::Lifecycle, 0).write_final_footprint(&footprint);
         self.l.lock(Holder::Lifecycle, 0).stop_sources();
         self.flush();
@@ -727,7 +727,7 @@ impl Inner {
             stack_table: self.shared.stacks.resident_bytes() as u64,
             unwind_tables: unwind_tables as u64,
             own_code: own_code_bytes(),
-            symbolizer: crate::symbolize::process_usage(),
+            symbolizer: crate::symbolize::process_usage_if_idle(),
         }
     }
 
