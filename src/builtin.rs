@@ -136,6 +136,8 @@ pub const WALL_CLOCK_SAMPLE: u64 = 123;
 pub const LIVE_SET: u64 = 122;
 /// `recorder.AllocationStatistics`: the allocation sampler's counts since the recording started.
 pub const ALLOCATION_STATISTICS: u64 = 126;
+/// `recorder.Footprint`: the recorder's own memory, by part.
+pub const FOOTPRINT: u64 = 127;
 /// `recorder.Recording`: the type the recording-level settings (flush interval, chunk size, ...)
 /// belong to. No event of it is written: it exists because every `jdk.ActiveSetting` must name a
 /// declared event type by its id (JMC looks the id up and throws a NullPointerException on any
@@ -451,6 +453,38 @@ builtin_event! {
 }
 
 builtin_event! {
+    /// `recorder.Footprint`: the recorder's own memory in the process, by part.
+    Footprint<'a> = FOOTPRINT {
+        name: "recorder.Footprint",
+        label: "Recorder Footprint",
+        category: ["Flight Recorder"],
+        description: "The recorder's own memory in the process it records, by part: event buffers (allocated), the \
+             sampler's buffers and the stack table (their resident pages: allocated at start, resident where \
+             written), the allocation sampler's record pool, the unwind tables, the recorder's own code (the \
+             pages of its shared library in memory, when it is one: the preload library of recorder record), the symbolizer's heap (measured as the allocator's growth across its work) \
+             and the debug info of the files it mapped (the size of their DWARF sections, which lookups read from the page \
+             cache); total is their sum. symbolsOnly names \
+             the modules named from their symbol table only (no lines) because their debug info did not fit what the \
+             symbolizer may hold (symbolizerLimit; none: the largest value)",
+        implicit: { start_time: i64 },
+        fields: {
+            event_buffers: u64 = "eventBuffers", "Event Buffers", unsigned(), data_bytes();
+            sampler_buffers: u64 = "samplerBuffers", "Sampler Buffers", unsigned(), data_bytes();
+            allocation_pool: u64 = "allocationPool", "Allocation Record Pool", unsigned(), data_bytes();
+            stack_table: u64 = "stackTable", "Stack Table", unsigned(), data_bytes();
+            unwind_tables: u64 = "unwindTables", "Unwind Tables", unsigned(), data_bytes();
+            own_code: u64 = "ownCode", "Recorder Code", unsigned(), data_bytes();
+            symbolizer_heap: u64 = "symbolizerHeap", "Symbolizer Heap", unsigned(), data_bytes();
+            mapped_debug_files: u64 = "mappedDebugFiles", "Mapped Debug Files", unsigned(), data_bytes();
+            total: u64 = "total", "Total", unsigned(), data_bytes();
+            memory_limit: u64 = "symbolizerLimit", "Symbolizer Limit", unsigned(), data_bytes();
+            symbols_only_modules: u64 = "symbolsOnlyModules", "Modules Named From Symbols Only";
+            symbols_only: &'a str = "symbolsOnly", "Symbols Only";
+        },
+    }
+}
+
+builtin_event! {
     /// `jdk.ThreadStart`.
     ThreadStart = THREAD_START {
         name: "jdk.ThreadStart",
@@ -737,6 +771,7 @@ pub fn classes() -> Vec<Class> {
         LiveSet::class(),
         AllocationStatistics::class(),
         ScopeTiming::class(),
+        Footprint::class(),
         // No event of it is written (see `RECORDING`).
         event_class(spec(
             RECORDING,

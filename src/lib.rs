@@ -74,6 +74,9 @@ pub mod push;
 mod recorder;
 #[cfg(not(loom))]
 pub mod repository;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+mod resident;
 #[allow(unsafe_code)]
 pub mod sampler;
 #[cfg(not(loom))]

@@ -19,11 +19,38 @@ use crate::sync::{AtomicU64, Ordering};
 const EMPTY: u64 = 0;
 const BUSY: u64 = 1;
 
+#[repr(C)]
 struct Node {
     /// 0 = empty, 1 = being written, else the fingerprint of (parent, ip) with bit 63 set.
     tag: AtomicU64,
     parent: AtomicU64,
     ip: AtomicU64,
+}
+
+/// `n` empty nodes, from zeroed memory: the allocator maps a table this large (6 MiB at the
+/// default capacity) from the kernel's zero pages, which become resident only where a node is
+/// written, so a program with few distinct stacks pays for the pages its nodes hash to, not for
+/// the whole table (`scripts/footprint.sh`). An empty node is all zeros (`EMPTY`).
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+fn empty_nodes(n: usize) -> Box<[Node]> {
+    let Ok(layout) = std::alloc::Layout::array::<Node>(n) else { panic!("stack table of {n} nodes") };
+    // SAFETY: `layout` is non-zero-sized (n >= 1024 nodes); an all-zero `Node` is three
+    // `AtomicU64`s of 0 (same layout as `u64`), a valid value, and the box is freed with the same
+    // layout (`Box<[Node]>` of `n` elements, allocated by the global allocator).
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Node>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+    }
+}
+
+/// loom's atomics are not plain words: built one by one.
+#[cfg(loom)]
+fn empty_nodes(n: usize) -> Box<[Node]> {
+    (0..n).map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) }).collect()
 }
 
 /// The shared stack trie.
@@ -76,10 +103,7 @@ impl StackTable {
     /// A table of `capacity` nodes (rounded up to a power of two, at least 1024).
     pub fn new(capacity: usize) -> StackTable {
         let capacity = capacity.max(if cfg!(loom) { 8 } else { 1024 }).next_power_of_two();
-        let nodes = (0..capacity)
-            .map(|_| Node { tag: AtomicU64::new(EMPTY), parent: AtomicU64::new(0), ip: AtomicU64::new(0) })
-            .collect::<Vec<_>>()
-            .into_boxed_slice();
+        let nodes = empty_nodes(capacity);
         StackTable { nodes, mask: capacity - 1, overflow: AtomicU64::new(0), key_base: 0 }
     }
 
@@ -88,6 +112,12 @@ impl StackTable {
     /// the whole file: docs/jfr-format.md, "Constant pools").
     pub fn with_key_base(capacity: usize, base: u64) -> StackTable {
         StackTable { key_base: base, ..StackTable::new(capacity) }
+    }
+
+    /// Bytes of the node table resident now.
+    #[cfg(not(loom))]
+    pub fn resident_bytes(&self) -> usize {
+        crate::resident::resident_bytes(&self.nodes)
     }
 
     /// Frames that could not be interned because the table was full.

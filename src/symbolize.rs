@@ -89,6 +89,11 @@
 //!   unmapped addresses are dropped from the cache then).
 //! - ELF64 only (x86_64, aarch64); another ELF class assumes file offset = virtual address.
 
+mod elf;
+mod memory;
+use elf::read_elf_layout;
+pub use memory::{memory_limit, set_memory_limit, Usage, INFLATE_FACTOR};
+
 use crate::threads::proc;
 use std::collections::HashMap;
 use std::fs::File;
@@ -140,6 +145,10 @@ pub struct Symbolizer {
     /// Cache keys of addresses that were in no mapping: dropped from the cache when the maps are
     /// re-read, so a library loaded later is not stuck with hex names.
     unmapped: Vec<(u64, bool)>,
+    /// Heap the symbolizer's work left allocated (see [`Usage::heap_bytes`]).
+    heap_bytes: u64,
+    /// Modules named from their symbol table only, for the memory limit ([`Usage::symbols_only`]).
+    symbols_only: Vec<(String, u64)>,
 }
 
 // The symbolizer is handed between L holders and the CLI's threads: it must stay `Send`.
@@ -158,7 +167,45 @@ pub(crate) static PROCESS_LOCK: &dyn crate::fork::HeldAcrossFork = &PROCESS;
 
 /// Runs `f` with the process's symbolizer.
 pub(crate) fn with_process_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
-    f(PROCESS.lock().get_or_insert_with(Symbolizer::new))
+    let mut guard = PROCESS.lock();
+    let s = guard.get_or_insert_with(Symbolizer::new);
+    let before = memory::heap_in_use();
+    let r = f(s);
+    if let (Some(before), Some(after)) = (before, memory::heap_in_use()) {
+        s.heap_bytes = s.heap_bytes.saturating_add_signed(after.wrapping_sub(before) as i64);
+    }
+    r
+}
+
+/// Keeps the process's symbolizer within its limit ([`set_memory_limit`]; call after a batch of
+/// addresses, without L): see [`Symbolizer::enforce_limit`].
+pub(crate) fn enforce_process_limit() {
+    let limit = memory_limit() as u64;
+    if limit == u64::MAX {
+        return;
+    }
+    if let Some(s) = PROCESS.lock().as_mut() {
+        s.enforce_limit(limit);
+    }
+}
+
+/// What the process's symbolizer holds now, or `None` while another thread symbolizes (which
+/// may take seconds for a large binary's first address: a periodic reader must not wait).
+pub fn process_usage_if_idle() -> Option<Usage> {
+    if PROCESS.is_locked() {
+        return None;
+    }
+    Some(process_usage())
+}
+
+/// What the process's symbolizer holds now.
+pub fn process_usage() -> Usage {
+    let (heap_bytes, symbols_only, mapped) = {
+        let guard = PROCESS.lock();
+        let Some(s) = guard.as_ref() else { return Usage::default() };
+        (s.heap_bytes, s.symbols_only.clone(), s.mapped_dwarf_bytes())
+    };
+    Usage { heap_bytes, mapped_file_bytes: mapped, symbols_only }
 }
 
 /// How often a miss (an address in no known mapping) may re-read `/proc/self/maps`.
@@ -190,6 +237,9 @@ struct ObjectState {
     /// separate debug file's) may give `__getpid` or `__GI_getpid`.
     exports: Vec<(u64, String)>,
     loader: LoadState,
+    /// The file whose DWARF `loader` mapped (the object or its debug file) and its expected
+    /// cost (`memory::dwarf_cost`).
+    dwarf_path: Option<(PathBuf, u64)>,
     /// The file's signal return trampolines (`.eh_frame` FDEs augmented `S`), by file address:
     /// read the first time a nameless address of the file needs a name.
     signal_trampolines: std::cell::OnceCell<Vec<(u64, u64)>>,
@@ -198,8 +248,9 @@ struct ObjectState {
 enum LoadState {
     NotTried,
     Loaded(Box<addr2line::Loader>),
-    /// Symbols only (the vDSO): (address, mangled name), sorted by address.
-    Symbols(Vec<(u64, String)>),
+    /// Symbols only (the vDSO, or a module whose DWARF did not fit the memory limit): (address,
+    /// size, mangled name), sorted by address; a size of 0 is unknown (the vDSO's symbol map).
+    Symbols(Vec<(u64, u64, String)>),
     Failed,
 }
 
@@ -224,6 +275,8 @@ impl Symbolizer {
             objects: Vec::new(),
             last_refresh: None,
             unmapped: Vec::new(),
+            heap_bytes: 0,
+            symbols_only: Vec::new(),
         }
     }
 
@@ -249,6 +302,53 @@ impl Symbolizer {
         // the hex fallback rather than taking the L holder down.
         let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resolve(ip, is_return_address)));
         resolved.unwrap_or_else(|_| Box::new([unknown(ip, "")]))
+    }
+
+    /// Modules named from their symbol table only because their DWARF did not fit the memory
+    /// limit ([`set_memory_limit`]): (module name, estimated bytes of its DWARF).
+    pub fn symbols_only(&self) -> &[(String, u64)] {
+        &self.symbols_only
+    }
+
+    /// While the heap this symbolizer's work left allocated (measured for the process's
+    /// symbolizer only) and the DWARF sections of the files it mapped exceed
+    /// `limit` bytes, the module with the largest mapped file loses its DWARF and is named from
+    /// its symbol table from then on (addresses named already keep their names), reported in
+    /// [`Symbolizer::symbols_only`] with the bytes that freed.
+    pub fn enforce_limit(&mut self, limit: u64) {
+        loop {
+            if self.heap_bytes.saturating_add(self.mapped_dwarf_bytes()) <= limit {
+                return;
+            }
+            let largest = self
+                .objects
+                .iter()
+                .enumerate()
+                .filter_map(|(i, o)| Some((i, o.dwarf_path.clone()?)))
+                .max_by_key(|m| m.1 .1);
+            let Some((largest, (path, file_bytes))) = largest else { return };
+            let before = memory::heap_in_use();
+            // In a descriptor table of its own, as every file read of this module (`ensure_loaded`).
+            let symbols = crate::fds::in_private_table(|| memory::function_symbols(&path));
+            let object = &mut self.objects[largest];
+            object.loader = LoadState::Symbols(symbols);
+            object.dwarf_path = None;
+            memory::give_back_heap();
+            let freed = match (before, memory::heap_in_use()) {
+                (Some(b), Some(a)) => b.saturating_sub(a),
+                _ => 0,
+            };
+            self.heap_bytes = self.heap_bytes.saturating_sub(freed);
+            let name = self.objects[largest].name.clone();
+            self.symbols_only.push((name, freed + file_bytes));
+        }
+    }
+
+    /// The debug info of the files this symbolizer mapped for their DWARF, as `dwarf_cost`
+    /// expects it (what a lookup may bring in; read from no `/proc` file, which a program that
+    /// `dup2`s over low descriptor numbers could race with: cli/tests/record_fds.rs).
+    fn mapped_dwarf_bytes(&self) -> u64 {
+        self.objects.iter().filter_map(|o| o.dwarf_path.as_ref()).map(|d| d.1).sum()
     }
 
     /// Number of cached addresses.
@@ -280,7 +380,11 @@ impl Symbolizer {
             return Box::new([unknown(ip, &self.mappings[mi].name)]);
         };
         let object = &mut self.objects[oi];
-        object.ensure_loaded();
+        let room = (memory_limit() as u64).saturating_sub(self.heap_bytes);
+        if let Some(dropped) = object.ensure_loaded(room) {
+            self.symbols_only.push(dropped);
+        }
+        let object = &mut self.objects[oi];
         let file_offset = (probe - start).wrapping_add(offset);
         let svma = object.file_offset_to_vaddr(file_offset);
         let object = &*object;
@@ -291,9 +395,15 @@ impl Symbolizer {
         let loader = match &object.loader {
             LoadState::Loaded(loader) => loader,
             LoadState::Symbols(symbols) => {
-                let i = symbols.partition_point(|&(addr, _)| addr <= svma);
-                return Box::new([match i.checked_sub(1) {
-                    Some(i) => named(demangle(&symbols[i].1), module, None, None, false),
+                let i = symbols.partition_point(|&(addr, _, _)| addr <= svma);
+                // Past the end of the symbol before it: code no symbol covers (a signal
+                // trampoline, whose symbol a symbol table may lack).
+                let containing =
+                    i.checked_sub(1).map(|i| &symbols[i]).filter(|(a, size, _)| *size == 0 || svma - a < *size);
+                return Box::new([match containing {
+                    Some((addr, _, name)) => {
+                        named(demangle(exported_at(&object.exports, *addr).unwrap_or(name)), module, None, None, false)
+                    }
                     None => object.nameless(svma, here),
                 }]);
             }
@@ -446,6 +556,7 @@ impl Symbolizer {
             loads: None,
             exports: Vec::new(),
             loader: LoadState::NotTried,
+            dwarf_path: None,
             signal_trampolines: std::cell::OnceCell::new(),
         });
         self.objects.len() - 1
@@ -467,13 +578,16 @@ impl ObjectState {
         }
     }
 
-    fn ensure_loaded(&mut self) {
+    /// Loads the file's symbols and DWARF, the DWARF only if it is expected to take at most
+    /// `room` bytes (`memory::dwarf_cost`); otherwise its symbol table only, returned as (module
+    /// name, estimated bytes) to be reported.
+    fn ensure_loaded(&mut self, room: u64) -> Option<(String, u64)> {
         if !matches!(self.loader, LoadState::NotTried) {
-            return;
+            return None;
         }
         if let Some((start, end)) = self.vdso {
             self.load_vdso(start, end);
-            return;
+            return None;
         }
         // In a descriptor table of its own: the loader keeps its file open while it parses
         // (`fds::in_private_table`).
@@ -485,17 +599,38 @@ impl ObjectState {
             // A separate debug file (Debian's libc6-dbg, Fedora's debuginfo packages) has the
             // full symbol table and the DWARF at the same addresses; prefer it when present.
             let debug_file = layout.build_id.as_deref().and_then(build_id_debug_path);
-            let from_debug_file = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
             let exports = exported_names(&open_path);
-            let loaded = from_debug_file.or_else(|| addr2line::Loader::new(&open_path).ok());
+            let dwarf_file = debug_file.unwrap_or_else(|| open_path.clone());
+            let cost = memory::dwarf_cost(&dwarf_file);
+            let loaded = if cost > room {
+                Err((memory::function_symbols(&dwarf_file), cost))
+            } else {
+                let from_debug_file = (dwarf_file != open_path).then(|| addr2line::Loader::new(&dwarf_file).ok());
+                match from_debug_file.flatten() {
+                    Some(loader) => Ok(Some((loader, (dwarf_file, cost)))),
+                    None => {
+                        let cost = memory::dwarf_cost(&open_path);
+                        Ok(addr2line::Loader::new(&open_path).ok().map(|l| (l, (open_path, cost))))
+                    }
+                }
+            };
             (layout.loads, exports, loaded)
         });
         self.loads = Some(loads);
         self.exports = exports;
+        let mut dropped = None;
         self.loader = match loaded {
-            Some(loader) => LoadState::Loaded(Box::new(loader)),
-            None => LoadState::Failed,
+            Ok(Some((loader, path))) => {
+                self.dwarf_path = Some(path);
+                LoadState::Loaded(Box::new(loader))
+            }
+            Ok(None) => LoadState::Failed,
+            Err((symbols, cost)) => {
+                dropped = Some((self.name.clone(), cost));
+                LoadState::Symbols(symbols)
+            }
         };
+        dropped
     }
 
     /// The vDSO has no file: read its image from our own memory (a plain file read of
@@ -521,9 +656,9 @@ impl ObjectState {
             return;
         };
         let map = elf.symbol_map();
-        let mut symbols: Vec<(u64, String)> =
-            map.symbols().iter().map(|s| (s.address(), s.name().to_owned())).collect();
-        symbols.sort_unstable_by_key(|&(addr, _)| addr);
+        let mut symbols: Vec<(u64, u64, String)> =
+            map.symbols().iter().map(|s| (s.address(), 0, s.name().to_owned())).collect();
+        symbols.sort_unstable_by_key(|&(addr, _, _)| addr);
         self.loader = LoadState::Symbols(symbols);
     }
 
@@ -595,15 +730,6 @@ fn exported_at(exports: &[(u64, String)], address: u64) -> Option<&str> {
     Some(&exports[i].1)
 }
 
-/// What the program headers of an ELF file tell us.
-#[derive(Default)]
-struct ElfLayout {
-    /// `PT_LOAD` segments: (file offset, file size, virtual address).
-    loads: Vec<(u64, u64, u64)>,
-    /// The GNU build ID from a `PT_NOTE` segment.
-    build_id: Option<Vec<u8>>,
-}
-
 /// Where separate debug files are looked for when none is set: what Debian's `-dbg` and
 /// `-dbgsym` and Fedora's debuginfo packages install under (gdb's default
 /// `debug-file-directory`).
@@ -639,87 +765,6 @@ fn build_id_debug_path(id: &[u8]) -> Option<PathBuf> {
     }
     name.push_str(".debug");
     debug_file_directories().into_iter().map(|dir| dir.join(&name)).find(|p| p.is_file())
-}
-
-/// Reads the program headers of an ELF64 image through `read_at(buf, offset)`.
-fn read_elf_layout(read_at: impl Fn(&mut [u8], u64) -> Option<()>) -> Option<ElfLayout> {
-    let mut ehdr = [0u8; 64];
-    read_at(&mut ehdr, 0)?;
-    if &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 {
-        return None; // not ELF, or not ELF64
-    }
-    let big = match ehdr[5] {
-        1 => false,
-        2 => true,
-        _ => return None,
-    };
-    let u16_at = |b: &[u8], o: usize| {
-        let a = [b[o], b[o + 1]];
-        if big {
-            u16::from_be_bytes(a)
-        } else {
-            u16::from_le_bytes(a)
-        }
-    };
-    let u32_at = |b: &[u8], o: usize| {
-        let a: [u8; 4] = b[o..o + 4].try_into().unwrap_or_default();
-        if big {
-            u32::from_be_bytes(a)
-        } else {
-            u32::from_le_bytes(a)
-        }
-    };
-    let u64_at = |b: &[u8], o: usize| {
-        let a: [u8; 8] = b[o..o + 8].try_into().unwrap_or_default();
-        if big {
-            u64::from_be_bytes(a)
-        } else {
-            u64::from_le_bytes(a)
-        }
-    };
-    let phoff = u64_at(&ehdr, 0x20);
-    let phentsize = usize::from(u16_at(&ehdr, 0x36));
-    let phnum = usize::from(u16_at(&ehdr, 0x38));
-    if !(56..=256).contains(&phentsize) || phnum > 4096 {
-        return None;
-    }
-    let mut phdrs = vec![0u8; phentsize * phnum];
-    read_at(&mut phdrs, phoff)?;
-    let mut layout = ElfLayout::default();
-    for p in phdrs.chunks_exact(phentsize) {
-        let (offset, filesz) = (u64_at(p, 8), u64_at(p, 32));
-        match u32_at(p, 0) {
-            1 => layout.loads.push((offset, filesz, u64_at(p, 16))), // PT_LOAD
-            4 if layout.build_id.is_none() && filesz <= 1 << 16 => {
-                // PT_NOTE: namesz, descsz, type, then name and desc, each padded to `align`.
-                let align: usize = if u64_at(p, 48) == 8 { 8 } else { 4 };
-                let mut notes = vec![0u8; filesz as usize];
-                if read_at(&mut notes, offset).is_none() {
-                    continue;
-                }
-                let pad = |n: usize| n.div_ceil(align) * align;
-                let mut at = 0;
-                while at + 12 <= notes.len() {
-                    let namesz = u32_at(&notes, at) as usize;
-                    let descsz = u32_at(&notes, at + 4) as usize;
-                    let kind = u32_at(&notes, at + 8);
-                    let name_at = at + 12;
-                    let desc_at = name_at + pad(namesz);
-                    let Some(desc) = notes.get(desc_at..desc_at + descsz) else {
-                        break;
-                    };
-                    // NT_GNU_BUILD_ID
-                    if kind == 3 && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
-                        layout.build_id = Some(desc.to_vec());
-                        break;
-                    }
-                    at = desc_at + pad(descsz);
-                }
-            }
-            _ => {}
-        }
-    }
-    Some(layout)
 }
 
 fn unknown(ip: u64, module: &str) -> SymbolizedFrame {

@@ -169,6 +169,12 @@ pub struct RecordArgs {
     /// keep it with others).
     #[arg(long = "debug-dir", value_name = "DIR")]
     pub debug_dirs: Vec<PathBuf>,
+    /// What the symbolizer may hold in CMD (its heap and the debug files it maps), e.g. 64MiB;
+    /// default 16 MiB. A module whose debug info does not fit is named from its symbol table
+    /// (no lines), and named in the summary's recorder memory (RECORDER_OPTIONS key
+    /// `symbol_memory=`).
+    #[arg(long = "symbol-memory", value_name = "SIZE", value_parser = parse_size)]
+    pub symbol_memory: Option<u64>,
     /// Record the programs CMD executes too, each into its own recording of the same base directory.
     #[arg(long)]
     pub follow_children: bool,

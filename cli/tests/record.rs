@@ -1004,3 +1004,32 @@ fn many_followed_children_are_listed_by_count_and_the_busiest() {
     let named = dirs.iter().filter(|d| t.contains(d.to_str().unwrap())).count();
     assert_eq!(named, 2, "the shell's and the busiest child's directories only: {t}");
 }
+
+#[test]
+fn closing_lines_state_the_recorders_memory_and_the_modules_its_symbol_limit_named_from_symbols() {
+    let dir = test_dir("closing_lines_state_the_recorders_memory_and_the_modules_its_symbol_limit_named_from_symbols");
+    let prog = build_program("calltree.c", "gcc", &["-O2", "-g", "-pthread"]);
+    let prog = prog.to_str().unwrap();
+    // The program's own debug info (mapped from its file) does not fit 1 KiB: after the first
+    // addresses are named with it, the program is named from its symbol table.
+    let out = record(&dir, &["--symbol-memory", "1KiB", "--repository", "repo", "-o", "r.jfr"], &[prog, "300"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+    let printed = text(&out);
+    let memory = printed
+        .lines()
+        .find(|l| l.contains("Recorder memory (last recorder.Footprint): "))
+        .unwrap_or_else(|| panic!("{printed}"));
+    for part in ["event buffers", "sampler buffers", "stack table", "unwind tables", "recorder code", "symbolizer heap"]
+    {
+        assert!(memory.contains(part), "{part}: {memory}");
+    }
+    assert!(!memory.contains("recorder code 0 bytes"), "the preload library's pages: {memory}");
+    let named = printed.lines().find(|l| l.contains("Named from symbols only")).unwrap_or_else(|| panic!("{printed}"));
+    assert!(named.contains("1.0 KiB") && named.contains("calltree (~"), "{named}");
+    // The samples still name the hot function (symbol table), and every JDK tool reads the file.
+    let (_, leaf_share, total) = shares(&stacks(&dir.join("r.jfr")), "hot_leaf");
+    assert!(total > 0 && leaf_share > 0.5, "{leaf_share} of {total}");
+    for cmd in ["summary", "metadata"] {
+        jdk("jfr", &[cmd, dir.join("r.jfr").to_str().unwrap()]);
+    }
+}

@@ -178,6 +178,9 @@ unsafe extern "C" fn main_with_recorder(argc: c_int, argv: *mut *mut c_char, env
     }
 }
 
+/// What the symbolizer may hold in a recorded program unless `symbol_memory=` says otherwise.
+pub const DEFAULT_SYMBOL_MEMORY: usize = 16 << 20;
+
 fn start_recording() {
     let Some(Some(options)) = OPTIONS.get() else { return };
     if let Some(dirs) = &options.debug_dirs {
@@ -193,6 +196,11 @@ fn start_recording() {
     // The program's `main` waits for the start: this library's own unwind table (the largest)
     // is built by the recorder's sampler thread instead; see the module docs.
     builder = builder.unwind_tables_in_background(true);
+    // A program that did not ask to be recorded gets a bounded symbolizer: its debug info could
+    // cost more than the rest of the recorder together (`RecorderBuilder::symbol_memory`).
+    let symbol_memory =
+        options.symbol_memory.map_or(DEFAULT_SYMBOL_MEMORY, |b| usize::try_from(b).unwrap_or(usize::MAX));
+    builder = builder.symbol_memory(symbol_memory);
     builder = builder.unwinder(match options.unwinder {
         options::UnwinderChoice::Auto => recorder::Unwinder::Auto,
         options::UnwinderChoice::FramePointer => recorder::Unwinder::FramePointer,

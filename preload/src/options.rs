@@ -46,6 +46,8 @@ pub struct Options {
     /// Directories separate debug files are looked for in (`debug_dir=DIR[:DIR...]`, as gdb's
     /// `debug-file-directory`); `None`: `/usr/lib/debug`.
     pub debug_dirs: Option<Vec<PathBuf>>,
+    /// `symbol_memory=SIZE`: what the symbolizer may hold (`RecorderBuilder::symbol_memory`).
+    pub symbol_memory: Option<u64>,
     /// A file the library appends one line to at start and at the end of each recording
     /// (`recorder record` reads it; see [`crate::report`]).
     pub report: Option<PathBuf>,
@@ -77,13 +79,14 @@ pub fn parse(text: &str) -> Result<Options, String> {
                     _ => return Err(bad("expected auto, fp or dwarf".into())),
                 }
             }
+            "symbol_memory" | "symbol-memory" => o.symbol_memory = Some(parse_size(value).map_err(bad)?),
             "report" => o.report = Some(non_empty_path(value).map_err(bad)?),
             "debug_dir" | "debug-dir" => {
                 o.debug_dirs = Some(value.split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect())
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, alloc_live, unwinder, debug_dir, report)"
+                    "unknown option `{key}` (known: period, repository, output, duration, follow-children, wall, alloc, alloc_live, unwinder, debug_dir, symbol_memory, report)"
                 ))
             }
         }

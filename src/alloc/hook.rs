@@ -111,6 +111,12 @@ impl Active {
     }
 }
 
+/// Bytes of the running allocation sampler's record pool that may be resident (0 when off).
+pub(crate) fn pool_bytes() -> usize {
+    let entered = GATE.enter();
+    entered.get().map_or(0, |active| active.pool.touched_bytes())
+}
+
 /// The running recording's state, if allocation sampling is on.
 pub(crate) static GATE: Gate<Active> = Gate::new();
 /// Bumped whenever sampling starts or stops: a thread whose countdown belongs to another epoch

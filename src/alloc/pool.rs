@@ -117,6 +117,14 @@ pub struct Committed {
 }
 
 impl Pool {
+    /// Bytes of the records that may be resident: every record below the highest ever claimed
+    /// (the reserve above it is address space only), words and states.
+    pub fn touched_bytes(&self) -> usize {
+        // Relaxed: a statistic.
+        let high = self.high.load(Ordering::Relaxed).max(self.base).min(self.records);
+        high * (self.record_words * 8 + std::mem::size_of::<u32>())
+    }
+
     /// `base + reserve` records of `record_words` words each (at least 1 and 2), all FREE. The
     /// reserve is address space until a record of it is first written (see [`Storage`]).
     pub fn new(base: usize, record_words: usize, reserve: usize) -> Pool {

@@ -1,7 +1,8 @@
-//! The periodic events, a flush source of their own: `jdk.ThreadCPULoad`, `jdk.CPULoad` and
-//! `jdk.ResidentSetSize`. What they report is read from /proc without L ([`Reading::now`]);
-//! each source then writes its events under L, in the order of [`sources`]. A new periodic
-//! event is a [`PeriodicSource`] in this file and one line in that list.
+//! The periodic events, a flush source of their own: `jdk.ThreadCPULoad`, `jdk.CPULoad`,
+//! `jdk.ResidentSetSize` and `recorder.Footprint`. What they report is read without L
+//! ([`Reading::now`], and the footprint the recording gathers); each source then writes its
+//! events under L, in the order of [`sources`]. A new periodic event is a [`PeriodicSource`] in
+//! this file and one line in that list.
 
 use super::own;
 use crate::chunk::ChunkWriter;
@@ -19,7 +20,12 @@ pub trait PeriodicSource: Send + std::fmt::Debug {
 
 /// The periodic sources, in the order they write.
 pub fn sources() -> Vec<Box<dyn PeriodicSource>> {
-    vec![Box::new(ThreadCpuLoad::default()), Box::new(CpuLoad::default()), Box::new(ResidentSetSize)]
+    vec![
+        Box::new(ThreadCpuLoad::default()),
+        Box::new(CpuLoad::default()),
+        Box::new(ResidentSetSize),
+        Box::new(RecorderFootprint::default()),
+    ]
 }
 
 /// Readings for the periodic events, taken without L.
@@ -42,6 +48,28 @@ pub struct Reading {
     /// Threads that exited since the last reading, with their CPU times as they exited (taken
     /// after `threads`: one that exited in between is in both).
     pub exited: Vec<ExitedThreadCpu>,
+    /// The recorder's own memory, gathered by the recording (it knows its parts).
+    pub footprint: Option<Footprint>,
+}
+
+/// The recorder's own memory by part, in bytes (`recorder.Footprint`).
+#[derive(Debug, Clone, Default)]
+pub struct Footprint {
+    /// Event buffers allocated (adopted and spare), within `memory_budget`.
+    pub event_buffers: u64,
+    /// The sampler's buffers, resident (allocated at start, resident where samples were written).
+    pub sampler_buffers: u64,
+    /// The allocation sampler's records that may be resident.
+    pub allocation_pool: u64,
+    /// The stack table, resident (where nodes were written).
+    pub stack_table: u64,
+    /// The published unwind tables.
+    pub unwind_tables: u64,
+    /// Resident pages of the recorder's own shared library (0 when it is linked into the
+    /// executable, whose pages are the program's too).
+    pub own_code: u64,
+    /// The process's symbolizer (`None`: busy; the last reading's figures stand).
+    pub symbolizer: Option<crate::symbolize::Usage>,
 }
 
 /// One thread's CPU times from `/proc/self/task/TID/stat`, in clock ticks (USER_HZ).
@@ -64,6 +92,7 @@ impl Reading {
             rss: read_rss(),
             threads: read_thread_cpu(),
             exited: Vec::new(),
+            footprint: None,
         }
     }
 }
@@ -172,6 +201,63 @@ impl PeriodicSource for ResidentSetSize {
             own::write_resident_set_size(chunk, reading.now, size, peak);
         }
     }
+}
+
+/// `recorder.Footprint`.
+#[derive(Debug, Default)]
+struct RecorderFootprint {
+    /// The symbolizer's figures of the last reading that had them.
+    symbolizer: crate::symbolize::Usage,
+}
+
+impl PeriodicSource for RecorderFootprint {
+    fn write(&mut self, chunk: &mut ChunkWriter, reading: &Reading) {
+        if let Some(f) = &reading.footprint {
+            match &f.symbolizer {
+                Some(usage) => self.symbolizer = usage.clone(),
+                None => {
+                    let f = Footprint { symbolizer: Some(self.symbolizer.clone()), ..f.clone() };
+                    return write_footprint(chunk, reading.now, &f);
+                }
+            }
+            write_footprint(chunk, reading.now, f);
+        }
+    }
+}
+
+/// `recorder.Footprint`.
+pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &Footprint) {
+    let none = crate::symbolize::Usage::default();
+    let s = f.symbolizer.as_ref().unwrap_or(&none);
+    let about = |bytes: u64| match bytes {
+        0..0x10_0000 => format!("~{} KiB", bytes.div_ceil(1 << 10)),
+        _ => format!("~{} MiB", bytes.div_ceil(1 << 20)),
+    };
+    let symbols_only: Vec<String> =
+        s.symbols_only.iter().map(|(module, bytes)| format!("{module} ({})", about(*bytes))).collect();
+    let total = f.event_buffers
+        + f.sampler_buffers
+        + f.allocation_pool
+        + f.stack_table
+        + f.unwind_tables
+        + f.own_code
+        + s.heap_bytes
+        + s.mapped_file_bytes;
+    chunk.write(&crate::builtin::Footprint {
+        start_time: now,
+        event_buffers: f.event_buffers,
+        sampler_buffers: f.sampler_buffers,
+        allocation_pool: f.allocation_pool,
+        stack_table: f.stack_table,
+        unwind_tables: f.unwind_tables,
+        own_code: f.own_code,
+        symbolizer_heap: s.heap_bytes,
+        mapped_debug_files: s.mapped_file_bytes,
+        total,
+        memory_limit: u64::try_from(crate::symbolize::memory_limit()).unwrap_or(u64::MAX),
+        symbols_only_modules: s.symbols_only.len() as u64,
+        symbols_only: &symbols_only.join(", "),
+    });
 }
 
 /// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left

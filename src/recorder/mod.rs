@@ -122,6 +122,15 @@ struct Inner {
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
+/// Resident pages of the recorder's own shared library, when it is one (`recorder.Footprint`):
+/// `mincore` over its segments, no `/proc` file read (an open in the shared descriptor table can
+/// make a program's `dup2` over that number fail: cli/tests/record_fds.rs).
+fn own_code_bytes() -> u64 {
+    static SEGMENTS: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+    let segments = SEGMENTS.get_or_init(crate::sampler::own_library_segments);
+    segments.iter().map(|&(start, len)| crate::resident::resident_range(start, len) as u64).sum()
+}
+
 impl Recorder {
     /// A builder with default settings.
     pub fn builder() -> RecorderBuilder {
@@ -132,6 +141,8 @@ impl Recorder {
         // The recorder's own allocations are not sampled (src/alloc: honest attribution).
         let _own = crate::alloc::suspend();
         settings::validate(&settings)?;
+        // What the symbolizer may hold (`symbolize/memory.rs`).
+        crate::symbolize::set_memory_limit(settings.symbol_memory.unwrap_or(usize::MAX));
         // Before anything takes a lock the fork hooks take (`recorder/atfork.rs`).
         atfork::install();
         crate::threads::prepare_process_barrier();
@@ -591,10 +602,13 @@ impl Inner {
         // The sampler can only stop once its last other handle is gone. The flushes below are
         // the recorder's own work (symbolizing, for hundreds of ms in a debug build) on the
         // caller's thread: it is not sampled for them, as the recorder's threads never are.
+        let mut footprint = self.footprint();
         if let Some(sampler) = self.sampler.lock().take() {
             sampler.exclude_current_thread();
         }
         self.flush();
+        footprint.symbolizer = Some(crate::symbolize::process_usage());
+        self.l.lock(Holder::Lifecycle, 0).write_final_footprint(&footprint);
         self.l.lock(Holder::Lifecycle, 0).stop_sources();
         self.flush();
         let mut l = self.l.lock(Holder::Lifecycle, 0);
@@ -678,6 +692,7 @@ impl Inner {
                 if let Some(sampler) = self.sampler.lock().as_ref() {
                     reading.exited = sampler.take_exited_cpu();
                 }
+                reading.footprint = Some(self.footprint());
                 self.l.lock(Holder::Periodic, 0).write_periodic(reading);
                 next_periodic = now + periodic_interval;
             }
@@ -696,6 +711,23 @@ impl Inner {
                     }
                 }
             }
+        }
+    }
+
+    /// The recorder's own memory by part (without L; `recorder.Footprint`).
+    fn footprint(&self) -> periodic::Footprint {
+        // Not under the sampler's lock: registrations and statistics take it.
+        let sampler = self.sampler.lock().clone();
+        let (sampler_buffers, unwind_tables) = sampler.as_ref().map_or((0, 0), |s| s.memory());
+        periodic::Footprint {
+            // Relaxed: a statistic.
+            event_buffers: self.shared.allocated.load(Ordering::Relaxed) as u64,
+            sampler_buffers: sampler_buffers as u64,
+            allocation_pool: crate::alloc::pool_bytes() as u64,
+            stack_table: self.shared.stacks.resident_bytes() as u64,
+            unwind_tables: unwind_tables as u64,
+            own_code: own_code_bytes(),
+            symbolizer: crate::symbolize::process_usage_if_idle(),
         }
     }
 

@@ -30,6 +30,9 @@ pub(super) fn resolve(missing: &Unresolved) -> Resolved {
                 .collect()
         })
     };
+    if !missing.addresses.is_empty() {
+        crate::symbolize::enforce_process_limit();
+    }
     Resolved { addresses, threads }
 }
 

@@ -103,6 +103,9 @@ pub struct Settings {
     pub max_age: Option<Duration>,
     /// Bytes of event buffers at most.
     pub memory_budget: usize,
+    /// Bytes the symbolizer may hold (its heap and the DWARF sections of the files it maps for
+    /// their debug info); `None`: no bound. See [`RecorderBuilder::symbol_memory`].
+    pub symbol_memory: Option<usize>,
     /// Size of one thread's event buffer.
     pub buffer_size: usize,
     /// Stack depth policy for events (and samples).
@@ -166,6 +169,7 @@ impl Default for Settings {
             max_size: 250 * 1024 * 1024,
             max_age: None,
             memory_budget: 64 * 1024 * 1024,
+            symbol_memory: None,
             buffer_size: 64 * 1024,
             depth: DepthPolicy::default(),
             events: Vec::new(),
@@ -254,6 +258,18 @@ impl RecorderBuilder {
     /// Delete finished chunks older than this (default: keep).
     pub fn max_age(mut self, d: Duration) -> Self {
         self.settings.max_age = Some(d);
+        self
+    }
+    /// Bounds what the process's symbolizer holds to `bytes` (default: no bound): its heap (parsed
+    /// debug info, symbol tables) and the DWARF sections of the files it maps for their debug
+    /// info. A module whose debug info does not fit is named from its symbol table only
+    /// (function names, no lines or inlined frames), and named in `recorder.Footprint`'s
+    /// `symbolsOnly`; addresses named before keep their names. `recorder record` sets 16 MiB
+    /// (`--symbol-memory`). The debug info of a large program can take more than the rest of the
+    /// recorder together: a 50 MB C++ binary's ~60 MB, a Rust test binary's ~75 MB
+    /// (`scripts/footprint.sh`).
+    pub fn symbol_memory(mut self, bytes: usize) -> Self {
+        self.settings.symbol_memory = Some(bytes);
         self
     }
     /// Bytes of event buffers at most (default 64 MiB); events beyond it are counted as lost.

@@ -474,4 +474,15 @@ impl State {
             source.write(&mut self.chunk, &reading);
         }
     }
+
+    /// The last `recorder.Footprint` of a recording, taken as it stops (the periodic ones miss
+    /// what its last flushes named).
+    pub fn write_final_footprint(&mut self, footprint: &crate::flush::periodic::Footprint) {
+        // Deterministic recordings write no periodic events.
+        if self.shared.logical.is_some() {
+            return;
+        }
+        self.open_chunk_if_needed();
+        crate::flush::periodic::write_footprint(&mut self.chunk, crate::clock::ticks_ordered(), footprint);
+    }
 }

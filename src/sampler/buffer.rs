@@ -242,21 +242,78 @@ pub struct SamplerBuffer {
     /// ACTIVE (Relaxed; published by the Release store of `active` and the Release push);
     /// reset by the recycling L holder. Read by: L holders.
     activation: AtomicU64,
-    words: Box<[UnsafeCell<u64>]>,
+    words: Words,
+}
+
+/// A buffer's words: a slice of its core's [`WordBlock`].
+#[cfg(not(loom))]
+#[derive(Debug)]
+struct Words(&'static [UnsafeCell<u64>]);
+
+// SAFETY: the slice is this buffer's alone (the block's chunks do not overlap) and lives as long
+// as the core that owns both: moving the buffer to another thread is moving the `Box` of words
+// it replaces, which was `Send`.
+#[cfg(not(loom))]
+unsafe impl Send for Words {}
+
+#[cfg(not(loom))]
+impl std::ops::Deref for Words {
+    type Target = [UnsafeCell<u64>];
+    fn deref(&self) -> &[UnsafeCell<u64>] {
+        self.0
+    }
+}
+/// A buffer's words (loom's cells are not plain words: each buffer has its own).
+#[cfg(loom)]
+type Words = Box<[UnsafeCell<u64>]>;
+
+/// Every buffer's words in one zeroed allocation, which the allocator maps from the kernel's
+/// zero pages without writing them: a buffer's pages become resident when samples are first
+/// written there, not at start (a core's buffers, 6 MiB by default, are allocated at start and
+/// most are never used by a program with few threads; one allocation per buffer was written
+/// whole by the allocator's zeroing: `scripts/footprint.sh`). Declared after the buffers in
+/// [`Core`], so it is dropped after them.
+#[cfg(not(loom))]
+struct WordBlock(#[allow(dead_code)] Box<[UnsafeCell<u64>]>);
+#[cfg(loom)]
+struct WordBlock;
+
+impl std::fmt::Debug for WordBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WordBlock")
+    }
+}
+
+/// `n` buffers of `capacity` words, all 0, and the block that holds them.
+#[cfg(not(loom))]
+fn word_block(n: usize, capacity: usize) -> (WordBlock, Vec<Words>) {
+    let words = vec![0u64; n * capacity].into_boxed_slice();
+    // SAFETY: `UnsafeCell<u64>` (ours and std's) is `repr(transparent)` over `u64`: the same
+    // size, alignment and layout, so the slice and its allocation are reinterpreted as they are.
+    let block: Box<[UnsafeCell<u64>]> = unsafe { Box::from_raw(Box::into_raw(words) as *mut [UnsafeCell<u64>]) };
+    // SAFETY: the slices borrow the block's heap allocation, which never moves and is freed only
+    // when the `Core` holding the block drops it, after the buffers holding the slices.
+    let all: &'static [UnsafeCell<u64>] = unsafe { &*(&*block as *const [UnsafeCell<u64>]) };
+    (WordBlock(block), all.chunks(capacity).map(Words).collect())
+}
+
+#[cfg(loom)]
+fn word_block(n: usize, capacity: usize) -> (WordBlock, Vec<Words>) {
+    (WordBlock, (0..n).map(|_| (0..capacity).map(|_| UnsafeCell::new(0)).collect()).collect())
 }
 
 const NOT_ACTIVATED: u64 = u64::MAX;
 const ACTIVATION_MASK: u64 = (1 << 40) - 1;
 
 impl SamplerBuffer {
-    fn new(index: u32, capacity_words: usize) -> SamplerBuffer {
+    fn new(index: u32, words: Words) -> SamplerBuffer {
         SamplerBuffer {
             index,
             pos: AtomicUsize::new(0),
             flushed_pos: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
             activation: AtomicU64::new(NOT_ACTIVATED),
-            words: (0..capacity_words).map(|_| UnsafeCell::new(0)).collect(),
+            words,
         }
     }
 
@@ -538,6 +595,8 @@ struct Pending {
 pub struct Core {
     slots: Box<[ThreadSlot]>,
     buffers: Box<[SamplerBuffer]>,
+    /// The buffers' words (after `buffers`: dropped after them).
+    _words: WordBlock,
     /// CLEAN buffers in no slot (indices). Refillers pop, L holders' recycles push, under the
     /// lock (I4, I14); the handler never touches it. Its capacity is the number of buffers, so a
     /// push never allocates.
@@ -658,6 +717,12 @@ impl Core {
         Core::with_spares(nslots, nbuffers, capacity_words, 1)
     }
 
+    /// Bytes of the buffers' words resident now.
+    #[cfg(not(loom))]
+    pub fn resident_buffer_bytes(&self) -> usize {
+        crate::resident::resident_bytes(&self._words.0)
+    }
+
     /// Like [`Core::new`], with `spares` spare entries per slot (at least 1): how many buffers a
     /// slot holds besides its active one, and so how many an oversized sample can span beyond it.
     ///
@@ -666,9 +731,11 @@ impl Core {
     pub fn with_spares(nslots: usize, nbuffers: usize, capacity_words: usize, spares: usize) -> (Core, LockedState) {
         assert!(capacity_words > HEADER_WORDS, "buffer too small for one record");
         assert!(nslots < u32::MAX as usize && nbuffers < u32::MAX as usize);
+        let (block, words) = word_block(nbuffers, capacity_words);
         let core = Core {
             slots: (0..nslots).map(|i| ThreadSlot::new(i as u32, spares)).collect(),
-            buffers: (0..nbuffers).map(|i| SamplerBuffer::new(i as u32, capacity_words)).collect(),
+            buffers: words.into_iter().enumerate().map(|(i, w)| SamplerBuffer::new(i as u32, w)).collect(),
+            _words: block,
             pool: Mutex::new((0..nbuffers as u32).rev().collect()),
             full_head: AtomicPtr::new(ptr::null_mut()),
             recorder_pending: AtomicBool::new(false),

@@ -36,6 +36,41 @@ fn own_shared_library() -> Option<String> {
     (path != exe).then(|| path.to_string_lossy().into_owned())
 }
 
+/// The loaded segments (start, length) of the shared library this code is in, from its program
+/// headers in memory (no file is read); empty when it is the executable itself.
+pub(crate) fn own_library_segments() -> Vec<(usize, usize)> {
+    if own_shared_library().is_none() {
+        return Vec::new();
+    }
+    // SAFETY: zeroed is a valid `Dl_info`; dladdr fills it for an address inside a loaded object.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = own_library_segments as *const () as *const libc::c_void;
+    // SAFETY: `addr` is a function of this object; `info` is a valid out pointer.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fbase.is_null() {
+        return Vec::new();
+    }
+    let base = info.dli_fbase as usize;
+    // SAFETY: the loader maps a shared library's ELF header and program headers at its base (the
+    // first PT_LOAD starts at file offset 0); this library is loaded while its code runs.
+    let ehdr = unsafe { &*(base as *const libc::Elf64_Ehdr) };
+    if ehdr.e_ident[..4] != *b"\x7fELF" || usize::from(ehdr.e_phentsize) != std::mem::size_of::<libc::Elf64_Phdr>() {
+        return Vec::new();
+    }
+    // SAFETY: as above: `e_phnum` headers at `e_phoff`, inside the mapped first segment.
+    let phdrs = unsafe {
+        std::slice::from_raw_parts((base + ehdr.e_phoff as usize) as *const libc::Elf64_Phdr, usize::from(ehdr.e_phnum))
+    };
+    let load_bias = phdrs
+        .iter()
+        .find(|p| p.p_type == libc::PT_LOAD)
+        .map_or(base, |first| base.wrapping_sub(first.p_vaddr as usize & !0xfff));
+    phdrs
+        .iter()
+        .filter(|p| p.p_type == libc::PT_LOAD && p.p_memsz > 0)
+        .map(|p| (load_bias + p.p_vaddr as usize, p.p_memsz as usize))
+        .collect()
+}
+
 const ATFORK_REGISTERED: u64 = 1 << 63;
 
 /// `pthread_atfork` child hook (docs/sampler-protocol.md §6, fork): the child inherits the handler and
@@ -380,6 +415,12 @@ impl Sampler {
     /// Lost samples since the last call, per thread (L held), for data-loss events.
     pub fn take_lost(&self, locked: &mut SamplerLocked) -> Vec<(u32, u64)> {
         self.shared().core.take_lost(&mut locked.inner)
+    }
+
+    /// Bytes of the sampler's buffers (resident) and of its published unwind tables.
+    pub fn memory(&self) -> (usize, usize) {
+        let shared = self.shared();
+        (shared.core.resident_buffer_bytes(), shared.cfi.bytes())
     }
 
     /// Statistics (a test hook): exact when no handler and no drain runs concurrently.

@@ -141,6 +141,8 @@ pub use crate::threads::registry::ThreadStart;
 #[cfg(not(loom))]
 pub use config::{SamplerConfig, SamplingMode};
 #[cfg(not(loom))]
+pub(crate) use lifecycle::own_library_segments;
+#[cfg(not(loom))]
 pub use lifecycle::Sampler;
 #[cfg(not(loom))]
 pub(crate) use registration::attach_span_cell;

@@ -27,6 +27,7 @@ pub use walk::{caller_of_record, walk, End, OwnStack, StackMemory, WalkRules, EN
 use crate::stack::{DepthPolicy, KeepEnds, MAX_DEPTH_PER_END};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The tables the handler reads: a snapshot published through an atomic pointer, replaced
 /// (never changed in place) when the process's executable mappings change. Replaced snapshots
@@ -58,6 +59,24 @@ impl Published {
         if !old.is_null() {
             state.1.push(old as usize);
         }
+    }
+
+    /// Bytes of the published tables: each module's rows and indexes once (snapshots share
+    /// them), and the current snapshot's module list. Reads the published snapshot as the handler
+    /// does, without the compiler's lock: waiting for a compilation (hundreds of ms for the
+    /// preload library's table) held up the flusher and the sampler lock it held, which let a
+    /// program's `dup2` over low descriptor numbers race with the recorder's opens
+    /// (cli/tests/record_fds.rs failed about one run in three).
+    pub fn bytes(&self) -> usize {
+        let Some(tables) = self.load() else { return 0 };
+        let mut total = std::mem::size_of_val(&*tables.modules);
+        let mut seen = std::collections::HashSet::new();
+        for m in tables.modules.iter() {
+            if seen.insert(Arc::as_ptr(&m.table)) {
+                total += m.table.bytes();
+            }
+        }
+        total
     }
 
     /// The published tables, if any.

@@ -210,6 +210,14 @@ impl ModuleTable {
         self.sp_framed_pages.get((page / 64) as usize).is_none_or(|w| (w >> (page % 64)) & 1 == 0)
     }
 
+    /// Bytes of the table: its rows, page index and page bits.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.rows)
+            + std::mem::size_of_val(&*self.pages)
+            + std::mem::size_of_val(&*self.sp_framed_pages)
+            + self.path.capacity()
+    }
+
     /// Builds [`ModuleTable::pages`] for `rows`.
     pub fn page_index(rows: &[Row]) -> Box<[u32]> {
         let Some(last) = rows.last() else { return Box::new([]) };

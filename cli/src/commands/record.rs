@@ -64,6 +64,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if args.alloc_live {
         options.push("alloc_live=1".into());
     }
+    if let Some(bytes) = args.symbol_memory {
+        options.push(format!("symbol_memory={bytes}"));
+    }
     if !args.debug_dirs.is_empty() {
         let mut dirs = Vec::new();
         for d in &args.debug_dirs {

@@ -260,6 +260,9 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
                 human_bytes(bytes)
             )?;
         }
+        if let Some(footprint) = &weighed.footprint {
+            write_footprint(&mut out, footprint)?;
+        }
         if !source.chunks.is_empty() {
             let events =
                 rows.iter().filter(|(n, _)| n != "jdk.Metadata" && n != "jdk.CheckPoint").map(|r| r.1.count).sum();
@@ -274,7 +277,7 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
 }
 
 /// What the weighed sample kinds add up to.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct WeighedTotals {
     /// jdk.ObjectAllocationSample events and the sum of their `weight` (estimated bytes).
     allocation_samples: u64,
@@ -289,6 +292,8 @@ struct WeighedTotals {
     /// What the recording says it lost (recorder.DataLoss, by kind; jdk.DataLoss for bytes where
     /// no recorder.DataLoss is declared).
     lost: LossTotals,
+    /// The last recorder.Footprint: its fields by name.
+    footprint: Option<Vec<(String, Value)>>,
 }
 
 /// Losses by kind, summed over the recording's loss events (each counts what was lost since the
@@ -335,7 +340,14 @@ fn weighed_totals(
         );
         // The JDK's own loss event, read only where ours (which repeats its bytes) is not declared.
         let jdk_loss = if loss.is_none() { field("jdk.DataLoss", "amount") } else { None };
-        if alloc.is_none() && live.is_none() && wall.is_none() && cpu.is_none() && loss.is_none() && jdk_loss.is_none()
+        let footprint = chunk.metadata().class_by_name("recorder.Footprint");
+        if alloc.is_none()
+            && live.is_none()
+            && wall.is_none()
+            && cpu.is_none()
+            && loss.is_none()
+            && jdk_loss.is_none()
+            && footprint.is_none()
         {
             continue;
         }
@@ -359,6 +371,11 @@ fn weighed_totals(
             }
             if cpu == Some(event.type_id) {
                 t.cpu_samples += 1;
+                continue;
+            }
+            if let Some(class) = footprint.filter(|c| c.id == event.type_id) {
+                let names = class.fields.iter().map(|f| f.name.clone());
+                t.footprint = Some(names.zip(event.values.iter().cloned()).collect());
                 continue;
             }
             if let Some(((id, reason), ((_, events), (_, samples)), (_, bytes))) =
@@ -478,6 +495,39 @@ fn write_losses(out: &mut impl Write, w: &WeighedTotals, events: u64, bytes: u64
 }
 
 /// `12.3 MiB`.
+/// The recorder's own memory in the recorded process, by part, from the last recorder.Footprint.
+fn write_footprint(out: &mut impl Write, fields: &[(String, Value)]) -> std::io::Result<()> {
+    let bytes =
+        |name: &str| fields.iter().find(|f| f.0 == name).and_then(|f| f.1.as_i64()).map_or(0, |v| v.max(0) as u64);
+    let parts = [
+        ("eventBuffers", "event buffers"),
+        ("samplerBuffers", "sampler buffers"),
+        ("allocationPool", "allocation pool"),
+        ("stackTable", "stack table"),
+        ("unwindTables", "unwind tables"),
+        ("ownCode", "recorder code"),
+        ("symbolizerHeap", "symbolizer heap"),
+        ("mappedDebugFiles", "mapped debug files"),
+    ];
+    let listed: Vec<String> = parts.iter().map(|(f, label)| format!("{label} {}", human_bytes(bytes(f)))).collect();
+    writeln!(out)?;
+    writeln!(
+        out,
+        " Recorder memory (last recorder.Footprint): {}: {}",
+        human_bytes(bytes("total")),
+        listed.join(", ")
+    )?;
+    let dropped = fields.iter().find(|f| f.0 == "symbolsOnly").and_then(|f| f.1.as_str()).unwrap_or("");
+    if !dropped.is_empty() {
+        writeln!(
+            out,
+            " Named from symbols only (no lines; their debug info did not fit the symbolizer's {}, `recorder record --symbol-memory`): {dropped}",
+            human_bytes(bytes("symbolizerLimit"))
+        )?;
+    }
+    Ok(())
+}
+
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
