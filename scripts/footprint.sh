@@ -8,7 +8,7 @@
 #    programs read /proc/self/status at the end of their main, while the recorder still runs.
 #    Under each recorded run, the recorder's own account of its memory (the last
 #    `recorder.Footprint`, as `recorder summary` prints it).
-# 2. startup: a 50 ms program (scripts/footprint/startup.c), bare and recorded in pairs, ROUNDS
+# 2. startup: a 50 ms program (cli/tests/programs/startup.c), bare and recorded in pairs, ROUNDS
 #    pairs: the medians of wall and CPU time (whole process tree) and of the time to reach main.
 # 3. spawn: spawn+join of an empty thread, recording against none (`examples/thread_start.rs`).
 # 4. commit: event commit without and with a stack against the JVM's (`benches/commit.rs`).
@@ -82,7 +82,7 @@ if wants rss; then
 fi
 
 if wants startup; then
-    gcc -O2 -fomit-frame-pointer -o "$WORK/startup" scripts/footprint/startup.c
+    gcc -O2 -fomit-frame-pointer -o "$WORK/startup" cli/tests/programs/startup.c
     declare -A wall cpu premain
     # One pair per round, the order alternating, so drift of a shared machine hits both alike.
     for ((r = 0; r < ROUNDS + 1; r++)); do
