@@ -212,16 +212,12 @@ struct RecorderFootprint {
 
 impl PeriodicSource for RecorderFootprint {
     fn write(&mut self, chunk: &mut ChunkWriter, reading: &Reading) {
-        if let Some(f) = &reading.footprint {
-            match &f.symbolizer {
-                Some(usage) => self.symbolizer = usage.clone(),
-                None => {
-                    let f = Footprint { symbolizer: Some(self.symbolizer.clone()), ..f.clone() };
-                    return write_footprint(chunk, reading.now, &f);
-                }
-            }
-            write_footprint(chunk, reading.now, f);
+        let Some(f) = &reading.footprint else { return };
+        if let Some(usage) = &f.symbolizer {
+            self.symbolizer = usage.clone();
         }
+        let f = Footprint { symbolizer: Some(self.symbolizer.clone()), ..f.clone() };
+        write_footprint(chunk, reading.now, &f);
     }
 }
 

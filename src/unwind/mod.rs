@@ -301,7 +301,8 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     let inner = policy.inner.min(MAX_DEPTH_PER_END);
     let outer = policy.outer.min(MAX_DEPTH_PER_END);
     // No limit at either end: every frame is an innermost one.
-    let mut keep = if inner == 0 && outer == 0 { KeepEnds::new(usize::MAX, 0) } else { KeepEnds::new(inner, outer) };
+    // With no limit at either end every frame is kept and `keep` hands out no slot.
+    let mut keep = KeepEnds::new(inner, outer);
     let stack = OwnStack { lo, hi };
     // The walk starts at the anchor's record (a frame-pointer value of one of the recorder's
     // own frames on this chain, below which every frame is the recorder's) or at this one's.
@@ -310,7 +311,6 @@ pub fn capture_current(anchor: usize, policy: DepthPolicy, ring: &mut Vec<u64>, 
     // one past the end, until the ring wraps).
     let rules = WalkRules::frame_pointers(HARD_WALK_LIMIT, own_entry());
     let end = if inner == 0 && outer == 0 {
-        // Every frame kept, none dropped: `keep` is not needed.
         walk(&stack, &rules, start, false, |frame| {
             out.push(frame.pc as u64);
             true
