@@ -124,3 +124,74 @@ fn a_truncated_file_gives_the_readable_part_flagged_and_exit_code_2() {
     assert_eq!(data["truncated"], true);
     assert!((data["samples"].as_array().unwrap().len() / 3) as u64 >= sample_count(&file), "the whole part is shown");
 }
+
+/// Headless Chromium (Debian's `chromium`, installed by `.ci/run`): a missing browser fails the
+/// test. Network off: every host resolves to nothing and a dead proxy stands for the rest.
+fn chromium(args: &[&str]) -> std::process::Output {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| std::process::Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .expect("headless Chromium is needed (apt-get install chromium; .ci/run installs it)");
+    std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--proxy-server=socks5://127.0.0.1:9",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--window-size=1280,900",
+        ])
+        .args(args)
+        .output()
+        .expect("running chromium")
+}
+
+/// The page's state as the browser left it (its `<pre id="state">`, JSON) after opening `url`.
+fn browser_state(url: &str) -> serde_json::Value {
+    let out = chromium(&["--dump-dom", url]);
+    let dom = String::from_utf8(out.stdout).unwrap();
+    let start = dom.find("<pre id=\"state\" hidden=\"\">").unwrap_or_else(|| {
+        panic!("the page's script did not run to its end: {dom}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    let text = &dom[start..];
+    let text = &text[text.find('>').unwrap() + 1..text.find("</pre>").unwrap()];
+    let text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("state {text}: {e}"))
+}
+
+#[test]
+fn in_chromium_the_page_shows_the_lanes_and_the_flame_graph_of_a_range() {
+    let (dir, file) = recording();
+    let page = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let url = format!("file://{}", s(&page));
+    // The whole recording: every lane, the flame graph's root is every sample summary counts.
+    let state = browser_state(&url);
+    assert_eq!(state["errors"], serde_json::json!([]), "no error in the page's console");
+    assert_eq!(state["lanes"], data["threads"], "one lane per thread, named");
+    assert!(state["lanes"].as_array().unwrap().iter().any(|l| l == HOSTILE_NAME), "the name is text in the DOM");
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), sample_count(&file));
+    // A range: the flame graph's root is the samples taken in it.
+    let duration_ms = data["durationNs"].as_f64().unwrap() / 1e6;
+    let (from, to) = (format!("{:.3}", duration_ms / 4.0), format!("{:.3}", duration_ms / 2.0));
+    let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
+    let in_range = data["samples"]
+        .as_array()
+        .unwrap()
+        .chunks(3)
+        .filter(|t| (a..=b).contains(&(t[1].as_f64().unwrap() / 1e6)))
+        .count() as u64;
+    assert!(in_range > 0 && in_range < sample_count(&file), "the range holds some of the samples: {in_range}");
+    let ranged = format!("{url}#range={from},{to}");
+    let state = browser_state(&ranged);
+    assert_eq!(state["errors"], serde_json::json!([]));
+    assert_eq!(state["range"], serde_json::json!([a, b]));
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), in_range);
+    // For people to look at: target/tmp/cli_view.png.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[&format!("--screenshot={}", s(&shot)), &ranged]);
+    assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    drop(dir);
+}
