@@ -415,6 +415,8 @@ pub enum DumpFormat {
     Flamegraph,
     /// A gzipped pprof profile.proto of the samples (`go tool pprof`, Pyroscope, Speedscope).
     Pprof,
+    /// One self-contained HTML page of the CPU samples: lanes over time, flame graph (as `recorder view`).
+    Html,
 }
 
 impl DumpFormat {

@@ -91,9 +91,15 @@ fn the_page_holds_every_sample_per_named_thread_and_fetches_nothing() {
     // The name is data, never markup: the only script elements are the page's two.
     assert!(!page.contains("<script>window.pwned"));
     assert_eq!(page.matches("<script").count(), 2, "no script element comes from the data");
-    // stdout gives the same page.
+    // stdout gives the same page, and so does `dump --format html`.
     let to_stdout = recorder_ok(&["view", s(&file)]);
     assert_eq!(to_stdout, page);
+    assert_eq!(recorder_ok(&["dump", "--format", "html", s(&file)]), page);
+    // `dump --thread` narrows it to that thread's lane and samples.
+    let worker = threads.iter().position(|t| *t == "view-worker").unwrap() as u64;
+    let narrowed = page_data(&recorder_ok(&["dump", "--format", "html", "--thread", "view-worker", s(&file)]));
+    assert_eq!(narrowed["threads"], serde_json::json!(["view-worker"]));
+    assert_eq!((narrowed["samples"].as_array().unwrap().len() / 3) as u64, per_thread[&worker]);
 }
 
 #[test]

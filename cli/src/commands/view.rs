@@ -12,7 +12,7 @@ use crate::frames;
 use crate::json;
 use crate::profile::{self, ProfileKind};
 use crate::selection::{self, Selection};
-use crate::source::{self, Recordings};
+use crate::source::{self, Recordings, SourceChunk};
 use crate::Outcome;
 use anyhow::Context;
 use std::collections::HashMap;
@@ -70,15 +70,30 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
     let path = &args.source.path;
     let source = source::load(path, which)?;
     source.report_damage();
-    let start_ns = source.chunks.iter().map(|c| c.chunk.header().start_nanos).min().unwrap_or(0);
-    let end_ns = selection::recording_end_ns(&source.chunks).max(start_ns);
+    let title = format!("recorder: {}", path.display());
+    let page = page_of(&source.chunks, &Selection::default(), &title, !source.damage.is_empty())?;
+    match &args.output {
+        Some(out) => {
+            let tmp = out.with_extension("html.tmp");
+            std::fs::write(&tmp, &page).with_context(|| format!("writing {}", out.display()))?;
+            std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+        }
+        None => std::io::stdout().lock().write_all(&page)?,
+    }
+    Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
+}
+
+/// The page of the CPU samples of `chunks` that `selection` keeps (`recorder dump --format html`
+/// selects by `--since` and `--thread`); `truncated` puts up the banner.
+pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, truncated: bool) -> anyhow::Result<Vec<u8>> {
+    let start_ns = chunks.iter().map(|c| c.chunk.header().start_nanos).min().unwrap_or(0);
+    let end_ns = selection::recording_end_ns(chunks).max(start_ns);
     let weighing = ProfileKind::Cpu.weighing();
-    let everything = Selection::default();
     let mut data = ViewData::default();
-    for sc in &source.chunks {
+    for sc in chunks {
         // Stack keys are chunk-local: this chunk's key → the page's stack index.
         let mut chunk_stacks: HashMap<u64, usize> = HashMap::new();
-        profile::for_each_sample(&sc.chunk, &weighing, &everything, |sample| {
+        profile::for_each_sample(&sc.chunk, &weighing, selection, |sample| {
             let stack = match chunk_stacks.get(&sample.stack_key) {
                 Some(&i) => i,
                 None => {
@@ -97,17 +112,7 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
         })
         .with_context(|| format!("{}", sc.file.display()))?;
     }
-    let title = format!("recorder: {}", path.display());
-    let page = page(&data, &title, end_ns - start_ns, !source.damage.is_empty());
-    match &args.output {
-        Some(out) => {
-            let tmp = out.with_extension("html.tmp");
-            std::fs::write(&tmp, &page).with_context(|| format!("writing {}", out.display()))?;
-            std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
-        }
-        None => std::io::stdout().lock().write_all(&page)?,
-    }
-    Ok(if source.damage.is_empty() { Outcome::Clean } else { Outcome::Damaged })
+    Ok(page(&data, title, end_ns - start_ns, truncated))
 }
 
 /// The page: the template with the data as a JSON object literal.
