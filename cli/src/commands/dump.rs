@@ -174,8 +174,9 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             }),
         (DumpFormat::Html, _) => {
             let title = format!("recorder: {}", cfg.path.display());
-            let page = super::view::page_of(&source.chunks, &selection, &title, !source.damage.is_empty())?;
-            sink.write_all(&page).map(|()| true).map_err(anyhow::Error::from)
+            // An error goes through `result`, so the output file is abandoned as for the other formats.
+            super::view::page_of(&source.chunks, &selection, &title, !source.damage.is_empty())
+                .and_then(|page| Ok(sink.write_all(&page).map(|()| true)?))
         }
         (_, Some(write)) => write(&mut sink).map(|()| true),
         (_, None) => Ok(true),
