@@ -76,6 +76,7 @@ fn run(cli: args::Cli, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
         args::Command::Demo(a) => commands::demo::run(&a)?,
         args::Command::Repair(a) => commands::repair::run(&a)?,
         args::Command::Push(a) => commands::push::run(a)?,
+        args::Command::View(a) => commands::view::run(&a)?,
     };
     Ok(match outcome {
         Outcome::Clean => ExitCode::SUCCESS,

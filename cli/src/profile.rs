@@ -153,6 +153,8 @@ pub struct Sample<'a> {
     pub weight: u64,
     /// The span it was taken in (`spanId` of our CPU samples; 0: none).
     pub span: u64,
+    /// When it was taken (epoch ns).
+    pub start_ns: i64,
 }
 
 /// Per type id: the field indexes of the stack trace, the thread and the weight.
@@ -221,7 +223,8 @@ pub fn for_each_sample(
             _ => None,
         };
         let span = plan.span.and_then(|i| event.values.get(i)).and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
-        f(Sample { stack_key, stack, thread, weight, span });
+        let start_ns = chunk.ticks_to_epoch_nanos(event.start_ticks());
+        f(Sample { stack_key, stack, thread, weight, span, start_ns });
     }
     Ok(())
 }

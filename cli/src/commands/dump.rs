@@ -10,6 +10,7 @@
 //! - `collapsed`: folded stacks `outer;...;inner weight`, identical stacks aggregated.
 //! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
 //! - `pprof`: a gzipped profile.proto of the samples (see `pprof.rs`).
+//! - `html`: the page `recorder view` writes, of the selected CPU samples (`view.rs`).
 //!
 //! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
 //! or of the `--events` types with a stack trace, each event weighed as its kind says
@@ -171,6 +172,12 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
                 }
                 Ok(written)
             }),
+        (DumpFormat::Html, _) => {
+            let title = format!("recorder: {}", cfg.path.display());
+            // An error goes through `result`, so the output file is abandoned as for the other formats.
+            super::view::page_of(&source.chunks, &selection, &title, !source.damage.is_empty())
+                .and_then(|page| Ok(sink.write_all(&page).map(|()| true)?))
+        }
         (_, Some(write)) => write(&mut sink).map(|()| true),
         (_, None) => Ok(true),
     };

@@ -9,3 +9,4 @@ pub mod record;
 pub mod repair;
 pub mod summary;
 pub mod top;
+pub mod view;
