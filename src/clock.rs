@@ -264,8 +264,10 @@ fn choose() -> Calibration {
     if !cfg!(target_arch = "x86_64") {
         return monotonic("not an x86_64 CPU");
     }
-    let clocksource = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource");
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    // In the recorder's own descriptor table: the program may be closing or `dup2`ing its
+    // descriptors meanwhile (`fds/mod.rs`).
+    let clocksource = crate::fds::read_string("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+    let cpuinfo = crate::fds::read_string("/proc/cpuinfo").unwrap_or_default();
     if let Err(reason) = tsc_trusted(clocksource.as_deref().ok(), &cpuinfo) {
         return monotonic(reason);
     }

@@ -266,7 +266,7 @@ fn listen(
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| cleanup(format!("cannot restrict {}: {e}", path.display())))?;
     listener.set_nonblocking(true).map_err(|e| cleanup(format!("{}: {e}", path.display())))?;
-    // Held high and checked before each poll: the program may close every descriptor (`fds.rs`).
+    // Held high and checked before each poll: the program may close every descriptor (`fds/mod.rs`).
     let listener = Held::new(listener).map_err(|e| cleanup(format!("{}: {e}", path.display())))?;
     let ino = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino())).ok();
     let stop = Arc::new(AtomicBool::new(false));

@@ -162,7 +162,7 @@ const DESCRIPTORS_TAKEN_FIX: &str = "none needed: nothing was written to, read f
 static TAKEN_REPORTED: AtomicU64 = AtomicU64::new(0);
 
 /// Queues a diagnostic if the program closed or replaced descriptors of ours since the last
-/// report (`fds.rs`). Not said on stderr: a program that closes every descriptor may have put
+/// report (`fds/mod.rs`). Not said on stderr: a program that closes every descriptor may have put
 /// one of its own files at number 2.
 fn note_descriptors_taken() {
     let taken = crate::fds::taken();

@@ -95,7 +95,7 @@ impl ChunkNames {
 /// One chunk file being written.
 #[derive(Debug)]
 pub(crate) struct ChunkFile {
-    /// Held high and checked before each use (`fds.rs`): reopened by its path if the host closed
+    /// Held high and checked before each use (`fds/mod.rs`): reopened by its path if the host closed
     /// or replaced the number.
     file: crate::fds::HeldFile,
     temp_path: PathBuf,

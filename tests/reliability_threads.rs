@@ -21,6 +21,8 @@ recorder::event! {
 }
 
 const THREADS: usize = 10_000;
+/// The sampler's default limit of threads sampled at once.
+const SAMPLED_THREADS: usize = 128;
 const BATCH: usize = 50;
 const EVENTS_PER_THREAD: u64 = 3;
 
@@ -158,6 +160,14 @@ fn storm(strict_loss: bool) {
                 }
             });
             max_slots.fetch_max(rec.sampler_stats().unwrap().slots_in_use, Ordering::Relaxed);
+            // Paced by the reaper, not by the clock: the next batch starts once the slots of
+            // the exited threads left room for it (the recorder's passes reap them; on a loaded
+            // machine they may wait for the CPU). A reaper that never frees them still leads
+            // to refusals, which the assertions below catch.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while rec.sampler_stats().unwrap().slots_in_use + BATCH > SAMPLED_THREADS && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
     };
     // Warm-up: allocator arenas, buffers and the stack table reach their working size.

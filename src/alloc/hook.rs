@@ -671,7 +671,10 @@ fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
 
 /// The mapping of /proc/self/maps that contains `addr`, read without allocating, and whether it
 /// is the one named `[stack]`. Raw system calls: glibc's `open`, `read` and `close` are
-/// cancellation points, and this runs inside the application's allocation.
+/// cancellation points, and this runs inside the application's allocation. The descriptor is of
+/// the shared table (the recorder's own table, `fds::privately`, would allocate): read by `pread`,
+/// which moves no offset should the program `dup2` over its number meanwhile, and closed only if
+/// it still names the file opened (`fds/mod.rs`).
 fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     // SAFETY: a NUL-terminated path; the flags need no mode argument.
     let fd = unsafe {
@@ -681,6 +684,8 @@ fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
         return None;
     }
     let fd = fd as libc::c_int;
+    let opened = crate::fds::identity(fd);
+    let mut at: libc::off_t = 0;
     let mut buf = [0u8; 1024];
     // 0: the start address, 1: the end address, 2: the rest of the line, 3: the rest of the
     // matching line (its name).
@@ -691,13 +696,14 @@ fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     let (mut name_at, mut last) = (0usize, 0u8);
     'read: loop {
         // SAFETY: `buf` is writable for its length; `fd` is ours.
-        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), at) };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
         if n <= 0 {
             break;
         }
+        at += n as libc::off_t;
         for &b in buf.iter().take(n as usize) {
             match state {
                 0 if b == b'-' => state = 1,
@@ -733,8 +739,12 @@ fn mapping_of(addr: usize) -> Option<(usize, usize, bool)> {
     if found.is_none() && state == 3 {
         found = Some((lo, hi, name_at == NAME.len()));
     }
-    // SAFETY: our descriptor.
-    unsafe { libc::syscall(libc::SYS_close, fd) };
+    if opened.is_some() && crate::fds::identity(fd) == opened {
+        // SAFETY: our descriptor, still naming the file we opened.
+        unsafe { libc::syscall(libc::SYS_close, fd) };
+    } else {
+        crate::fds::count_taken();
+    }
     found
 }
 

@@ -257,8 +257,12 @@ pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &Footprint) {
 }
 
 /// Every thread's CPU times (threads whose stat cannot be read, e.g. exited meanwhile, are left
-/// out).
+/// out), read in the recorder's own descriptor table, all in one visit (`fds::privately`).
 fn read_thread_cpu() -> Vec<ThreadCpu> {
+    crate::fds::privately(read_thread_cpu_here)
+}
+
+fn read_thread_cpu_here() -> Vec<ThreadCpu> {
     let Ok((tids, _)) = proc::list_task_ids() else { return Vec::new() };
     let mut out = Vec::new();
     let mut buf = String::new();
@@ -278,10 +282,10 @@ fn read_thread_cpu() -> Vec<ThreadCpu> {
 
 fn read_cpu_times() -> CpuTimes {
     let mut t = CpuTimes { at: Some(Instant::now()), ..CpuTimes::default() };
-    if let Some(st) = std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(proc::parse_stat) {
+    if let Some(st) = crate::fds::read_string("/proc/self/stat").ok().as_deref().and_then(proc::parse_stat) {
         (t.user, t.system) = (st.utime, st.stime);
     }
-    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+    if let Ok(stat) = crate::fds::read_string("/proc/stat") {
         if let Some(line) = stat.lines().next() {
             let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
             let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
@@ -293,7 +297,7 @@ fn read_cpu_times() -> CpuTimes {
 }
 
 fn read_rss() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let status = crate::fds::read_string("/proc/self/status").ok()?;
     let kb = |key: &str| -> Option<u64> {
         let line = status.lines().find(|l| l.starts_with(key))?;
         line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|v| v * 1024)

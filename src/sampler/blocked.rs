@@ -36,9 +36,10 @@ const MAX_CANDIDATES: usize = 64;
 
 /// The user stack and program counter of the system call `tid` is blocked in, from
 /// `/proc/self/task/TID/syscall` ("nr a1 .. a6 sp pc", "-1 sp pc" when blocked outside one), or
-/// `None` if it runs or cannot be read.
+/// `None` if it runs or cannot be read. Read in the recorder's own descriptor table
+/// (`fds::privately`).
 pub(super) fn syscall_registers(tid: u32) -> Option<(usize, usize)> {
-    let line = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let line = crate::fds::read_string(&format!("/proc/self/task/{tid}/syscall")).ok()?;
     let mut words = line.split_whitespace().rev();
     let parse = |w: &str| usize::from_str_radix(w.trim_start_matches("0x"), 16).ok();
     let pc = parse(words.next()?)?;

@@ -24,7 +24,7 @@ pub(super) struct SamplerShared {
     /// perf fd -> slot index + 1 (0: none). Written in normal context before the fd is enabled.
     pub(super) fd_slots: Box<[AtomicU32]>,
     /// The recorder wakeup: a futex word the handler bumps (no descriptor: the host may close
-    /// or reuse any number, see `fds.rs`). Std's atomic: the kernel reads it.
+    /// or reuse any number, see `fds/mod.rs`). Std's atomic: the kernel reads it.
     pub(super) wake: std::sync::atomic::AtomicU32,
     /// Frames kept per sample: innermost `inner`, outermost `outer` (each <= 2048, not both 0).
     pub(super) depth: DepthPolicy,
@@ -263,7 +263,7 @@ impl SamplerShared {
     }
 
     /// Re-arms every thread whose perf event's number no longer names it (the program closed
-    /// or replaced it, `fds.rs`): the old number is forgotten, never closed, and a new event
+    /// or replaced it, `fds/mod.rs`): the old number is forgotten, never closed, and a new event
     /// is opened. Normal context; takes the registry lock.
     pub(super) fn rearm_taken(&self) {
         let mut reg = self.threads.registry.lock();

@@ -65,7 +65,7 @@ static QUARANTINE: crate::fork::ForkSafeMutex<Vec<(c_int, u32)>> = crate::fork::
 static PLACEHOLDER: crate::fork::ForkSafeMutex<Option<(c_int, Identity)>> = crate::fork::ForkSafeMutex::new(None);
 /// The kernel's id of the perf event each fd number of ours was opened for
 /// (`PERF_EVENT_IOC_ID`): a number the host closed or replaced answers another id or none, and is
-/// then neither disabled nor closed by us (`fds.rs`).
+/// then neither disabled nor closed by us (`fds/mod.rs`).
 static PERF_IDS: crate::fork::ForkSafeMutex<std::collections::BTreeMap<c_int, u64>> =
     crate::fork::ForkSafeMutex::new(std::collections::BTreeMap::new());
 
@@ -254,7 +254,7 @@ fn perf_open_unmarked(tid: u32, period: Duration) -> io::Result<c_int> {
             PERF_FLAG_FD_CLOEXEC,
         )
     };
-    // High: the host's own opens rarely reach the number (`fds.rs`), and none below it is ever
+    // High: the host's own opens rarely reach the number (`fds/mod.rs`), and none below it is ever
     // taken from the host (the thread gets a POSIX CPU timer instead, which needs no descriptor).
     // Before any routing: the signal carries the number the event was routed with.
     cvt(fd as c_int).and_then(fds::move_high_or_close)
@@ -500,9 +500,16 @@ pub(super) fn release_quarantine() {
     if q.is_empty() {
         return;
     }
-    let mut buf = String::new();
-    q.retain(|&(fd, tid)| {
-        if sigprof_may_be_pending(tid, &mut buf) {
+    // Every entry's /proc file in one visit to the recorder's own descriptor table
+    // (`fds::privately`): one wait, however many threads exited.
+    let tids: Vec<u32> = q.iter().map(|&(_, tid)| tid).collect();
+    let pending = fds::privately(move || {
+        let mut buf = String::new();
+        tids.into_iter().map(|tid| sigprof_may_be_pending(tid, &mut buf)).collect::<Vec<bool>>()
+    });
+    let mut pending = pending.into_iter();
+    q.retain(|&(fd, _)| {
+        if pending.next().unwrap_or(true) {
             return true;
         }
         if is_placeholder(fd) {

@@ -304,9 +304,14 @@ fn idle_state(
     walker: &mut Walker,
     walk: bool,
 ) -> Idle {
-    let state = task_stat(tid, buf).map_or(WallState::Other, |s| WallState::from_proc(s.state));
-    buf.clear();
-    let registers = syscall_registers(tid);
+    // Both read in one visit to the recorder's own descriptor table (`fds::privately`).
+    let mut stat = std::mem::take(buf);
+    let (state, registers, stat) = crate::fds::privately(move || {
+        let state = task_stat(tid, &mut stat).map_or(WallState::Other, |s| WallState::from_proc(s.state));
+        stat.clear();
+        (state, syscall_registers(tid), stat)
+    });
+    *buf = stat;
     let pc = registers.map_or(0, |(_, pc)| pc as u64);
     let tables = match shared.unwinder {
         crate::unwind::Unwinder::FramePointer => None,

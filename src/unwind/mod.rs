@@ -142,7 +142,7 @@ pub fn main_thread_entry() -> usize {
     if cached != usize::MAX {
         return cached;
     }
-    let entry = std::fs::read_to_string("/proc/self/stat")
+    let entry = crate::fds::read_string("/proc/self/stat")
         .ok()
         .and_then(|s| crate::threads::proc::parse_stat(&s).map(|st| st.start_stack as usize))
         .unwrap_or(0);

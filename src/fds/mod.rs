@@ -11,14 +11,18 @@
 //!   checked by `fstat` before each use in normal context; a number that names another file is
 //!   never used again, not even closed: the file is reopened by its path where it has one, or the
 //!   work is given up;
-//! - short-lived descriptors (a /proc file read, a directory listed) are read with `pread` (which
-//!   moves no file offset, should the number have changed hands) and closed only after the same
-//!   check, and no failure panics (std's `ReadDir` panics when `closedir` sees EBADF);
+//! - short-lived descriptors (a /proc file read, a directory listed, a binary parsed) are opened
+//!   in a descriptor table of the recorder's own ([`privately`], [`in_private_table`]): out of
+//!   the host's reach, however it closes or `dup2`s, and ours out of its files' way. Where no such
+//!   table can be had they are read with `pread` (which moves no file offset, should the number
+//!   have changed hands) and closed only after the same check; no failure panics (std's `ReadDir`
+//!   panics when `closedir` sees EBADF);
 //! - no signal handler writes to any descriptor: the sampler's wakeup is a futex.
 //!
-//! What remains: a number the host closes and reuses in the microseconds between our `fstat`
-//! and the call that follows it. Every descriptor the host took from us is counted
-//! ([`taken`]) and reported with the recording's statistics.
+//! What remains: for descriptors of the shared table (those kept across calls, and short-lived
+//! ones where no table of our own could be had), a number the host closes and reuses in the
+//! microseconds between our `fstat` and the call that follows it. Every descriptor the host took
+//! from us is counted ([`taken`]) and reported with the recording's statistics.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -205,40 +209,9 @@ pub(crate) fn taken_error() -> io::Error {
     io::Error::other("the program closed or replaced the recorder's file descriptor")
 }
 
-/// Runs `f` on a short-lived thread whose descriptor table is its own (`unshare(CLONE_FILES)`,
-/// emptied at once, so it holds none of the program's files): for code of other crates that keeps
-/// a file open for long, such as a DWARF loader parsing a large binary. A program that closes
-/// every descriptor meanwhile and opens its own files at the freed numbers would otherwise have
-/// one of them closed when the loader drops its `File`. Runs `f` here if no thread can start.
-pub(crate) fn in_private_table<R: Send, F: FnOnce() -> R + Send>(f: F) -> R {
-    let slot = std::sync::Mutex::new(Some(f));
-    let take = || slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let result = std::thread::scope(|scope| {
-        // One of the recorder's own threads: never sampled (a perf event armed on it would stay
-        // in the shared table, out of its reach at exit), signals blocked from its start.
-        let handle = crate::own_thread::spawn_scoped(scope, "recorder-load", || {
-            crate::alloc::exclude_current_thread();
-            // SAFETY: this thread leaves the shared table for a copy of its own, then closes
-            // every descriptor of the copy (the program's files stay open in its own table).
-            unsafe {
-                if libc::unshare(libc::CLONE_FILES) == 0
-                    && libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0
-                {
-                    for fd in 0..1024 {
-                        libc::close(fd);
-                    }
-                }
-            }
-            take().map(|f| f())
-        });
-        handle.ok().and_then(|h| h.join().ok()).flatten()
-    });
-    match result {
-        Some(r) => r,
-        // No thread: the work is done here, as before.
-        None => (take().expect("not taken: the thread never ran it"))(),
-    }
-}
+mod private_table;
+
+pub(crate) use private_table::{in_private_table, privately};
 
 fn open_raw(path: &str, flags: libc::c_int) -> io::Result<(libc::c_int, Identity)> {
     let c = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -256,9 +229,29 @@ fn open_raw(path: &str, flags: libc::c_int) -> io::Result<(libc::c_int, Identity
     }
 }
 
-/// Reads the whole of the small file `path` (a /proc file) into `buf` (cleared first), by `pread`
-/// on a descriptor checked before it is closed: see the module docs.
+/// Reads the whole of the small file `path` (a /proc file) into `buf` (cleared first), in the
+/// recorder's own descriptor table ([`privately`]).
 pub(crate) fn read_to_string(path: &str, buf: &mut String) -> io::Result<()> {
+    let path = path.to_owned();
+    let mut taken = std::mem::take(buf);
+    let (result, filled) = privately(move || {
+        let result = read_to_string_here(&path, &mut taken);
+        (result, taken)
+    });
+    *buf = filled;
+    result
+}
+
+/// The whole of the small file `path` (a /proc file), read as [`read_to_string`] does.
+pub(crate) fn read_string(path: &str) -> io::Result<String> {
+    let mut buf = String::new();
+    read_to_string(path, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_to_string`] in the calling thread's table, by `pread` on a descriptor checked before
+/// it is closed: see the module docs.
+fn read_to_string_here(path: &str, buf: &mut String) -> io::Result<()> {
     buf.clear();
     let (fd, id) = open_raw(path, 0)?;
     let mut bytes = std::mem::take(buf).into_bytes();
@@ -284,8 +277,14 @@ pub(crate) fn read_to_string(path: &str, buf: &mut String) -> io::Result<()> {
 }
 
 /// The numeric names in directory `path` (the threads of /proc/self/task), and whether the
-/// listing was complete; never panics (see the module docs).
+/// listing was complete, listed in the recorder's own descriptor table ([`privately`]); never
+/// panics (see the module docs).
 pub(crate) fn numeric_entries(path: &str) -> io::Result<(Vec<u32>, bool)> {
+    let path = path.to_owned();
+    privately(move || numeric_entries_here(&path))
+}
+
+fn numeric_entries_here(path: &str) -> io::Result<(Vec<u32>, bool)> {
     let (fd, id) = open_raw(path, libc::O_DIRECTORY)?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
