@@ -1026,6 +1026,20 @@ fn closing_lines_state_the_recorders_memory_and_the_modules_its_symbol_limit_nam
     assert!(!memory.contains("recorder code 0 bytes"), "the preload library's pages: {memory}");
     let named = printed.lines().find(|l| l.contains("Named from symbols only")).unwrap_or_else(|| panic!("{printed}"));
     assert!(named.contains("1.0 KiB") && named.contains("calltree (~"), "{named}");
+    // The same in `summary --json`: by part, the limit and the modules named from symbols.
+    let json = recorder_ok(&["summary", "--json", dir.join("r.jfr").to_str().unwrap()]);
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let footprint = &summary["recorder_footprint"];
+    let bytes = |key: &str| footprint[key].as_u64().unwrap_or_else(|| panic!("{key}: {footprint}"));
+    assert!(bytes("recorder_code_bytes") > 0 && bytes("stack_table_bytes") > 0, "{footprint}");
+    let parts: u64 = ["event_buffers", "sampler_buffers", "allocation_pool", "stack_table", "unwind_tables"]
+        .iter()
+        .chain(&["recorder_code", "symbolizer_heap", "mapped_debug_files"])
+        .map(|p| bytes(&format!("{p}_bytes")))
+        .sum();
+    assert_eq!(bytes("total_bytes"), parts, "the total is the sum of the parts: {footprint}");
+    assert_eq!(bytes("symbolizer_limit_bytes"), 1024, "{footprint}");
+    assert!(footprint["symbols_only"].as_str().unwrap().contains("calltree (~"), "{footprint}");
     // The samples still name the hot function (symbol table), and every JDK tool reads the file.
     let (_, leaf_share, total) = shares(&stacks(&dir.join("r.jfr")), "hot_leaf");
     assert!(total > 0 && leaf_share > 0.5, "{leaf_share} of {total}");

@@ -178,7 +178,12 @@ pub fn run(cfg: &SummaryConfig) -> anyhow::Result<Outcome> {
         json::uint(&mut buf, l.events);
         buf.extend_from_slice(b", \"bytes\": ");
         json::uint(&mut buf, l.bytes);
-        buf.extend_from_slice(b"}}\n");
+        buf.extend_from_slice(b"}, \"recorder_footprint\": ");
+        match &weighed.footprint {
+            Some(fields) => json_footprint(&mut buf, fields),
+            None => buf.extend_from_slice(b"null"),
+        }
+        buf.extend_from_slice(b"}\n");
         out.write_all(&buf)?;
     } else {
         let version = source
@@ -494,22 +499,48 @@ fn write_losses(out: &mut impl Write, w: &WeighedTotals, events: u64, bytes: u64
     Ok(())
 }
 
-/// `12.3 MiB`.
+/// recorder.Footprint's parts: (field, label in the text summary); `--json` names each by its
+/// label with underscores.
+const FOOTPRINT_PARTS: [(&str, &str); 8] = [
+    ("eventBuffers", "event buffers"),
+    ("samplerBuffers", "sampler buffers"),
+    ("allocationPool", "allocation pool"),
+    ("stackTable", "stack table"),
+    ("unwindTables", "unwind tables"),
+    ("ownCode", "recorder code"),
+    ("symbolizerHeap", "symbolizer heap"),
+    ("mappedDebugFiles", "mapped debug files"),
+];
+
+/// A byte field of recorder.Footprint (0 if absent or negative).
+fn footprint_bytes(fields: &[(String, Value)], name: &str) -> u64 {
+    fields.iter().find(|f| f.0 == name).and_then(|f| f.1.as_i64()).map_or(0, |v| v.max(0) as u64)
+}
+
+/// The last recorder.Footprint as a JSON object: `total_bytes`, each part's bytes, the
+/// symbolizer's limit and the modules named from symbols only.
+fn json_footprint(buf: &mut Vec<u8>, fields: &[(String, Value)]) {
+    buf.extend_from_slice(b"{\"total_bytes\": ");
+    json::uint(buf, footprint_bytes(fields, "total"));
+    for (field, label) in FOOTPRINT_PARTS {
+        buf.extend_from_slice(b", ");
+        json::string(buf, &format!("{}_bytes", label.replace(' ', "_")));
+        buf.extend_from_slice(b": ");
+        json::uint(buf, footprint_bytes(fields, field));
+    }
+    buf.extend_from_slice(b", \"symbolizer_limit_bytes\": ");
+    json::uint(buf, footprint_bytes(fields, "symbolizerLimit"));
+    buf.extend_from_slice(b", \"symbols_only\": ");
+    let dropped = fields.iter().find(|f| f.0 == "symbolsOnly").and_then(|f| f.1.as_str()).unwrap_or("");
+    json::string(buf, dropped);
+    buf.push(b'}');
+}
+
 /// The recorder's own memory in the recorded process, by part, from the last recorder.Footprint.
 fn write_footprint(out: &mut impl Write, fields: &[(String, Value)]) -> std::io::Result<()> {
-    let bytes =
-        |name: &str| fields.iter().find(|f| f.0 == name).and_then(|f| f.1.as_i64()).map_or(0, |v| v.max(0) as u64);
-    let parts = [
-        ("eventBuffers", "event buffers"),
-        ("samplerBuffers", "sampler buffers"),
-        ("allocationPool", "allocation pool"),
-        ("stackTable", "stack table"),
-        ("unwindTables", "unwind tables"),
-        ("ownCode", "recorder code"),
-        ("symbolizerHeap", "symbolizer heap"),
-        ("mappedDebugFiles", "mapped debug files"),
-    ];
-    let listed: Vec<String> = parts.iter().map(|(f, label)| format!("{label} {}", human_bytes(bytes(f)))).collect();
+    let bytes = |name: &str| footprint_bytes(fields, name);
+    let listed: Vec<String> =
+        FOOTPRINT_PARTS.iter().map(|(f, label)| format!("{label} {}", human_bytes(bytes(f)))).collect();
     writeln!(out)?;
     writeln!(
         out,
@@ -528,6 +559,7 @@ fn write_footprint(out: &mut impl Write, fields: &[(String, Value)]) -> std::io:
     Ok(())
 }
 
+/// `12.3 MiB`.
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
