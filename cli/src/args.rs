@@ -48,7 +48,7 @@ pub enum Command {
     /// Post finished chunks to Grafana Pyroscope, once each and in order (`--follow`: as they finish).
     #[command(after_long_help = PUSH_EXAMPLES, after_help = PUSH_EXAMPLES)]
     Push(PushArgs),
-    /// Write one self-contained HTML page: a lane per thread with its CPU samples over time, and the flame graph and function table of a selected time range.
+    /// Write one self-contained HTML page: a lane per thread with its samples over time (CPU, wall clock with thread states, allocated or live bytes), and the flame graph and function table of a selected time range.
     #[command(after_long_help = VIEW_EXAMPLES, after_help = VIEW_EXAMPLES)]
     View(ViewArgs),
 }
@@ -59,7 +59,8 @@ EXAMPLES:
     recorder view /tmp/recorder-1000/2026_11_29_16_36_53_10829/ -o report.html
 
 The page needs no network: its script, style and data are in the file. Open report.html#range=100,300
-to show the flame graph of 100 ms to 300 ms after the recording's start; drag over a lane to select a range.";
+to show the flame graph of 100 ms to 300 ms after the recording's start; drag over a lane to select a range.
+report.html#kind=wall (or alloc, live) shows that kind of samples.";
 
 #[derive(Debug, Args)]
 pub struct ViewArgs {
@@ -382,7 +383,7 @@ pub enum DumpFormat {
     Flamegraph,
     /// A gzipped pprof profile.proto of the samples (`go tool pprof`, Pyroscope, Speedscope).
     Pprof,
-    /// One self-contained HTML page of the CPU samples: lanes over time, flame graph (as `recorder view`).
+    /// One self-contained HTML page of the samples: lanes over time, flame graph (as `recorder view`).
     Html,
 }
 

@@ -55,6 +55,20 @@ fn page_data(page: &str) -> serde_json::Value {
     serde_json::from_str(&page[start..start + len]).expect("the data is JSON")
 }
 
+/// A kind's entries (thread, time from start in ns, stack, weight, state) from the page's data;
+/// none if the page has no such kind.
+fn entries(data: &serde_json::Value, kind: &str) -> Vec<[i64; 5]> {
+    let Some(k) = data["kinds"].as_array().unwrap().iter().find(|k| k["id"] == kind) else { return Vec::new() };
+    let flat = k["entries"].as_array().unwrap();
+    assert_eq!(flat.len() % 5, 0);
+    flat.chunks(5).map(|e| std::array::from_fn(|i| e[i].as_i64().unwrap())).collect()
+}
+
+/// The sum of a kind's weights.
+fn total(data: &serde_json::Value, kind: &str) -> u64 {
+    entries(data, kind).iter().map(|e| e[3] as u64).sum()
+}
+
 fn sample_count(path: &Path) -> u64 {
     let v: serde_json::Value = serde_json::from_str(&recorder_ok(&["summary", "--json", s(path)])).unwrap();
     v["events"]["jdk.ExecutionSample"]["count"].as_u64().unwrap_or(0)
@@ -73,19 +87,17 @@ fn the_page_holds_every_sample_per_named_thread_and_fetches_nothing() {
     let data = page_data(&page);
     let threads: Vec<&str> = data["threads"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     assert!(threads.contains(&"view-worker") && threads.contains(&HOSTILE_NAME), "lanes: {threads:?}");
-    let samples = data["samples"].as_array().unwrap();
-    assert_eq!(samples.len() % 3, 0);
-    let count = (samples.len() / 3) as u64;
+    let samples = entries(&data, "cpu");
+    let count = total(&data, "cpu");
     assert!(count > 0);
     assert_eq!(count, sample_count(&file), "the page's samples are summary's");
     // Each sample is of a lane, within the recording, with a stack of the page.
     let (lanes, stacks, duration) =
         (threads.len() as u64, data["stacks"].as_array().unwrap().len() as u64, data["durationNs"].as_i64().unwrap());
     let mut per_thread: BTreeMap<u64, u64> = BTreeMap::new();
-    for triple in samples.chunks(3) {
-        let (t, at, stack) = (triple[0].as_u64().unwrap(), triple[1].as_i64().unwrap(), triple[2].as_u64().unwrap());
-        assert!(t < lanes && stack < stacks && (0..=duration).contains(&at), "sample {triple:?}");
-        *per_thread.entry(t).or_default() += 1;
+    for e @ [t, at, stack, weight, _] in samples {
+        assert!((t as u64) < lanes && (stack as u64) < stacks && (0..=duration).contains(&at), "sample {e:?}");
+        *per_thread.entry(t as u64).or_default() += weight as u64;
     }
     assert_eq!(per_thread.len() as u64, lanes, "every lane has samples");
     // The name is data, never markup: the only script elements are the page's two.
@@ -99,7 +111,7 @@ fn the_page_holds_every_sample_per_named_thread_and_fetches_nothing() {
     let worker = threads.iter().position(|t| *t == "view-worker").unwrap() as u64;
     let narrowed = page_data(&recorder_ok(&["dump", "--format", "html", "--thread", "view-worker", s(&file)]));
     assert_eq!(narrowed["threads"], serde_json::json!(["view-worker"]));
-    assert_eq!((narrowed["samples"].as_array().unwrap().len() / 3) as u64, per_thread[&worker]);
+    assert_eq!(total(&narrowed, "cpu"), per_thread[&worker]);
 }
 
 #[test]
@@ -111,7 +123,7 @@ fn a_recording_without_samples_gives_an_empty_page() {
     rec.stop().unwrap();
     let page = recorder_ok(&["view", s(&repo)]);
     let data = page_data(&page);
-    assert_eq!(data["samples"].as_array().unwrap().len(), 0);
+    assert_eq!(total(&data, "cpu"), 0);
     assert_eq!(data["truncated"], false);
 }
 
@@ -128,7 +140,7 @@ fn a_truncated_file_gives_the_readable_part_flagged_and_exit_code_2() {
     assert!(!out.stderr.is_empty(), "the damage is reported");
     let data = page_data(std::str::from_utf8(&out.stdout).unwrap());
     assert_eq!(data["truncated"], true);
-    assert!((data["samples"].as_array().unwrap().len() / 3) as u64 >= sample_count(&file), "the whole part is shown");
+    assert!(total(&data, "cpu") >= sample_count(&file), "the whole part is shown");
 }
 
 /// Headless Chromium (Debian's `chromium`, installed by `.ci/run`): a missing browser fails the
@@ -182,12 +194,8 @@ fn in_chromium_the_page_shows_the_lanes_and_the_flame_graph_of_a_range() {
     let duration_ms = data["durationNs"].as_f64().unwrap() / 1e6;
     let (from, to) = (format!("{:.3}", duration_ms / 4.0), format!("{:.3}", duration_ms / 2.0));
     let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
-    let in_range = data["samples"]
-        .as_array()
-        .unwrap()
-        .chunks(3)
-        .filter(|t| (a..=b).contains(&(t[1].as_f64().unwrap() / 1e6)))
-        .count() as u64;
+    let in_range: u64 =
+        entries(&data, "cpu").iter().filter(|e| (a..=b).contains(&(e[1] as f64 / 1e6))).map(|e| e[3] as u64).sum();
     assert!(in_range > 0 && in_range < sample_count(&file), "the range holds some of the samples: {in_range}");
     let ranged = format!("{url}#range={from},{to}");
     let state = browser_state(&ranged);
@@ -198,6 +206,79 @@ fn in_chromium_the_page_shows_the_lanes_and_the_flame_graph_of_a_range() {
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view.png");
     let _ = std::fs::remove_file(&shot);
     let out = chromium(&[&format!("--screenshot={}", s(&shot)), &ranged]);
+    assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    drop(dir);
+}
+
+/// `recorder record --wall --alloc --alloc-live` of `programs/view_mix.c` (threads cruncher,
+/// napper, waiter); returns (dir, the recording).
+fn recording_of_c_program() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_program("view_mix.c", "gcc", &["-O2", "-pthread", "-fno-omit-frame-pointer"]);
+    preload_library();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recorder"))
+        .current_dir(dir.path())
+        .args(["record", "--period", "1ms", "--wall", "5ms", "--alloc", "16KiB", "--alloc-live"])
+        .args(["--repository", "repo", "-o", "mix.jfr", "--", s(&prog)])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.path().join("mix.jfr");
+    (dir, file)
+}
+
+/// Per thread name and state name, the weight of a kind's entries.
+fn by_thread_and_state(data: &serde_json::Value, kind: &str) -> BTreeMap<(String, String), u64> {
+    let name = |list: &str, i: i64| data[list][i as usize].as_str().unwrap().to_owned();
+    let mut out = BTreeMap::new();
+    for [t, _, _, w, state] in entries(data, kind) {
+        *out.entry((name("threads", t), name("states", state))).or_default() += w as u64;
+    }
+    out
+}
+
+#[test]
+fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states() {
+    let (dir, file) = recording_of_c_program();
+    let summary: serde_json::Value = serde_json::from_str(&recorder_ok(&["summary", "--json", s(&file)])).unwrap();
+    let page = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_wall_alloc.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let ids: Vec<&str> = data["kinds"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["cpu", "wall", "alloc"], "the kinds the recording has, CPU first");
+    // Each kind weighs what `summary` counts: samples, wall-clock periods, estimated bytes.
+    assert_eq!(total(&data, "cpu"), sample_count(&file));
+    assert_eq!(total(&data, "wall"), summary["wall_samples"]["periods"].as_u64().unwrap());
+    assert_eq!(total(&data, "alloc"), summary["allocation_samples"]["estimated_bytes"].as_u64().unwrap());
+    assert!(total(&data, "alloc") > 0);
+    // Wall-clock states: the cruncher runs, the napper sleeps (in nanosleep, 400 ms).
+    let states = by_thread_and_state(&data, "wall");
+    let of = |t: &str, st: &str| states.get(&(t.to_owned(), st.to_owned())).copied().unwrap_or(0);
+    assert!(of("cruncher", "STATE_RUNNABLE") > 0 && of("napper", "STATE_SLEEPING") > 0, "{states:?}");
+    assert!(data["wallPeriodNs"].as_i64() == Some(5_000_000), "the wall period from its setting");
+
+    // In the browser: the kind of the fragment is shown, its flame graph's root is its total.
+    let url = format!("file://{}", s(&page));
+    for kind in ["wall", "alloc"] {
+        let state = browser_state(&format!("{url}#kind={kind}"));
+        assert_eq!(state["errors"], serde_json::json!([]));
+        assert_eq!(state["kind"], kind);
+        assert_eq!(state["flameTotal"].as_u64().unwrap(), total(&data, kind), "{kind}");
+        assert_eq!(state["lanes"], data["threads"]);
+    }
+    // A range of the allocation samples.
+    let duration_ms = data["durationNs"].as_f64().unwrap() / 1e6;
+    let (from, to) = (format!("{:.3}", duration_ms / 3.0), format!("{:.3}", duration_ms * 2.0 / 3.0));
+    let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
+    let in_range: u64 =
+        entries(&data, "alloc").iter().filter(|e| (a..=b).contains(&(e[1] as f64 / 1e6))).map(|e| e[3] as u64).sum();
+    let state = browser_state(&format!("{url}#kind=alloc&range={from},{to}"));
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), in_range);
+    // For people to look at: the wall-clock view, states under the lanes.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_wall_alloc.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[&format!("--screenshot={}", s(&shot)), &format!("{url}#kind=wall")]);
     assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
     drop(dir);
 }

@@ -10,7 +10,7 @@
 //! - `collapsed`: folded stacks `outer;...;inner weight`, identical stacks aggregated.
 //! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
 //! - `pprof`: a gzipped profile.proto of the samples (see `pprof.rs`).
-//! - `html`: the page `recorder view` writes, of the selected CPU samples (`view.rs`).
+//! - `html`: the page `recorder view` writes, of the selected samples (`view.rs`).
 //!
 //! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
 //! or of the `--events` types with a stack trace, each event weighed as its kind says
@@ -275,7 +275,7 @@ fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing
 /// The last live-set snapshot of the recording: (start of its chunk in epoch ns, snapshot id,
 /// sampled objects it holds); `None` without one. Chunks are in recording order, so the last
 /// chunk with a `recorder.LiveSet` holds it, as its largest snapshot id.
-fn last_live_snapshot(chunks: &[SourceChunk]) -> anyhow::Result<Option<(i64, i64, i64)>> {
+pub fn last_live_snapshot(chunks: &[SourceChunk]) -> anyhow::Result<Option<(i64, i64, i64)>> {
     let mut last = None;
     for sc in chunks {
         let chunk = &sc.chunk;
