@@ -48,7 +48,7 @@ pub enum Command {
     /// Post finished chunks to Grafana Pyroscope, once each and in order (`--follow`: as they finish).
     #[command(after_long_help = PUSH_EXAMPLES, after_help = PUSH_EXAMPLES)]
     Push(PushArgs),
-    /// Write one self-contained HTML page: a lane per thread with its samples over time (CPU, wall clock with thread states, allocated or live bytes), and the flame graph and function table of a selected time range.
+    /// Write one self-contained HTML page: a lane per thread with its samples (CPU, wall clock with thread states, allocated or live bytes), spans and events over time, the flame graph and function table of a selected time range, and an events table.
     #[command(after_long_help = VIEW_EXAMPLES, after_help = VIEW_EXAMPLES)]
     View(ViewArgs),
 }

@@ -99,7 +99,11 @@ fn the_page_holds_every_sample_per_named_thread_and_fetches_nothing() {
         assert!((t as u64) < lanes && (stack as u64) < stacks && (0..=duration).contains(&at), "sample {e:?}");
         *per_thread.entry(t as u64).or_default() += weight as u64;
     }
-    assert_eq!(per_thread.len() as u64, lanes, "every lane has samples");
+    // Both sampled threads have samples in their lanes (threads with events only have lanes too).
+    for name in ["view-worker", HOSTILE_NAME] {
+        let lane = threads.iter().position(|t| *t == name).unwrap() as u64;
+        assert!(per_thread.get(&lane).is_some_and(|&n| n > 0), "{name}: {per_thread:?}");
+    }
     // The name is data, never markup: the only script elements are the page's two.
     assert!(!page.contains("<script>window.pwned"));
     assert_eq!(page.matches("<script").count(), 2, "no script element comes from the data");
@@ -281,4 +285,195 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
     let out = chromium(&[&format!("--screenshot={}", s(&shot)), &format!("{url}#kind=wall")]);
     assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
     drop(dir);
+}
+
+/// A recording of `tracing` spans (`request` > `parse`, `request` > `render`, three times, on the
+/// thread `span-worker`, CPU-bound and sampled every millisecond) and a `tracing` event
+/// (`recorder.Log`, an instant) after each request; returns (dir, file).
+fn recording_with_spans() -> (tempfile::TempDir, PathBuf) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let subscriber = tracing_subscriber::registry().with(recorder::tracing::RecorderLayer::new());
+    let rec = Recorder::builder()
+        .repository(dir.path().join("repo"))
+        .sampling_period(Duration::from_millis(1))
+        .start()
+        .unwrap();
+    std::thread::scope(|s| {
+        let rec = &rec;
+        std::thread::Builder::new()
+            .name("span-worker".into())
+            .spawn_scoped(s, move || {
+                rec.register_current_thread().unwrap();
+                tracing::subscriber::with_default(subscriber, || {
+                    for i in 0..3 {
+                        let _r = tracing::info_span!("request", id = i).entered();
+                        {
+                            let _p = tracing::info_span!("parse").entered();
+                            spin_cpu(Duration::from_millis(30));
+                        }
+                        {
+                            let _p = tracing::info_span!("render").entered();
+                            spin_cpu(Duration::from_millis(50));
+                        }
+                        tracing::info!(request = i, "request done");
+                    }
+                });
+            })
+            .unwrap();
+    });
+    let file = dir.path().join("spans.jfr");
+    rec.dump(&file).unwrap();
+    rec.stop().unwrap();
+    (dir, file)
+}
+
+/// The page's embedded events of type `name`: (lane, time, duration, stack, fields).
+fn events_of(data: &serde_json::Value, name: &str) -> Vec<(usize, serde_json::Value)> {
+    let types = data["eventTypes"].as_array().unwrap();
+    let Some(t) = types.iter().position(|t| t["name"] == name) else { return Vec::new() };
+    data["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e[0].as_u64() == Some(t as u64))
+        .map(|(i, e)| (i, e.clone()))
+        .collect()
+}
+
+#[test]
+fn spans_are_bars_in_their_lane_and_selecting_one_gives_its_flame_graph() {
+    let (dir, file) = recording_with_spans();
+    let summary: serde_json::Value = serde_json::from_str(&recorder_ok(&["summary", "--json", s(&file)])).unwrap();
+    let page = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_spans.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    // The events table counts every type as summary does.
+    for t in data["eventTypes"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        assert_eq!(t["count"], summary["events"][name]["count"], "{name}");
+    }
+    let lane = data["threads"].as_array().unwrap().iter().position(|t| t == "span-worker").unwrap() as u64;
+    let spans = events_of(&data, "recorder.Span");
+    let mut names: Vec<&str> = spans.iter().map(|(_, e)| e[5]["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["parse", "parse", "parse", "render", "render", "render", "request", "request", "request"]);
+    for (_, e) in &spans {
+        assert_eq!(e[1].as_u64(), Some(lane), "a span is in its thread's lane: {e}");
+        assert!(e[3].as_i64().unwrap() > 0, "a span has a duration: {e}");
+    }
+    let logs = events_of(&data, "recorder.Log");
+    assert_eq!(logs.len(), 3, "the tracing events");
+    assert!(logs.iter().all(|(_, e)| e[1].as_u64() == Some(lane) && e[3] == 0), "instants in the lane: {logs:?}");
+
+    // In the browser: the lane holds its events; the second `render` span, selected, shows its
+    // fields and the flame graph of its time on its thread.
+    let url = format!("file://{}", s(&page));
+    let state = browser_state(&url);
+    assert_eq!(state["errors"], serde_json::json!([]));
+    let in_lane = data["events"].as_array().unwrap().iter().filter(|e| e[1].as_u64() == Some(lane)).count();
+    assert!(in_lane >= 12, "the spans and logs, and the thread's other events (its start): {in_lane}");
+    assert_eq!(state["laneEvents"]["span-worker"], in_lane);
+    for (name, count) in state["eventCounts"].as_object().unwrap() {
+        assert_eq!(*count, summary["events"][name]["count"], "{name}");
+    }
+    let (index, render) =
+        spans.iter().filter(|(_, e)| e[5]["name"] == "render").nth(1).cloned().expect("a render span");
+    let (from, to) =
+        (render[2].as_f64().unwrap() / 1e6, (render[2].as_f64().unwrap() + render[3].as_f64().unwrap()) / 1e6);
+    let (from, to) = (format!("{from:.3}"), format!("{to:.3}"));
+    let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
+    let in_span: u64 = entries(&data, "cpu")
+        .iter()
+        .filter(|e| e[0] as u64 == lane && (a..=b).contains(&(e[1] as f64 / 1e6)))
+        .map(|e| e[3] as u64)
+        .sum();
+    assert!(in_span > 0, "CPU samples in the span");
+    let selected = format!("{url}#range={from},{to}&thread={lane}&event={index}");
+    let state = browser_state(&selected);
+    assert_eq!(state["errors"], serde_json::json!([]));
+    assert_eq!(state["selected"]["type"], "recorder.Span");
+    assert_eq!(state["selected"]["fields"]["name"], "render");
+    assert_eq!(state["thread"], lane);
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), in_span);
+    // The events table with recorder.Span selected: its rows and field columns.
+    let state = browser_state(&format!("{url}#type=recorder.Span"));
+    assert_eq!(state["typeRows"], 9);
+    assert!(state["typeColumns"].as_array().unwrap().iter().any(|c| c == "name"), "{}", state["typeColumns"]);
+    // For people to look at: the spans, one selected, and its flame graph.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_spans.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[&format!("--screenshot={}", s(&shot)), &selected]);
+    assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    drop(dir);
+}
+
+#[test]
+fn zooming_the_timeline_shows_the_events_of_its_view_and_keeps_the_range() {
+    let (dir, file) = recording_with_spans();
+    let page = dir.path().join("view.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let lane = data["threads"].as_array().unwrap().iter().position(|t| t == "span-worker").unwrap() as u64;
+    // The view: the second request span (its parse and render are in it, the others are not).
+    let spans = events_of(&data, "recorder.Span");
+    let (_, request) = spans.iter().filter(|(_, e)| e[5]["name"] == "request").nth(1).cloned().unwrap();
+    let ms = |ns: f64| format!("{:.3}", ns / 1e6);
+    let (from, to) =
+        (ms(request[2].as_f64().unwrap()), ms(request[2].as_f64().unwrap() + request[3].as_f64().unwrap()));
+    let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
+    let in_view = data["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            let (at, dur) = (e[2].as_f64().unwrap() / 1e6, e[3].as_f64().unwrap() / 1e6);
+            e[1].as_u64() == Some(lane) && at + dur >= a && at <= b
+        })
+        .count();
+    let all = data["events"].as_array().unwrap().iter().filter(|e| e[1].as_u64() == Some(lane)).count();
+    assert!(in_view >= 3 && in_view < all, "the view holds some of the lane's events: {in_view} of {all}");
+    let url = format!("file://{}#view={from},{to}", s(&page));
+    let state = browser_state(&url);
+    assert_eq!(state["errors"], serde_json::json!([]));
+    assert_eq!(state["view"], serde_json::json!([a, b]));
+    assert_eq!(state["laneEvents"]["span-worker"], in_view);
+    // Zooming changes what the lanes show, not the flame graph's range.
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), sample_count(&file));
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_zoomed.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[&format!("--screenshot={}", s(&shot)), &url]);
+    assert!(shot.exists());
+}
+
+#[test]
+fn the_demo_recording_shows_its_workers_requests_as_bars() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("demo.jfr");
+    let repo = dir.path().join("repo");
+    recorder_ok(&["demo", "--seconds", "1", "--period", "1ms", "--repository", s(&repo), "-o", s(&file)]);
+    let summary: serde_json::Value = serde_json::from_str(&recorder_ok(&["summary", "--json", s(&file)])).unwrap();
+    let page = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_demo.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let requests = events_of(&data, "demo.Request");
+    let count = summary["events"]["demo.Request"]["count"].as_u64().unwrap();
+    assert!(count > 0);
+    assert_eq!(requests.len() as u64, count.min(5_000), "the requests the page holds");
+    assert!(requests.iter().all(|(_, e)| e[3].as_i64().unwrap() > 0 && e[1].as_i64().unwrap() >= 0), "bars in lanes");
+    let state = browser_state(&format!("file://{}", s(&page)));
+    assert_eq!(state["errors"], serde_json::json!([]));
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), sample_count(&file));
+    for worker in 0..4 {
+        let name = format!("demo-worker-{worker}");
+        let lane = data["threads"].as_array().unwrap().iter().position(|t| *t == name.as_str()).unwrap();
+        let in_lane = data["events"].as_array().unwrap().iter().filter(|e| e[1].as_u64() == Some(lane as u64)).count();
+        assert!(in_lane > 0 && state["laneEvents"][&name] == in_lane, "{name}: {in_lane}, {}", state["laneEvents"]);
+    }
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_demo.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[&format!("--screenshot={}", s(&shot)), &format!("file://{}", s(&page))]);
+    assert!(shot.exists());
 }

@@ -2,10 +2,12 @@
 //! embedded as JSON): a lane per thread with its samples as a heat strip over time (and, for
 //! wall-clock samples, the thread's state), and the flame graph (icicle) and function table of
 //! the selected time range, for a selectable kind of samples: CPU, wall clock, allocated bytes,
-//! live bytes (`profile.rs` names the event types and weights of each). Nothing is fetched when
-//! the page opens. The page honours `#kind=KIND&range=FROM_MS,TO_MS` (milliseconds from the
-//! recording's start) and exposes what it shows as `window.recorderView` and `<pre id=state>`
-//! for tests.
+//! live bytes (`profile.rs` names the event types and weights of each). The other events
+//! (`view/events.rs`) are bars and ticks in their threads' lanes and rows of the events table.
+//! Nothing is fetched when the page opens. The page honours
+//! `#kind=KIND&range=FROM_MS,TO_MS&view=FROM_MS,TO_MS&thread=LANE&event=INDEX&type=NAME`
+//! (milliseconds from the recording's start) and exposes what it shows as `window.recorderView`
+//! and `<pre id=state>` for tests.
 //!
 //! Samples are embedded as (thread, time, stack, weight, state), identical ones added up;
 //! stacks and frame names are deduplicated. A kind whose entries pass [`SERIES_BUDGET`] is
@@ -22,6 +24,8 @@ use crate::Outcome;
 use anyhow::Context;
 use std::collections::HashMap;
 use std::io::Write;
+
+mod events;
 
 const TEMPLATE: &str = include_str!("view.html");
 /// Where the template takes the data.
@@ -97,6 +101,8 @@ struct ViewData {
     series: Vec<Series>,
     /// The wall-clock sampler's period (ns; 0: unknown).
     wall_period_ns: i64,
+    /// The other events: counts per type and those embedded.
+    events: events::Events,
 }
 
 impl ViewData {
@@ -111,6 +117,7 @@ impl ViewData {
             states: vec![String::new()],
             series: kinds().iter().map(|_| Series::new(duration_ns, budget)).collect(),
             wall_period_ns: 0,
+            events: events::Events::default(),
         }
     }
 
@@ -130,6 +137,13 @@ impl ViewData {
         self.stacks.push(frames.clone());
         self.stack_ids.insert(frames, self.stacks.len() - 1);
         self.stacks.len() - 1
+    }
+
+    /// The page's stack of `frames` (innermost first), without the runtime's thread-start frames.
+    fn stack_of(&mut self, frames: &[jfr_format::FrameInfo]) -> usize {
+        let shown = &frames[..frames.len() - frames::runtime_frames(frames)];
+        let ids: Vec<usize> = shown.iter().rev().map(|f| self.frame(frames::display_name(f))).collect();
+        self.stack(ids)
     }
 
     fn thread(&mut self, name: &str) -> usize {
@@ -196,7 +210,7 @@ fn page_with_budget(
             kind_of_type.push(k);
         }
     }
-    let selection = match super::dump::last_live_snapshot(chunks)? {
+    let samples_selection = match super::dump::last_live_snapshot(chunks)? {
         Some((chunk_start, id, _)) => selection.clone().with_snapshot(chunk_start, id),
         None => selection.clone(),
     };
@@ -205,14 +219,11 @@ fn page_with_budget(
     for sc in chunks {
         // Stack keys are chunk-local: this chunk's key → the page's stack index.
         let mut chunk_stacks: HashMap<u64, usize> = HashMap::new();
-        profile::for_each_sample(&sc.chunk, &weighing, &selection, |sample| {
+        profile::for_each_sample(&sc.chunk, &weighing, &samples_selection, |sample| {
             let stack = match chunk_stacks.get(&sample.stack_key) {
                 Some(&i) => i,
                 None => {
-                    let shown = &sample.stack.frames
-                        [..sample.stack.frames.len() - frames::runtime_frames(&sample.stack.frames)];
-                    let ids: Vec<usize> = shown.iter().rev().map(|f| data.frame(frames::display_name(f))).collect();
-                    let i = data.stack(ids);
+                    let i = data.stack_of(&sample.stack.frames);
                     chunk_stacks.insert(sample.stack_key, i);
                     i
                 }
@@ -228,6 +239,9 @@ fn page_with_budget(
             );
         })
         .with_context(|| format!("{}", sc.file.display()))?;
+        let sample_types = weighing.names();
+        events::add_chunk(&mut data, &sc.chunk, &sample_types, selection, start_ns)
+            .with_context(|| format!("{}", sc.file.display()))?;
     }
     Ok(page(&data, &kinds, title, end_ns - start_ns, truncated))
 }
@@ -353,7 +367,9 @@ fn page(
         }
         j.extend_from_slice(b"]}");
     }
-    j.extend_from_slice(b"]}");
+    j.push(b']');
+    data.events.write_json(&mut j);
+    j.push(b'}');
     let mut out = Vec::with_capacity(TEMPLATE.len() + j.len());
     let (head, tail) = TEMPLATE.split_once(DATA_MARK).expect("the template has its data mark");
     out.extend_from_slice(head.as_bytes());
