@@ -477,3 +477,121 @@ fn the_demo_recording_shows_its_workers_requests_as_bars() {
     chromium(&[&format!("--screenshot={}", s(&shot)), &format!("file://{}", s(&page))]);
     assert!(shot.exists());
 }
+
+/// Writes a recording of one thread (`busy`) with `count` CPU samples, one a millisecond, over
+/// 64 distinct stacks (`main` > `work_{k % 8}` > `leaf_{k}`), as one chunk.
+fn write_samples_recording(path: &Path, count: i64) {
+    use jfr_format::metadata::{event_class, ids, jdk_types, EventTypeSpec, Field, Metadata, Region};
+    use jfr_format::write::{put_int, put_long, put_string, put_varint, Checkpoint, ChunkEncoder};
+    const SAMPLE: u64 = 100;
+    let mut classes = jdk_types();
+    classes.push(event_class(EventTypeSpec {
+        id: SAMPLE,
+        name: "jdk.ExecutionSample",
+        label: "Method Profiling Sample",
+        description: None,
+        category: &["Profiling"],
+        duration: false,
+        thread: false,
+        stack_trace: false,
+        fields: vec![
+            Field::new("sampledThread", ids::THREAD).pooled(),
+            Field::new("stackTrace", ids::STACK_TRACE).pooled(),
+            Field::new("state", ids::THREAD_STATE).pooled(),
+        ],
+    }));
+    let metadata = Metadata { id: 1, classes, region: Region::default() };
+    let start_ns = 1_700_000_000_000_000_000i64;
+    let mut w = ChunkEncoder::new(start_ns, 0);
+    w.write_metadata(&metadata, 0);
+    for i in 0..count {
+        w.write_event(SAMPLE, |o| {
+            put_long(o, i * 1_000_000);
+            put_varint(o, 1);
+            put_varint(o, 1 + (i % 64) as u64);
+            put_varint(o, 5);
+        });
+    }
+    // Symbols 1..: main, work_0..7, leaf_0..63; methods and classes with the same keys.
+    let names: Vec<String> = std::iter::once("main".to_owned())
+        .chain((0..8).map(|k| format!("work_{k}")))
+        .chain((0..64).map(|k| format!("leaf_{k}")))
+        .collect();
+    let mut cp = Checkpoint::new();
+    cp.add(ids::THREAD, 1, |o| {
+        put_string(o, Some("busy"));
+        put_long(o, 7);
+        put_string(o, None);
+        put_long(o, 0);
+        put_varint(o, 0);
+    });
+    cp.add(ids::THREAD_STATE, 5, |o| put_string(o, Some("STATE_RUNNABLE")));
+    cp.add(ids::FRAME_TYPE, 3, |o| put_string(o, Some("Native")));
+    cp.add(ids::SYMBOL, 1000, |o| put_string(o, Some("()V")));
+    cp.add(ids::SYMBOL, 1001, |o| put_string(o, Some("app")));
+    cp.add(ids::CLASS, 1, |o| {
+        put_varint(o, 0);
+        put_varint(o, 1001);
+        put_varint(o, 0);
+        put_int(o, 0);
+        o.push(0);
+    });
+    for (i, name) in names.iter().enumerate() {
+        let key = i as u64 + 1;
+        cp.add(ids::SYMBOL, key, |o| put_string(o, Some(name)));
+        cp.add(ids::METHOD, key, |o| {
+            put_varint(o, 1);
+            put_varint(o, key);
+            put_varint(o, 1000);
+            put_int(o, 0);
+            o.push(0);
+        });
+    }
+    for k in 0..64u64 {
+        // Innermost first: leaf_k, work_{k % 8}, main.
+        cp.add(ids::STACK_TRACE, k + 1, |o| {
+            o.push(0);
+            put_varint(o, 3);
+            for method in [10 + k, 2 + k % 8, 1] {
+                put_varint(o, method);
+                put_int(o, 0);
+                put_int(o, 0);
+                put_varint(o, 3);
+            }
+        });
+    }
+    w.write_checkpoint(&cp, 0, true);
+    std::fs::write(path, w.into_bytes(count * 1_000_000, true)).unwrap();
+}
+
+/// One thread with a million samples: the page weighs every one of them, aggregated over time
+/// buckets so that it stays small (every sample embedded, it would be ~20 MB of entries alone).
+#[test]
+fn a_million_samples_give_a_page_of_a_few_megabytes_that_weighs_every_one() {
+    const COUNT: i64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("million.jfr");
+    write_samples_recording(&file, COUNT);
+    assert_eq!(sample_count(&file), COUNT as u64);
+    let page = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_million.html");
+    recorder_ok(&["view", s(&file), "-o", s(&page)]);
+    let size = std::fs::metadata(&page).unwrap().len();
+    assert!(size <= 5 << 20, "the page is {size} bytes");
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    assert_eq!(data["threads"], serde_json::json!(["busy"]));
+    assert_eq!(total(&data, "cpu"), COUNT as u64, "every sample is weighed");
+    let cpu = &data["kinds"][0];
+    assert!(cpu["bucketNs"].as_i64().unwrap() > 1, "aggregated over time buckets");
+    assert!(entries(&data, "cpu").len() <= 150_000);
+    // Every leaf keeps its share: each of the 64 stacks has COUNT / 64 samples (± 1).
+    let mut per_stack: BTreeMap<i64, u64> = BTreeMap::new();
+    for e in entries(&data, "cpu") {
+        *per_stack.entry(e[2]).or_default() += e[3] as u64;
+    }
+    assert_eq!(per_stack.len(), 64);
+    assert!(per_stack.values().all(|&n| n.abs_diff(COUNT as u64 / 64) <= 1), "{per_stack:?}");
+    let state = browser_state(&format!("file://{}", s(&page)));
+    assert_eq!(state["errors"], serde_json::json!([]));
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), COUNT as u64);
+    assert_eq!(state["lanes"], serde_json::json!(["busy"]));
+}

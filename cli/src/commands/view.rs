@@ -32,8 +32,8 @@ const TEMPLATE: &str = include_str!("view.html");
 const DATA_MARK: &str = "/*RECORDER_DATA*/";
 
 /// Distinct (thread, time bucket, stack, state) entries a kind of samples may embed before its
-/// time buckets are widened: about 25 bytes of JSON each, so 250,000 are ~6 MB a kind.
-pub const SERIES_BUDGET: usize = 250_000;
+/// time buckets are widened: about 25 bytes of JSON each, so 150,000 are ~4 MB a kind.
+pub const SERIES_BUDGET: usize = 150_000;
 
 /// The sample kinds of the page, in the order of its selector: id, label, and the weighing.
 fn kinds() -> Vec<(&'static str, &'static str, Weighing)> {
@@ -187,16 +187,6 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
 /// The page of the samples of `chunks` that `selection` keeps (`recorder dump --format html`
 /// selects by `--since` and `--thread`); `truncated` puts up the banner.
 pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, truncated: bool) -> anyhow::Result<Vec<u8>> {
-    page_with_budget(chunks, selection, title, truncated, SERIES_BUDGET)
-}
-
-fn page_with_budget(
-    chunks: &[SourceChunk],
-    selection: &Selection,
-    title: &str,
-    truncated: bool,
-    budget: usize,
-) -> anyhow::Result<Vec<u8>> {
     let start_ns = chunks.iter().map(|c| c.chunk.header().start_nanos).min().unwrap_or(0);
     let end_ns = selection::recording_end_ns(chunks).max(start_ns);
     let kinds = kinds();
@@ -214,7 +204,7 @@ fn page_with_budget(
         Some((chunk_start, id, _)) => selection.clone().with_snapshot(chunk_start, id),
         None => selection.clone(),
     };
-    let mut data = ViewData::new(end_ns - start_ns, budget);
+    let mut data = ViewData::new(end_ns - start_ns, SERIES_BUDGET);
     data.wall_period_ns = wall_period_ns(chunks);
     for sc in chunks {
         // Stack keys are chunk-local: this chunk's key → the page's stack index.

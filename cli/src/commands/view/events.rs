@@ -14,7 +14,7 @@ use std::collections::HashMap;
 /// Events of one type the page embeds at most.
 pub const EVENTS_PER_TYPE: u64 = 5_000;
 /// Events the page embeds at most (a few hundred bytes of JSON each).
-pub const EVENTS_BUDGET: u64 = 40_000;
+pub const EVENTS_BUDGET: u64 = 20_000;
 
 /// An event type's count.
 struct TypeCount {
