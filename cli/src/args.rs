@@ -300,6 +300,7 @@ EXAMPLES:
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
     recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
+    recorder dump app.jfr --format firefox -o profile.json     # profiler.firefox.com: Load a profile from file
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
 Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
@@ -385,6 +386,9 @@ pub enum DumpFormat {
     Pprof,
     /// One self-contained HTML page of the samples: lanes over time, flame graph (as `recorder view`).
     Html,
+    /// The Firefox Profiler's processed profile (JSON): threads, CPU samples with stacks and times,
+    /// events as markers (opens in profiler.firefox.com and Perfetto's UI).
+    Firefox,
 }
 
 impl DumpFormat {

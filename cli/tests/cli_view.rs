@@ -595,3 +595,66 @@ fn a_million_samples_give_a_page_of_a_few_megabytes_that_weighs_every_one() {
     assert_eq!(state["flameTotal"].as_u64().unwrap(), COUNT as u64);
     assert_eq!(state["lanes"], serde_json::json!(["busy"]));
 }
+
+/// `dump --format firefox`: the crate's schema version; per thread, the CPU samples the JDK's
+/// `jfr` counts; every event of a thread a marker: an interval per duration event (the spans),
+/// an instant per other event (the `tracing` events).
+#[test]
+fn firefox_profile_has_each_threads_samples_and_its_events_as_markers() {
+    let (dir, file) = recording_with_spans();
+    let out = dir.path().join("profile.json");
+    recorder_ok(&["dump", "--format", "firefox", s(&file), "-o", s(&out)]);
+    let profile: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("JSON");
+    // The schema version is the crate's (an empty profile of it says which).
+    let empty = fxprof_processed_profile::Profile::new(
+        "x",
+        fxprof_processed_profile::ReferenceTimestamp::from_millis_since_unix_epoch(0.0),
+        fxprof_processed_profile::SamplingInterval::from_millis(1),
+    );
+    let empty: serde_json::Value = serde_json::to_value(&empty).unwrap();
+    let version = &empty["meta"]["preprocessedProfileVersion"];
+    assert!(version.is_u64());
+    assert_eq!(profile["meta"]["preprocessedProfileVersion"], *version);
+
+    // The JDK's count of CPU samples per thread.
+    let printed: serde_json::Value =
+        serde_json::from_str(&jdk("jfr", &["print", "--json", "--events", "jdk.ExecutionSample", s(&file)])).unwrap();
+    let mut jdk_samples: BTreeMap<String, u64> = BTreeMap::new();
+    for e in printed["recording"]["events"].as_array().unwrap() {
+        let t = &e["values"]["sampledThread"];
+        let name = t["javaName"].as_str().or(t["osName"].as_str()).unwrap().to_owned();
+        *jdk_samples.entry(name).or_default() += 1;
+    }
+    assert!(jdk_samples.get("span-worker").is_some_and(|&n| n > 0), "{jdk_samples:?}");
+    let counts = jfr_summary_counts(&file);
+    let mut samples: BTreeMap<String, u64> = BTreeMap::new();
+    let mut markers: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for t in profile["threads"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap().to_owned();
+        let s = &t["samples"];
+        let n = match s["weight"].as_array() {
+            Some(w) => w.iter().map(|w| w.as_u64().unwrap()).sum(),
+            None => s["length"].as_u64().unwrap(),
+        };
+        if n > 0 {
+            samples.insert(name.clone(), n);
+        }
+        let m = &t["markers"];
+        let strings = t["stringArray"].as_array().unwrap();
+        for (data, phase) in m["data"].as_array().unwrap().iter().zip(m["phase"].as_array().unwrap()) {
+            let event_type = strings[data["eventType"].as_u64().unwrap() as usize].as_str().unwrap().to_owned();
+            *markers.entry((event_type, phase.as_u64().unwrap())).or_default() += 1;
+        }
+    }
+    assert_eq!(samples, jdk_samples, "CPU samples per thread");
+    // Phases: 0 instant, 1 interval.
+    assert_eq!(markers.get(&("recorder.Span".to_owned(), 1)).copied(), Some(counts["recorder.Span"]));
+    assert_eq!(counts["recorder.Span"], 9);
+    assert_eq!(markers.get(&("recorder.Log".to_owned(), 0)).copied(), Some(counts["recorder.Log"]));
+    assert!(!markers.contains_key(&("recorder.Span".to_owned(), 0)), "spans are intervals: {markers:?}");
+    // Every marker is an event of its type, each once.
+    for ((event_type, _), n) in &markers {
+        let of_type: u64 = markers.iter().filter(|((t, _), _)| t == event_type).map(|(_, n)| n).sum();
+        assert_eq!(of_type, counts[event_type], "{event_type}: {n}");
+    }
+}

@@ -11,6 +11,8 @@
 //! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
 //! - `pprof`: a gzipped profile.proto of the samples (see `pprof.rs`).
 //! - `html`: the page `recorder view` writes, of the selected samples (`view.rs`).
+//! - `firefox`: the Firefox Profiler's processed profile of the CPU samples and events
+//!   (`firefox.rs`).
 //!
 //! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
 //! or of the `--events` types with a stack trace, each event weighed as its kind says
@@ -177,6 +179,10 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             // An error goes through `result`, so the output file is abandoned as for the other formats.
             super::view::page_of(&source.chunks, &selection, &title, !source.damage.is_empty())
                 .and_then(|page| Ok(sink.write_all(&page).map(|()| true)?))
+        }
+        (DumpFormat::Firefox, _) => {
+            let title = format!("recorder: {}", cfg.path.display());
+            crate::firefox::write(&source.chunks, &selection, &title, &mut sink).map(|()| true)
         }
         (_, Some(write)) => write(&mut sink).map(|()| true),
         (_, None) => Ok(true),

@@ -238,35 +238,11 @@ pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, trunc
 
 /// The wall-clock sampler's period, from its `jdk.ActiveSetting` (0 if the recording has none).
 fn wall_period_ns(chunks: &[SourceChunk]) -> i64 {
-    for sc in chunks {
-        let chunk = &sc.chunk;
-        let metadata = chunk.metadata();
-        let (Some(wall), Some(setting)) =
-            (metadata.class_by_name("profiler.WallClockSample"), metadata.class_by_name("jdk.ActiveSetting"))
-        else {
-            continue;
-        };
-        let (Some(id), Some(name), Some(value)) =
-            (setting.field_index("id"), setting.field_index("name"), setting.field_index("value"))
-        else {
-            continue;
-        };
-        let (wall_id, setting_id) = (wall.id, setting.id);
-        for event in chunk.events().map_while(Result::ok) {
-            if event.type_id != setting_id
-                || event.values.get(id).and_then(jfr_format::Value::as_i64) != Some(wall_id as i64)
-                || event.values.get(name).and_then(jfr_format::Value::as_str) != Some("period")
-            {
-                continue;
-            }
-            if let Some(Ok(d)) =
-                event.values.get(value).and_then(jfr_format::Value::as_str).map(recorder::units::parse_duration)
-            {
-                return i64::try_from(d.as_nanos()).unwrap_or(0);
-            }
-        }
-    }
-    0
+    let wall = ProfileKind::Wall.weighing();
+    chunks
+        .iter()
+        .find_map(|sc| crate::pprof::sampling_period(&sc.chunk, &wall).ok().flatten())
+        .map_or(0, |p| i64::try_from(p).unwrap_or(0))
 }
 
 /// The page: the template with the data as a JSON object literal.

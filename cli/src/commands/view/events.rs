@@ -8,7 +8,8 @@ use super::ViewData;
 use crate::json;
 use crate::render::{JsonRenderer, TypeInfo};
 use crate::selection::Selection;
-use jfr_format::{Chunk, Value};
+use crate::timeline;
+use jfr_format::Chunk;
 use std::collections::HashMap;
 
 /// Events of one type the page embeds at most.
@@ -34,17 +35,6 @@ pub struct Events {
     shown: u64,
 }
 
-/// How one event type of a chunk is read.
-struct Plan {
-    /// Index into [`Events::types`].
-    index: usize,
-    /// A sample type: counted only (the sample kinds show them).
-    sample: bool,
-    duration: bool,
-    thread: Option<usize>,
-    stack: Option<usize>,
-}
-
 /// Adds the events of `chunk` that `selection` keeps; `sample_types` are counted only.
 pub fn add_chunk(
     data: &mut ViewData,
@@ -55,90 +45,43 @@ pub fn add_chunk(
 ) -> jfr_format::Result<()> {
     let info = TypeInfo::new(chunk.types());
     let mut renderer = JsonRenderer::new(chunk, &info);
-    let mut plans: HashMap<u64, Option<Plan>> = HashMap::new();
-    let mut select = selection.for_chunk(chunk);
-    // Chunk-local keys → the page's lanes and stacks.
-    let mut lanes: HashMap<u64, i64> = HashMap::new();
+    // Chunk-local keys → the page's stacks.
     let mut stacks: HashMap<u64, i64> = HashMap::new();
-    let header = *chunk.header();
-    for event in chunk.events() {
-        let event = event?;
-        let plan = plans.entry(event.type_id).or_insert_with(|| {
-            let class = chunk.types().class(event.type_id)?;
-            let index = match data.events.type_ids.get(&class.name) {
-                Some(&i) => i,
-                None => {
-                    data.events.types.push(TypeCount { name: class.name.clone(), count: 0, shown: 0 });
-                    data.events.type_ids.insert(class.name.clone(), data.events.types.len() - 1);
-                    data.events.types.len() - 1
-                }
-            };
-            Some(Plan {
-                index,
-                sample: sample_types.contains(&class.name.as_str()),
-                duration: class.fields.get(1).is_some_and(|f| f.name == "duration"),
-                thread: class.field_index("eventThread"),
-                stack: class.field_index("stackTrace"),
-            })
-        });
-        let Some(plan) = plan.as_ref() else { continue };
-        if !select.keeps(&event)? {
-            continue;
-        }
+    timeline::for_each_event(chunk, selection, |e| {
         let events = &mut data.events;
-        let count = &mut events.types[plan.index];
+        let index = match events.type_ids.get(e.type_name) {
+            Some(&i) => i,
+            None => {
+                events.types.push(TypeCount { name: e.type_name.to_owned(), count: 0, shown: 0 });
+                events.type_ids.insert(e.type_name.to_owned(), events.types.len() - 1);
+                events.types.len() - 1
+            }
+        };
+        let count = &mut events.types[index];
         count.count += 1;
-        if plan.sample || count.shown >= EVENTS_PER_TYPE || events.shown >= EVENTS_BUDGET {
-            continue;
+        if sample_types.contains(&e.type_name) || count.shown >= EVENTS_PER_TYPE || events.shown >= EVENTS_BUDGET {
+            return Ok(());
         }
         count.shown += 1;
         events.shown += 1;
-        let lane = match plan.thread.and_then(|i| event.values.get(i)) {
-            Some(v @ Value::Ref { key, .. }) => match lanes.get(key) {
-                Some(&lane) => lane,
-                None => {
-                    let lane = match chunk.thread_info(v)? {
-                        Some(t) => data.thread(t.name()) as i64,
-                        None => -1,
-                    };
-                    lanes.insert(*key, lane);
-                    lane
-                }
-            },
-            _ => -1,
-        };
-        let stack = match plan.stack.and_then(|i| event.values.get(i)) {
-            Some(v @ Value::Ref { key, .. }) if *key != 0 => match stacks.get(key) {
-                Some(&stack) => stack,
-                None => {
-                    let stack = match chunk.stack_trace_info(v)? {
-                        Some(trace) => data.stack_of(&trace.frames) as i64,
-                        None => -1,
-                    };
-                    stacks.insert(*key, stack);
-                    stack
-                }
-            },
-            _ => -1,
-        };
-        let duration = match plan.duration {
-            true => header.ticks_to_nanos(event.values.get(1).and_then(Value::as_i64).unwrap_or(0)).max(0),
-            false => 0,
+        let lane = e.thread.map_or(-1, |t| data.thread(t) as i64);
+        let stack = match e.stack {
+            Some(frames) => *stacks.entry(e.stack_key).or_insert_with(|| data.stack_of(frames) as i64),
+            None => -1,
         };
         let out = &mut data.events.json;
         if !out.is_empty() {
             out.push(b',');
         }
         out.push(b'[');
-        for v in [plan.index as i64, lane, header.ticks_to_epoch_nanos(event.start_ticks()) - start_ns, duration, stack]
-        {
+        for v in [index as i64, lane, e.start_ns - start_ns, e.duration_ns, stack] {
             json::int(out, v);
             out.push(b',');
         }
-        renderer.fields(&event, out)?;
+        renderer.fields(e.event, out)?;
         out.push(b']');
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 impl Events {
