@@ -47,6 +47,14 @@ pub enum Unit {
     Bytes,
 }
 
+/// The flame graph's name for what a frame's width counts.
+pub fn count_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Samples => "samples",
+        Unit::Bytes => "bytes",
+    }
+}
+
 impl ProfileKind {
     /// The event types that make this kind's stacks, and their weights.
     pub fn contributors(self) -> &'static [Contributor] {

@@ -200,7 +200,7 @@ pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, trunc
             kind_of_type.push(k);
         }
     }
-    let samples_selection = match super::dump::last_live_snapshot(chunks)? {
+    let samples_selection = match selection::last_live_snapshot(chunks)? {
         Some((chunk_start, id, _)) => selection.clone().with_snapshot(chunk_start, id),
         None => selection.clone(),
     };
@@ -309,7 +309,7 @@ fn page(
         j.extend_from_slice(b",\"label\":");
         json::string(&mut j, label);
         j.extend_from_slice(b",\"unit\":");
-        json::string(&mut j, super::dump::count_name(weighing.unit));
+        json::string(&mut j, profile::count_name(weighing.unit));
         j.extend_from_slice(b",\"events\":");
         json::uint(&mut j, series.events);
         j.extend_from_slice(b",\"bucketNs\":");
