@@ -279,6 +279,14 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
         entries(&data, "alloc").iter().filter(|e| (a..=b).contains(&(e[1] as f64 / 1e6))).map(|e| e[3] as u64).sum();
     let state = browser_state(&format!("{url}#kind=alloc&range={from},{to}"));
     assert_eq!(state["flameTotal"].as_u64().unwrap(), in_range);
+    // The function table's callers and callees of `crunch` (CPU samples): what its callers give it
+    // is its total, what it gives its callees is its total less its self.
+    let state = browser_state(&format!("{url}#fn=crunch"));
+    let sum = |v: &serde_json::Value| v.as_object().unwrap().values().map(|w| w.as_u64().unwrap()).sum::<u64>();
+    let (fn_total, fn_self) = (state["fnTotal"].as_u64().unwrap(), state["fnSelf"].as_u64().unwrap());
+    assert!(fn_total > 0 && state["callers"]["cruncher"].as_u64().is_some_and(|w| w > 0), "{state}");
+    assert_eq!(sum(&state["callers"]), fn_total);
+    assert_eq!(sum(&state["callees"]) + fn_self, fn_total);
     // For people to look at: the wall-clock view, states under the lanes.
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_wall_alloc.png");
     let _ = std::fs::remove_file(&shot);
