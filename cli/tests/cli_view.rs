@@ -279,6 +279,12 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
         entries(&data, "alloc").iter().filter(|e| (a..=b).contains(&(e[1] as f64 / 1e6))).map(|e| e[3] as u64).sum();
     let state = browser_state(&format!("{url}#kind=alloc&range={from},{to}"));
     assert_eq!(state["flameTotal"].as_u64().unwrap(), in_range);
+    // A thread selected (its name clicked): the flame graph of its samples only.
+    let napper = data["threads"].as_array().unwrap().iter().position(|t| t == "napper").unwrap();
+    let napper_wall: u64 = entries(&data, "wall").iter().filter(|e| e[0] == napper as i64).map(|e| e[3] as u64).sum();
+    assert!(napper_wall > 0 && napper_wall < total(&data, "wall"));
+    let state = browser_state(&format!("{url}#kind=wall&thread={napper}"));
+    assert_eq!(state["flameTotal"].as_u64().unwrap(), napper_wall);
     // The function table's callers and callees of `crunch` (CPU samples): what its callers give it
     // is its total, what it gives its callees is its total less its self.
     let state = browser_state(&format!("{url}#fn=crunch"));
