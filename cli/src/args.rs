@@ -387,7 +387,7 @@ pub enum DumpFormat {
     /// One self-contained HTML page of the samples: lanes over time, flame graph (as `recorder view`).
     Html,
     /// The Firefox Profiler's processed profile (JSON): threads, CPU samples with stacks and times,
-    /// events as markers (opens in profiler.firefox.com and Perfetto's UI).
+    /// events as markers (profiler.firefox.com opens it from a file).
     Firefox,
 }
 

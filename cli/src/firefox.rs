@@ -1,6 +1,6 @@
 //! `dump --format firefox`: the selected CPU samples and events in the Firefox Profiler's
 //! processed profile format (JSON), written by `fxprof-processed-profile`, the crate samply
-//! writes it with; profiler.firefox.com opens it from a file, and Perfetto's UI imports it.
+//! writes it with; profiler.firefox.com opens it from a file.
 //!
 //! One process; one thread per recorded thread (by name), its CPU samples (jdk.ExecutionSample)
 //! with their stacks (frames as labels, named as in every other view) and times; every other event
@@ -162,7 +162,7 @@ pub fn write(
         let info = TypeInfo::new(chunk.types());
         let mut renderer = JsonRenderer::new(chunk, &info);
         let mut fields = Vec::new();
-        timeline::for_each_event(chunk, selection, |e| {
+        timeline::for_each_event(chunk, selection, &sample_types, |e| {
             let Some(thread_name) = e.thread else { return Ok(()) };
             if sample_types.contains(&e.type_name) {
                 return Ok(());

@@ -34,10 +34,13 @@ struct Plan {
     stack: Option<usize>,
 }
 
-/// Calls `f` for each event of `chunk` that `selection` keeps.
+/// Calls `f` for each event of `chunk` that `selection` keeps. Events of the `counted_only`
+/// types (samples, which the profiles show) come without their thread and stack, which are then
+/// not resolved.
 pub fn for_each_event(
     chunk: &Chunk,
     selection: &Selection,
+    counted_only: &[&str],
     mut f: impl FnMut(TimelineEvent<'_>) -> jfr_format::Result<()>,
 ) -> jfr_format::Result<()> {
     let mut plans: HashMap<u64, Option<Plan>> = HashMap::new();
@@ -49,11 +52,12 @@ pub fn for_each_event(
         let event = event?;
         let plan = plans.entry(event.type_id).or_insert_with(|| {
             let class = chunk.types().class(event.type_id)?;
+            let resolved = !counted_only.contains(&class.name.as_str());
             Some(Plan {
                 name: class.name.clone(),
                 has_duration: class.fields.get(1).is_some_and(|f| f.name == "duration"),
-                thread: class.field_index("eventThread"),
-                stack: class.field_index("stackTrace"),
+                thread: class.field_index("eventThread").filter(|_| resolved),
+                stack: class.field_index("stackTrace").filter(|_| resolved),
             })
         });
         let Some(plan) = plan.as_ref() else { continue };

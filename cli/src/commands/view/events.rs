@@ -47,7 +47,7 @@ pub fn add_chunk(
     let mut renderer = JsonRenderer::new(chunk, &info);
     // Chunk-local keys → the page's stacks.
     let mut stacks: HashMap<u64, i64> = HashMap::new();
-    timeline::for_each_event(chunk, selection, |e| {
+    timeline::for_each_event(chunk, selection, sample_types, |e| {
         let events = &mut data.events;
         let index = match events.type_ids.get(e.type_name) {
             Some(&i) => i,
