@@ -64,9 +64,15 @@ fn entries(data: &serde_json::Value, kind: &str) -> Vec<[i64; 5]> {
     flat.chunks(5).map(|e| std::array::from_fn(|i| e[i].as_i64().unwrap())).collect()
 }
 
-/// The sum of a kind's weights.
+/// The sum of a kind's weights; its lanes' (heat) entries weigh the same.
 fn total(data: &serde_json::Value, kind: &str) -> u64 {
-    entries(data, kind).iter().map(|e| e[3] as u64).sum()
+    let sum = entries(data, kind).iter().map(|e| e[3] as u64).sum();
+    if let Some(k) = data["kinds"].as_array().unwrap().iter().find(|k| k["id"] == kind) {
+        let heat = k["heat"].as_array().unwrap();
+        assert_eq!(heat.len() % 4, 0);
+        assert_eq!(heat.chunks(4).map(|e| e[2].as_u64().unwrap()).sum::<u64>(), sum, "{kind}: the lanes weigh it all");
+    }
+    sum
 }
 
 fn sample_count(path: &Path) -> u64 {
@@ -596,7 +602,14 @@ fn a_million_samples_give_a_page_of_a_few_megabytes_that_weighs_every_one() {
     assert_eq!(total(&data, "cpu"), COUNT as u64, "every sample is weighed");
     let cpu = &data["kinds"][0];
     assert!(cpu["bucketNs"].as_i64().unwrap() > 1, "aggregated over time buckets");
-    assert!(entries(&data, "cpu").len() <= 150_000);
+    assert!(entries(&data, "cpu").len() <= 120_000);
+    // The lanes' buckets stay finer than the flame graphs'.
+    let heat_bucket = cpu["heatBucketNs"].as_i64().unwrap();
+    assert!(
+        heat_bucket * 8 <= cpu["bucketNs"].as_i64().unwrap(),
+        "lanes {heat_bucket} ns, flame graphs {}",
+        cpu["bucketNs"]
+    );
     // Every leaf keeps its share: each of the 64 stacks has COUNT / 64 samples (± 1).
     let mut per_stack: BTreeMap<i64, u64> = BTreeMap::new();
     for e in entries(&data, "cpu") {

@@ -12,7 +12,9 @@
 //! Samples are embedded as (thread, time, stack, weight, state), identical ones added up;
 //! stacks and frame names are deduplicated. A kind whose entries pass [`SERIES_BUDGET`] is
 //! aggregated over time buckets (`bucketNs`, doubled until the entries fit), so the page of a
-//! large recording stays small: its lanes and range selections are then as fine as a bucket.
+//! large recording stays small: its range selections are then as fine as a bucket. The lanes
+//! have their own entries without stacks (`heat`, [`HEAT_BUDGET`]), so their buckets stay fine
+//! when many distinct stacks widen the flame graphs'.
 
 use crate::args::ViewArgs;
 use crate::frames;
@@ -31,9 +33,13 @@ const TEMPLATE: &str = include_str!("view.html");
 /// Where the template takes the data.
 const DATA_MARK: &str = "/*RECORDER_DATA*/";
 
-/// Distinct (thread, time bucket, stack, state) entries a kind of samples may embed before its
-/// time buckets are widened: about 25 bytes of JSON each, so 150,000 are ~4 MB a kind.
-pub const SERIES_BUDGET: usize = 150_000;
+/// Distinct (thread, time bucket, stack, state) entries a kind of samples may embed for its flame
+/// graphs before its time buckets are widened: about 22 bytes of JSON each, ~2.6 MB a kind.
+pub const SERIES_BUDGET: usize = 120_000;
+/// Distinct (thread, time bucket, state) entries a kind may embed for its lanes (their own,
+/// finer buckets: many distinct stacks widen the flame graphs' buckets, not the lanes'): about
+/// 18 bytes each, ~1 MB a kind.
+pub const HEAT_BUDGET: usize = 60_000;
 
 /// The sample kinds of the page, in the order of its selector: id, label, and the weighing.
 fn kinds() -> Vec<(&'static str, &'static str, Weighing)> {
@@ -86,6 +92,33 @@ impl Series {
     }
 }
 
+impl Series {
+    /// Appends the entries, in time order, as a flat array: thread, time from start (ns, a
+    /// bucket's start), stack (if `with_stack`), weight, state.
+    fn write_json(&self, j: &mut Vec<u8>, with_stack: bool) {
+        j.push(b'[');
+        let mut entries: Vec<_> = self.entries.iter().collect();
+        entries.sort_unstable_by_key(|((thread, bucket, stack, state), _)| (*bucket, *thread, *stack, *state));
+        for (i, ((thread, bucket, stack, state), weight)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                j.push(b',');
+            }
+            json::int(j, *thread as i64);
+            j.push(b',');
+            json::int(j, bucket * self.bucket_ns);
+            if with_stack {
+                j.push(b',');
+                json::int(j, *stack as i64);
+            }
+            j.push(b',');
+            json::uint(j, *weight);
+            j.push(b',');
+            json::int(j, *state as i64);
+        }
+        j.push(b']');
+    }
+}
+
 /// The page's data, gathered over every chunk.
 struct ViewData {
     frames: Vec<String>,
@@ -97,8 +130,9 @@ struct ViewData {
     thread_ids: HashMap<String, usize>,
     /// Thread states of wall-clock samples; 0 is "none".
     states: Vec<String>,
-    /// Per kind of [`kinds`]: its samples.
+    /// Per kind of [`kinds`]: its samples, and their weight per thread, time and state (the lanes).
     series: Vec<Series>,
+    heat: Vec<Series>,
     /// The wall-clock sampler's period (ns; 0: unknown).
     wall_period_ns: i64,
     /// The other events: counts per type and those embedded.
@@ -106,7 +140,7 @@ struct ViewData {
 }
 
 impl ViewData {
-    fn new(duration_ns: i64, budget: usize) -> ViewData {
+    fn new(duration_ns: i64) -> ViewData {
         ViewData {
             frames: Vec::new(),
             frame_ids: HashMap::new(),
@@ -115,7 +149,8 @@ impl ViewData {
             threads: Vec::new(),
             thread_ids: HashMap::new(),
             states: vec![String::new()],
-            series: kinds().iter().map(|_| Series::new(duration_ns, budget)).collect(),
+            series: kinds().iter().map(|_| Series::new(duration_ns, SERIES_BUDGET)).collect(),
+            heat: kinds().iter().map(|_| Series::new(duration_ns, HEAT_BUDGET)).collect(),
             wall_period_ns: 0,
             events: events::Events::default(),
         }
@@ -204,7 +239,7 @@ pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, trunc
         Some((chunk_start, id, _)) => selection.clone().with_snapshot(chunk_start, id),
         None => selection.clone(),
     };
-    let mut data = ViewData::new(end_ns - start_ns, SERIES_BUDGET);
+    let mut data = ViewData::new(end_ns - start_ns);
     data.wall_period_ns = wall_period_ns(chunks);
     for sc in chunks {
         // Stack keys are chunk-local: this chunk's key → the page's stack index.
@@ -220,13 +255,9 @@ pub fn page_of(chunks: &[SourceChunk], selection: &Selection, title: &str, trunc
             };
             let thread = data.thread(sample.thread.map_or("(no thread)", |t| t));
             let state = sample.state.map_or(0, |s| data.state(s));
-            data.series[kind_of_type[sample.type_index]].add(
-                thread as u32,
-                sample.start_ns - start_ns,
-                stack as u32,
-                state as u32,
-                sample.weight,
-            );
+            let (kind, at) = (kind_of_type[sample.type_index], sample.start_ns - start_ns);
+            data.series[kind].add(thread as u32, at, stack as u32, state as u32, sample.weight);
+            data.heat[kind].add(thread as u32, at, 0, state as u32, sample.weight);
         })
         .with_context(|| format!("{}", sc.file.display()))?;
         let sample_types = weighing.names();
@@ -292,10 +323,11 @@ fn page(
     strings(&mut j, &data.states);
     j.extend_from_slice(b",\"wallPeriodNs\":");
     json::int(&mut j, data.wall_period_ns);
-    // Per kind, flat quintuples: thread, time from start (ns, a bucket's start), stack, weight, state.
+    // Per kind: for the flame graphs (thread, time, stack, weight, state) quintuples, for the lanes
+    // (thread, time, weight, state) quadruples.
     j.extend_from_slice(b",\"kinds\":[");
     let mut first = true;
-    for ((id, label, weighing), series) in kinds.iter().zip(&data.series) {
+    for (((id, label, weighing), series), heat) in kinds.iter().zip(&data.series).zip(&data.heat) {
         // CPU is always there (the page's default); the others when the recording has them.
         if series.entries.is_empty() && *id != "cpu" {
             continue;
@@ -314,24 +346,13 @@ fn page(
         json::uint(&mut j, series.events);
         j.extend_from_slice(b",\"bucketNs\":");
         json::int(&mut j, series.bucket_ns);
-        j.extend_from_slice(b",\"entries\":[");
-        let mut entries: Vec<_> = series.entries.iter().collect();
-        entries.sort_unstable_by_key(|((thread, bucket, stack, state), _)| (*bucket, *thread, *stack, *state));
-        for (i, ((thread, bucket, stack, state), weight)) in entries.into_iter().enumerate() {
-            if i > 0 {
-                j.push(b',');
-            }
-            for (k, v) in [*thread as i64, bucket * series.bucket_ns, *stack as i64, *weight as i64, *state as i64]
-                .into_iter()
-                .enumerate()
-            {
-                if k > 0 {
-                    j.push(b',');
-                }
-                json::int(&mut j, v);
-            }
-        }
-        j.extend_from_slice(b"]}");
+        j.extend_from_slice(b",\"entries\":");
+        series.write_json(&mut j, true);
+        j.extend_from_slice(b",\"heatBucketNs\":");
+        json::int(&mut j, heat.bucket_ns);
+        j.extend_from_slice(b",\"heat\":");
+        heat.write_json(&mut j, false);
+        j.push(b'}');
     }
     j.push(b']');
     data.events.write_json(&mut j);
