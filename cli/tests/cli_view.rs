@@ -685,3 +685,58 @@ fn firefox_profile_has_each_threads_samples_and_its_events_as_markers() {
         assert_eq!(of_type, counts[event_type], "{event_type}: {n}");
     }
 }
+
+/// A recording of `count` duration events `app.Request` on the thread `server`, the `i`th lasting
+/// `i` microseconds, in reading order i = 0, 1, ...
+fn write_requests_recording(path: &Path, count: i64) {
+    use jfr_format::metadata::{event_class, ids, jdk_types, EventTypeSpec, Field, Metadata, Region};
+    use jfr_format::write::{put_int, put_long, put_string, put_varint, Checkpoint, ChunkEncoder};
+    let mut classes = jdk_types();
+    classes.push(event_class(EventTypeSpec {
+        id: 101,
+        name: "app.Request",
+        label: "Request",
+        description: None,
+        category: &["App"],
+        duration: true,
+        thread: true,
+        stack_trace: false,
+        fields: vec![Field::new("number", ids::INT)],
+    }));
+    let metadata = Metadata { id: 1, classes, region: Region::default() };
+    let mut w = ChunkEncoder::new(1_700_000_000_000_000_000, 0);
+    w.write_metadata(&metadata, 0);
+    for i in 0..count {
+        w.write_event(101, |o| {
+            put_long(o, i * 2_000_000);
+            put_long(o, i * 1_000);
+            put_varint(o, 1);
+            put_int(o, i as i32);
+        });
+    }
+    let mut cp = Checkpoint::new();
+    cp.add(ids::THREAD, 1, |o| {
+        put_string(o, Some("server"));
+        put_long(o, 9);
+        put_string(o, None);
+        put_long(o, 0);
+        put_varint(o, 0);
+    });
+    w.write_checkpoint(&cp, 0, true);
+    std::fs::write(path, w.into_bytes(count * 2_000_000, true)).unwrap();
+}
+
+/// More events of a type than the page holds: it holds the longest (where a latency shows), in
+/// time order, and counts them all.
+#[test]
+fn of_more_events_than_the_page_holds_it_holds_the_longest() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("requests.jfr");
+    write_requests_recording(&file, 6_000);
+    let data = page_data(&recorder_ok(&["view", s(&file)]));
+    let t = data["eventTypes"].as_array().unwrap().iter().find(|t| t["name"] == "app.Request").unwrap().clone();
+    assert_eq!((t["count"].as_u64(), t["shown"].as_u64()), (Some(6_000), Some(5_000)));
+    let numbers: Vec<i64> =
+        events_of(&data, "app.Request").iter().map(|(_, e)| e[5]["number"].as_i64().unwrap()).collect();
+    assert_eq!(numbers, (1_000..6_000).collect::<Vec<i64>>(), "the 5,000 longest, in time order");
+}
