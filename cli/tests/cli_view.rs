@@ -221,7 +221,7 @@ fn in_chromium_the_page_shows_the_lanes_and_the_flame_graph_of_a_range() {
 }
 
 /// `recorder record --wall --alloc --alloc-live` of `programs/view_mix.c` (threads cruncher,
-/// napper, waiter); returns (dir, the recording).
+/// napper, waiter; blocks kept allocated); returns (dir, the recording).
 fn recording_of_c_program() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let prog = build_program("view_mix.c", "gcc", &["-O2", "-pthread", "-fno-omit-frame-pointer"]);
@@ -256,12 +256,19 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
     recorder_ok(&["view", s(&file), "-o", s(&page)]);
     let data = page_data(&std::fs::read_to_string(&page).unwrap());
     let ids: Vec<&str> = data["kinds"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["cpu", "wall", "alloc"], "the kinds the recording has, CPU first");
+    assert_eq!(ids, ["cpu", "wall", "alloc", "live"], "the kinds the recording has, CPU first");
     // Each kind weighs what `summary` counts: samples, wall-clock periods, estimated bytes.
     assert_eq!(total(&data, "cpu"), sample_count(&file));
     assert_eq!(total(&data, "wall"), summary["wall_samples"]["periods"].as_u64().unwrap());
     assert_eq!(total(&data, "alloc"), summary["allocation_samples"]["estimated_bytes"].as_u64().unwrap());
     assert!(total(&data, "alloc") > 0);
+    // Live bytes: what `dump --live` folds (the blocks keep() never freed).
+    let live: u64 = recorder_ok(&["dump", "--format", "collapsed", "--live", s(&file)])
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(live > 0);
+    assert_eq!(total(&data, "live"), live);
     // Wall-clock states: the cruncher runs, the napper sleeps (in nanosleep, 400 ms).
     let states = by_thread_and_state(&data, "wall");
     let of = |t: &str, st: &str| states.get(&(t.to_owned(), st.to_owned())).copied().unwrap_or(0);
@@ -270,7 +277,7 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
 
     // In the browser: the kind of the fragment is shown, its flame graph's root is its total.
     let url = format!("file://{}", s(&page));
-    for kind in ["wall", "alloc"] {
+    for kind in ["wall", "alloc", "live"] {
         let state = browser_state(&format!("{url}#kind={kind}"));
         assert_eq!(state["errors"], serde_json::json!([]));
         assert_eq!(state["kind"], kind);
@@ -304,6 +311,11 @@ fn the_page_selects_cpu_wall_and_allocation_samples_and_shows_wall_clock_states(
     let _ = std::fs::remove_file(&shot);
     let out = chromium(&[&format!("--screenshot={}", s(&shot)), &format!("{url}#kind=wall")]);
     assert!(shot.exists(), "a screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    // And the live bytes, with keep()'s callers.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_view_live.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[&format!("--screenshot={}", s(&shot)), &format!("{url}#kind=live&fn=keep")]);
+    assert!(shot.exists());
     drop(dir);
 }
 

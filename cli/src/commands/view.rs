@@ -5,7 +5,7 @@
 //! live bytes (`profile.rs` names the event types and weights of each). The other events
 //! (`view/events.rs`) are bars and ticks in their threads' lanes and rows of the events table.
 //! Nothing is fetched when the page opens. The page honours
-//! `#kind=KIND&range=FROM_MS,TO_MS&view=FROM_MS,TO_MS&thread=LANE&event=INDEX&type=NAME`
+//! `#kind=KIND&range=FROM_MS,TO_MS&view=FROM_MS,TO_MS&thread=LANE&event=INDEX&type=NAME&fn=NAME`
 //! (milliseconds from the recording's start) and exposes what it shows as `window.recorderView`
 //! and `<pre id=state>` for tests.
 //!

@@ -1,7 +1,7 @@
 /* A program for `recorder view` (cli/tests/cli_view.rs) and its screenshots, recorded with
  * `recorder record --wall --alloc --alloc-live`: three named threads, each in one wall-clock
  * state most of the time. "cruncher" burns ~400 ms of CPU in crunch() while it allocates 4 KiB
- * blocks in churn() (freed) and keeps 2 MiB in keep() (never freed: the live set); "napper"
+ * blocks in churn() (freed) and keeps up to 2 MiB in keep() (never freed: the live set); "napper"
  * sleeps in nanosleep (10 x 40 ms); "waiter" waits on a condition variable that cruncher
  * signals when it is done. Exits 0. */
 #define _GNU_SOURCE
@@ -14,7 +14,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 static int done;
 static volatile unsigned long sink;
-static void *kept[512];
+/* volatile: the stores (and so the allocations) must not be optimized away. */
+static void *volatile kept[512];
 
 static double cpu_ms(void) {
     struct timespec ts;
@@ -33,16 +34,17 @@ __attribute__((noinline)) void churn(int n) {
 
 __attribute__((noinline)) void keep(int i) {
     kept[i] = malloc(4096);
-    memset(kept[i], 1, 4096);
+    memset((void *)kept[i], 1, 4096);
 }
 
 __attribute__((noinline)) void crunch(double ms) {
     double end = cpu_ms() + ms;
     int k = 0;
-    while (cpu_ms() < end) {
+    for (long round = 0; cpu_ms() < end; round++) {
         for (int i = 0; i < 20000; i++) sink += i * i;
         churn(2);
-        if (k < 512) keep(k++);
+        /* Spread over the whole run: the allocation sampler starts a little after the program. */
+        if (round % 4 == 0 && k < 512) keep(k++);
     }
 }
 
