@@ -349,7 +349,7 @@ fn recording_with_spans() -> (tempfile::TempDir, PathBuf) {
                             let _p = tracing::info_span!("render").entered();
                             spin_cpu(Duration::from_millis(50));
                         }
-                        tracing::info!(request = i, "request done");
+                        tracing::info!(request = i, "request done {HOSTILE_NAME}");
                     }
                 });
             })
@@ -398,6 +398,10 @@ fn spans_are_bars_in_their_lane_and_selecting_one_gives_its_flame_graph() {
     }
     let logs = events_of(&data, "recorder.Log");
     assert_eq!(logs.len(), 3, "the tracing events");
+    // Their messages hold markup: data in the page, never elements of it.
+    assert!(logs.iter().all(|(_, e)| e[5].to_string().contains(HOSTILE_NAME)), "{logs:?}");
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(text.matches("<script").count(), 2, "no script element comes from the events");
     assert!(logs.iter().all(|(_, e)| e[1].as_u64() == Some(lane) && e[3] == 0), "instants in the lane: {logs:?}");
 
     // In the browser: the lane holds its events; the second `render` span, selected, shows its
