@@ -200,9 +200,11 @@ fn in_chromium_the_page_shows_the_lanes_and_the_flame_graph_of_a_range() {
     assert_eq!(state["lanes"], data["threads"], "one lane per thread, named");
     assert!(state["lanes"].as_array().unwrap().iter().any(|l| l == HOSTILE_NAME), "the name is text in the DOM");
     assert_eq!(state["flameTotal"].as_u64().unwrap(), sample_count(&file));
-    // A range: the flame graph's root is the samples taken in it.
-    let duration_ms = data["durationNs"].as_f64().unwrap() / 1e6;
-    let (from, to) = (format!("{:.3}", duration_ms / 4.0), format!("{:.3}", duration_ms / 2.0));
+    // A range: the flame graph's root is the samples taken in it. The range is the middle of the
+    // samples' times (where they fall in the recording depends on how long its start and stop took).
+    let mut times: Vec<f64> = entries(&data, "cpu").iter().map(|e| e[1] as f64 / 1e6).collect();
+    times.sort_by(f64::total_cmp);
+    let (from, to) = (format!("{:.3}", times[times.len() / 4]), format!("{:.3}", times[times.len() / 2]));
     let (a, b): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
     let in_range: u64 =
         entries(&data, "cpu").iter().filter(|e| (a..=b).contains(&(e[1] as f64 / 1e6))).map(|e| e[3] as u64).sum();
