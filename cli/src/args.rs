@@ -48,7 +48,7 @@ pub enum Command {
     /// Post finished chunks to Grafana Pyroscope, once each and in order (`--follow`: as they finish).
     #[command(after_long_help = PUSH_EXAMPLES, after_help = PUSH_EXAMPLES)]
     Push(PushArgs),
-    /// Write one self-contained HTML page: a lane per thread with its CPU samples over time, and the flame graph and function table of a selected time range.
+    /// Write one self-contained HTML page: a lane per thread with its samples (CPU, wall clock with thread states, allocated or live bytes), spans and events over time, the flame graph and function table of a selected time range, and an events table.
     #[command(after_long_help = VIEW_EXAMPLES, after_help = VIEW_EXAMPLES)]
     View(ViewArgs),
 }
@@ -59,7 +59,8 @@ EXAMPLES:
     recorder view /tmp/recorder-1000/2026_11_29_16_36_53_10829/ -o report.html
 
 The page needs no network: its script, style and data are in the file. Open report.html#range=100,300
-to show the flame graph of 100 ms to 300 ms after the recording's start; drag over a lane to select a range.";
+to show the flame graph of 100 ms to 300 ms after the recording's start; drag over a lane to select a range.
+report.html#kind=wall (or alloc, live) shows that kind of samples.";
 
 #[derive(Debug, Args)]
 pub struct ViewArgs {
@@ -299,6 +300,7 @@ EXAMPLES:
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
     recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
+    recorder dump app.jfr --format firefox -o profile.json     # profiler.firefox.com: Load a profile from file
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
 Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
@@ -382,8 +384,11 @@ pub enum DumpFormat {
     Flamegraph,
     /// A gzipped pprof profile.proto of the samples (`go tool pprof`, Pyroscope, Speedscope).
     Pprof,
-    /// One self-contained HTML page of the CPU samples: lanes over time, flame graph (as `recorder view`).
+    /// One self-contained HTML page of the samples: lanes over time, flame graph (as `recorder view`).
     Html,
+    /// The Firefox Profiler's processed profile (JSON): threads, CPU samples with stacks and times,
+    /// events as markers (profiler.firefox.com opens it from a file).
+    Firefox,
 }
 
 impl DumpFormat {

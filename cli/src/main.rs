@@ -6,6 +6,7 @@
 mod args;
 mod commands;
 mod demo_workload;
+mod firefox;
 mod fold;
 mod frames;
 mod json;
@@ -16,6 +17,7 @@ mod selection;
 mod source;
 mod spans;
 mod time;
+mod timeline;
 
 use clap::{CommandFactory, FromArgMatches};
 use std::process::ExitCode;

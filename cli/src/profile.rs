@@ -47,6 +47,14 @@ pub enum Unit {
     Bytes,
 }
 
+/// The flame graph's name for what a frame's width counts.
+pub fn count_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Samples => "samples",
+        Unit::Bytes => "bytes",
+    }
+}
+
 impl ProfileKind {
     /// The event types that make this kind's stacks, and their weights.
     pub fn contributors(self) -> &'static [Contributor] {
@@ -155,6 +163,10 @@ pub struct Sample<'a> {
     pub span: u64,
     /// When it was taken (epoch ns).
     pub start_ns: i64,
+    /// Which of the weighing's types it is (index into [`Weighing::types`]).
+    pub type_index: usize,
+    /// The thread's state (`STATE_RUNNABLE`, ...), for event types with a `state` field.
+    pub state: Option<&'a Arc<str>>,
 }
 
 /// Per type id: the field indexes of the stack trace, the thread and the weight.
@@ -163,6 +175,8 @@ struct TypePlan {
     thread: Option<usize>,
     weight: Option<usize>,
     span: Option<usize>,
+    type_index: usize,
+    state: Option<usize>,
 }
 
 /// Calls `f` for each event of `chunk` whose type `weighing` names and that `selection` keeps.
@@ -174,7 +188,7 @@ pub fn for_each_sample(
     mut f: impl FnMut(Sample<'_>),
 ) -> jfr_format::Result<()> {
     let mut plans: HashMap<u64, TypePlan> = HashMap::new();
-    for (name, weight) in &weighing.types {
+    for (type_index, (name, weight)) in weighing.types.iter().enumerate() {
         let Some(class) = chunk.metadata().class_by_name(name) else { continue };
         let Some(stack) = class.field_index("stackTrace") else { continue };
         let thread = class.field_index("sampledThread").or_else(|| class.field_index("eventThread"));
@@ -182,7 +196,8 @@ pub fn for_each_sample(
             Weight::One => None,
             Weight::Field(field) => class.field_index(field),
         };
-        plans.insert(class.id, TypePlan { stack, thread, weight, span: class.field_index("spanId") });
+        let (span, state) = (class.field_index("spanId"), class.field_index("state"));
+        plans.insert(class.id, TypePlan { stack, thread, weight, span, type_index, state });
     }
     if plans.is_empty() {
         return Ok(());
@@ -190,6 +205,7 @@ pub fn for_each_sample(
     let no_stack = Arc::new(Stack { frames: Vec::new() });
     let mut stacks: HashMap<u64, Arc<Stack>> = HashMap::new();
     let mut threads: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+    let mut states: HashMap<(u64, u64), Option<Arc<str>>> = HashMap::new();
     let mut select = selection.for_chunk(chunk);
     for event in chunk.events() {
         let event = event?;
@@ -223,8 +239,18 @@ pub fn for_each_sample(
             _ => None,
         };
         let span = plan.span.and_then(|i| event.values.get(i)).and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
+        let state = match plan.state.and_then(|i| event.values.get(i)) {
+            Some(Value::Ref { type_id, key }) => {
+                let name = states.entry((*type_id, *key)).or_insert_with(|| match chunk.resolve(*type_id, *key) {
+                    Ok(Some(Value::String(t))) => Some(Arc::from(t.as_str())),
+                    _ => None,
+                });
+                name.as_ref()
+            }
+            _ => None,
+        };
         let start_ns = chunk.ticks_to_epoch_nanos(event.start_ticks());
-        f(Sample { stack_key, stack, thread, weight, span, start_ns });
+        f(Sample { stack_key, stack, thread, weight, span, start_ns, type_index: plan.type_index, state });
     }
     Ok(())
 }

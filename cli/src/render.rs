@@ -213,21 +213,8 @@ impl<'c> JsonRenderer<'c> {
             let ticks = event.values.get(1).and_then(Value::as_i64).unwrap_or(0);
             json::int(out, self.header.ticks_to_nanos(ticks));
         }
-        out.extend_from_slice(b",\"fields\":{");
-        let mut first = true;
-        for (i, (field, value)) in class.fields.iter().zip(&event.values).enumerate() {
-            if i == 0 || (i == 1 && class.has_duration) || Some(i) == class.event_thread || Some(i) == class.stack_trace
-            {
-                continue;
-            }
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            out.extend_from_slice(&field.json_key);
-            self.value(value, field.conv, 0, out)?;
-        }
-        out.push(b'}');
+        out.extend_from_slice(b",\"fields\":");
+        self.fields_of(class, event, out)?;
         if let Some(i) = class.event_thread.or(class.sampled_thread) {
             out.extend_from_slice(b",\"thread\":");
             match event.values.get(i) {
@@ -243,6 +230,35 @@ impl<'c> JsonRenderer<'c> {
             }
         }
         out.extend_from_slice(b"}\n");
+        Ok(())
+    }
+
+    /// Appends the `fields` object of `event` (as in [`JsonRenderer::event`]: without the start
+    /// time, duration, event thread and stack trace); nothing for an undeclared type.
+    pub fn fields(&mut self, event: &Event, out: &mut Vec<u8>) -> jfr_format::Result<()> {
+        let info = self.info;
+        match info.class_index(event.type_id).and_then(|i| info.classes.get(i)) {
+            Some(class) => self.fields_of(class, event, out),
+            None => Ok(()),
+        }
+    }
+
+    fn fields_of(&mut self, class: &ClassInfo, event: &Event, out: &mut Vec<u8>) -> jfr_format::Result<()> {
+        out.push(b'{');
+        let mut first = true;
+        for (i, (field, value)) in class.fields.iter().zip(&event.values).enumerate() {
+            if i == 0 || (i == 1 && class.has_duration) || Some(i) == class.event_thread || Some(i) == class.stack_trace
+            {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(&field.json_key);
+            self.value(value, field.conv, 0, out)?;
+        }
+        out.push(b'}');
         Ok(())
     }
 

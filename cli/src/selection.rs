@@ -2,6 +2,7 @@
 //! time: thread keys are chunk-local, so the thread cache is made for one chunk and dropped with it.
 
 use crate::source::SourceChunk;
+use anyhow::Context;
 use jfr_format::{Chunk, Event, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,4 +110,35 @@ impl ChunkSelection<'_> {
             other => matches(other),
         }
     }
+}
+
+/// The last live-set snapshot of the recording: (start of its chunk in epoch ns, snapshot id,
+/// sampled objects it holds); `None` without one. Chunks are in recording order, so the last
+/// chunk with a `recorder.LiveSet` holds it, as its largest snapshot id.
+pub fn last_live_snapshot(chunks: &[SourceChunk]) -> anyhow::Result<Option<(i64, i64, i64)>> {
+    let mut last = None;
+    for sc in chunks {
+        let chunk = &sc.chunk;
+        let Some(class) = chunk.metadata().class_by_name("recorder.LiveSet") else { continue };
+        let (Some(id_at), Some(objects_at)) = (class.field_index("snapshot"), class.field_index("objects")) else {
+            continue;
+        };
+        let type_id = class.id;
+        let mut best: Option<(i64, i64)> = None;
+        for event in chunk.events() {
+            let event = event.with_context(|| format!("{}", sc.file.display()))?;
+            if event.type_id != type_id {
+                continue;
+            }
+            let id = event.values.get(id_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
+            let objects = event.values.get(objects_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
+            if best.is_none_or(|(b, _)| id > b) {
+                best = Some((id, objects));
+            }
+        }
+        if let Some((id, objects)) = best {
+            last = Some((chunk.header().start_nanos, id, objects));
+        }
+    }
+    Ok(last)
 }

@@ -98,6 +98,19 @@ fn live_shows_the_leaking_site_on_top_and_alloc_weighs_by_bytes() {
     recorder_ok(&["dump", repo, "--format", "flamegraph", "--live", "-o", svg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("leak_site"));
 
+    // `recorder view`'s live bytes are `--live`'s, its allocated bytes `--type alloc`'s.
+    let page = recorder_ok(&["view", repo]);
+    let open = "<script id=\"data\" type=\"application/json\">";
+    let start = page.find(open).expect("the page's data") + open.len();
+    let data: serde_json::Value =
+        serde_json::from_str(&page[start..start + page[start..].find("</script>").unwrap()]).unwrap();
+    let page_total = |kind: &str| -> u64 {
+        let k = data["kinds"].as_array().unwrap().iter().find(|k| k["id"] == kind).expect(kind);
+        k["entries"].as_array().unwrap().chunks(5).map(|e| e[3].as_u64().unwrap()).sum()
+    };
+    assert_eq!(page_total("live"), live.iter().map(|l| l.1).sum::<u64>(), "live bytes");
+    assert_eq!(page_total("alloc"), alloc.iter().map(|l| l.1).sum::<u64>(), "allocated bytes");
+
     let summary = recorder_ok(&["summary", repo]);
     assert!(summary.contains("Allocation samples:"), "{summary}");
     assert!(summary.contains("estimated bytes allocated:"), "{summary}");

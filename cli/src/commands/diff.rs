@@ -4,8 +4,8 @@
 //! (as flamegraph tools' `difffolded -n`), so recordings of different lengths compare.
 
 use crate::args::{DiffArgs, DiffFormat};
-use crate::commands::dump::count_name;
 use crate::fold::{FoldOptions, Folded};
+use crate::profile::count_name;
 use crate::selection::Selection;
 use crate::source::{self, Recordings};
 use crate::Outcome;

@@ -10,7 +10,9 @@
 //! - `collapsed`: folded stacks `outer;...;inner weight`, identical stacks aggregated.
 //! - `flamegraph`: an interactive SVG of those stacks, drawn by inferno.
 //! - `pprof`: a gzipped profile.proto of the samples (see `pprof.rs`).
-//! - `html`: the page `recorder view` writes, of the selected CPU samples (`view.rs`).
+//! - `html`: the page `recorder view` writes, of the selected samples (`view.rs`).
+//! - `firefox`: the Firefox Profiler's processed profile of the CPU samples and events
+//!   (`firefox.rs`).
 //!
 //! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
 //! or of the `--events` types with a stack trace, each event weighed as its kind says
@@ -25,7 +27,7 @@
 use crate::args::{DumpConfig, DumpFormat, DumpWeight, TypeFilter};
 use crate::fold::Folded;
 use crate::pprof;
-use crate::profile::{ProfileKind, Unit, Weighing};
+use crate::profile::{count_name, ProfileKind, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
 use crate::selection::{self, Selection};
 use crate::source::{self, Damage, SourceChunk};
@@ -63,7 +65,7 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
     }
     let mut selection = Selection::new(&source.chunks, cfg.since, cfg.thread.clone());
     if cfg.live {
-        let (chunk_start, id, objects) = last_live_snapshot(&source.chunks)?.ok_or_else(|| {
+        let (chunk_start, id, objects) = selection::last_live_snapshot(&source.chunks)?.ok_or_else(|| {
             anyhow::anyhow!(
                 "{}: no live-set snapshot (recorder.LiveSet): record with the live set tracked \
                  (RecorderBuilder::allocation_live_set(true))",
@@ -178,6 +180,10 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             super::view::page_of(&source.chunks, &selection, &title, !source.damage.is_empty())
                 .and_then(|page| Ok(sink.write_all(&page).map(|()| true)?))
         }
+        (DumpFormat::Firefox, _) => {
+            let title = format!("recorder: {}", cfg.path.display());
+            crate::firefox::write(&source.chunks, &selection, &title, &mut sink).map(|()| true)
+        }
         (_, Some(write)) => write(&mut sink).map(|()| true),
         (_, None) => Ok(true),
     };
@@ -269,45 +275,6 @@ fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing
             }
             Ok(weighing)
         }
-    }
-}
-
-/// The last live-set snapshot of the recording: (start of its chunk in epoch ns, snapshot id,
-/// sampled objects it holds); `None` without one. Chunks are in recording order, so the last
-/// chunk with a `recorder.LiveSet` holds it, as its largest snapshot id.
-fn last_live_snapshot(chunks: &[SourceChunk]) -> anyhow::Result<Option<(i64, i64, i64)>> {
-    let mut last = None;
-    for sc in chunks {
-        let chunk = &sc.chunk;
-        let Some(class) = chunk.metadata().class_by_name("recorder.LiveSet") else { continue };
-        let (Some(id_at), Some(objects_at)) = (class.field_index("snapshot"), class.field_index("objects")) else {
-            continue;
-        };
-        let type_id = class.id;
-        let mut best: Option<(i64, i64)> = None;
-        for event in chunk.events() {
-            let event = event.with_context(|| format!("{}", sc.file.display()))?;
-            if event.type_id != type_id {
-                continue;
-            }
-            let id = event.values.get(id_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
-            let objects = event.values.get(objects_at).and_then(jfr_format::Value::as_i64).unwrap_or(0);
-            if best.is_none_or(|(b, _)| id > b) {
-                best = Some((id, objects));
-            }
-        }
-        if let Some((id, objects)) = best {
-            last = Some((chunk.header().start_nanos, id, objects));
-        }
-    }
-    Ok(last)
-}
-
-/// The flame graph's name for what a frame's width counts.
-pub fn count_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Samples => "samples",
-        Unit::Bytes => "bytes",
     }
 }
 
