@@ -244,6 +244,19 @@ fn tsc_ordered() -> i64 {
     monotonic()
 }
 
+/// A file the clock's choice reads, in the recorder's own descriptor table: the program may be
+/// closing or `dup2`ing its descriptors meanwhile (`fds/mod.rs`). Under the loom models (which
+/// build no descriptor code) a plain read.
+#[cfg(not(loom))]
+fn read_probe(path: &str) -> std::io::Result<String> {
+    crate::fds::read_string(path)
+}
+
+#[cfg(loom)]
+fn read_probe(path: &str) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
 /// Picks the source: the TSC when the kernel trusts it (and the environment does not say
 /// otherwise), calibrated; CLOCK_MONOTONIC else.
 fn choose() -> Calibration {
@@ -264,10 +277,8 @@ fn choose() -> Calibration {
     if !cfg!(target_arch = "x86_64") {
         return monotonic("not an x86_64 CPU");
     }
-    // In the recorder's own descriptor table: the program may be closing or `dup2`ing its
-    // descriptors meanwhile (`fds/mod.rs`).
-    let clocksource = crate::fds::read_string("/sys/devices/system/clocksource/clocksource0/current_clocksource");
-    let cpuinfo = crate::fds::read_string("/proc/cpuinfo").unwrap_or_default();
+    let clocksource = read_probe("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+    let cpuinfo = read_probe("/proc/cpuinfo").unwrap_or_default();
     if let Err(reason) = tsc_trusted(clocksource.as_deref().ok(), &cpuinfo) {
         return monotonic(reason);
     }
