@@ -1,6 +1,7 @@
 //! The recorder's own threads (flusher, sampler, wall, control listener, push uploader, consumer,
 //! the preload library's duration thread): every one is started by [`spawn`], with every
-//! asynchronous signal blocked from its first instruction.
+//! asynchronous signal blocked from its first instruction, and its allocations never sampled (they
+//! are the recorder's, not the program's).
 //!
 //! The kernel delivers a process-directed signal (`kill`, `setitimer`'s SIGALRM, SIGCHLD, a
 //! terminal's SIGINT) to any thread that does not block it. A thread of ours that blocked nothing
@@ -59,6 +60,8 @@ where
     while_spawning(|| {
         std::thread::Builder::new().name(name.into()).spawn(move || {
             let _listed = OwnTid::list();
+            // Its allocations are the recorder's, not the program's: never sampled.
+            crate::alloc::exclude_current_thread();
             f()
         })
     })
@@ -77,6 +80,8 @@ where
     while_spawning(|| {
         std::thread::Builder::new().name(name.into()).spawn_scoped(scope, move || {
             let _listed = OwnTid::list();
+            // Its allocations are the recorder's, not the program's: never sampled.
+            crate::alloc::exclude_current_thread();
             f()
         })
     })

@@ -1047,3 +1047,40 @@ fn closing_lines_state_the_recorders_memory_and_the_modules_its_symbol_limit_nam
         jdk("jfr", &[cmd, dir.join("r.jfr").to_str().unwrap()]);
     }
 }
+
+/// The recorder's own threads are never allocation-sampled: their allocations are the recorder's,
+/// not the program's. The wall thread allocates as it walks blocked threads; a `--wall --alloc`
+/// recording once gave `recorder-wall` 16 % of the program's allocation estimate. Not yet
+/// excluded: the one allocation std's thread start makes (a thread-local destructor registered by
+/// its spawn hooks) before the thread runs a statement of ours.
+#[test]
+fn the_recorders_own_threads_allocations_are_not_sampled() {
+    let dir = test_dir("the_recorders_own_threads_allocations_are_not_sampled");
+    let prog = build_program("view_mix.c", "gcc", &["-O2", "-pthread", "-fno-omit-frame-pointer"]);
+    let out = record(
+        &dir,
+        &["--alloc", "64B", "--wall", "1ms", "--period", "1ms", "--repository", "repo", "-o", "own.jfr"],
+        &[prog.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = recorder_ok(&[
+        "print",
+        "--json",
+        "--events",
+        "jdk.ObjectAllocationSample",
+        dir.join("own.jfr").to_str().unwrap(),
+    ]);
+    let mut by_thread: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for line in printed.lines() {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let name = event["thread"]["osName"].as_str().unwrap_or("").to_owned();
+        let frames = event["stack"]["frames"].as_array().cloned().unwrap_or_default();
+        if frames.iter().any(|f| f["method"].as_str().is_some_and(|m| m.contains("ChildSpawnHooks"))) {
+            continue;
+        }
+        *by_thread.entry(name).or_default() += 1;
+    }
+    assert!(by_thread.get("cruncher").is_some_and(|&n| n > 0), "the program's samples: {by_thread:?}");
+    let own: Vec<_> = by_thread.iter().filter(|(name, _)| name.starts_with("recorder-")).collect();
+    assert!(own.is_empty(), "allocation samples on the recorder's threads: {own:?} (all: {by_thread:?})");
+}

@@ -54,7 +54,6 @@ pub(crate) fn in_private_table<R: Send, F: FnOnce() -> R + Send>(f: F) -> R {
         // One of the recorder's own threads: never sampled (a perf event armed on it would stay
         // in the shared table, out of its reach at exit), signals blocked from its start.
         let handle = crate::own_thread::spawn_scoped(scope, "recorder-load", || {
-            crate::alloc::exclude_current_thread();
             leave_shared_table();
             take().map(|f| f())
         });
@@ -158,7 +157,6 @@ fn files_thread() -> Option<&'static FilesThread> {
     let ready = Arc::new(Handoff::new());
     let (served, told) = (Arc::clone(&queue), Arc::clone(&ready));
     let spawned = crate::own_thread::spawn("recorder-files", move || {
-        crate::alloc::exclude_current_thread();
         IN_FILES_THREAD.with(|f| f.set(true));
         let own = leave_shared_table();
         told.give(own);

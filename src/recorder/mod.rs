@@ -630,7 +630,6 @@ impl Inner {
     fn own_thread_start(&self) -> Box<dyn FnOnce() + Send> {
         let sampler = self.sampler.lock().clone();
         Box::new(move || {
-            crate::alloc::exclude_current_thread();
             if let Some(s) = sampler {
                 s.exclude_current_thread();
             }
@@ -653,7 +652,6 @@ impl Inner {
     }
 
     fn flusher_loop(&self) {
-        crate::alloc::exclude_current_thread();
         if let Some(sampler) = self.sampler.lock().as_ref() {
             sampler.exclude_current_thread();
         }
@@ -735,7 +733,6 @@ impl Inner {
     /// up, it drains the full queue under L, and every 100 ms discovers new threads and collects
     /// lost samples.
     fn sampler_loop(&self, sampler: &Sampler) {
-        crate::alloc::exclude_current_thread();
         sampler.exclude_current_thread();
         let maintain = || {
             // Modules loaded since the last pass get their `pthread_create` interposed.
