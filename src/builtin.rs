@@ -465,7 +465,7 @@ builtin_event! {
              and the debug info of the files it mapped (the size of their DWARF sections, which lookups read from the page \
              cache); total is their sum. symbolsOnly names \
              the modules named from their symbol table only (no lines) because their debug info did not fit what the \
-             symbolizer may hold (symbolizerLimit; none: the largest value)",
+             symbolizer may hold (symbolizerLimit; 0: no limit)",
         implicit: { start_time: i64 },
         fields: {
             event_buffers: u64 = "eventBuffers", "Event Buffers", unsigned(), data_bytes();

@@ -250,7 +250,12 @@ pub fn write_footprint(chunk: &mut ChunkWriter, now: i64, f: &Footprint) {
         symbolizer_heap: s.heap_bytes,
         mapped_debug_files: s.mapped_file_bytes,
         total,
-        memory_limit: u64::try_from(crate::symbolize::memory_limit()).unwrap_or(u64::MAX),
+        // 0 for no limit: JFR has no unsigned long, and the largest value reads as -1 bytes in
+        // `jfr print` and JMC.
+        memory_limit: match crate::symbolize::memory_limit() {
+            usize::MAX => 0,
+            limit => limit as u64,
+        },
         symbols_only_modules: s.symbols_only.len() as u64,
         symbols_only: &symbols_only.join(", "),
     });

@@ -518,7 +518,7 @@ fn footprint_bytes(fields: &[(String, Value)], name: &str) -> u64 {
 }
 
 /// The last recorder.Footprint as a JSON object: `total_bytes`, each part's bytes, the
-/// symbolizer's limit and the modules named from symbols only.
+/// symbolizer's limit (0: none) and the modules named from symbols only.
 fn json_footprint(buf: &mut Vec<u8>, fields: &[(String, Value)]) {
     buf.extend_from_slice(b"{\"total_bytes\": ");
     json::uint(buf, footprint_bytes(fields, "total"));
