@@ -299,6 +299,7 @@ EXAMPLES:
     recorder dump jvm.jfr --format flamegraph --type alloc -o alloc.svg
     recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
+    recorder dump app.jfr --format otlp --service-name checkout -o profiles.pb
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
 Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
@@ -384,6 +385,11 @@ pub enum DumpFormat {
     Pprof,
     /// One self-contained HTML page of the CPU samples: lanes over time, flame graph (as `recorder view`).
     Html,
+    /// An OpenTelemetry ExportProfilesServiceRequest (binary protobuf): one profile per kind of
+    /// sample (cpu, wall, alloc, live), each sample with its time, thread and span.
+    Otlp,
+    /// The same request as OTLP/JSON.
+    OtlpJson,
 }
 
 impl DumpFormat {
@@ -394,7 +400,7 @@ impl DumpFormat {
 
     /// Formats whose output is binary (not written to a terminal).
     fn is_binary(self) -> bool {
-        matches!(self, DumpFormat::Jfr | DumpFormat::Pprof)
+        matches!(self, DumpFormat::Jfr | DumpFormat::Pprof | DumpFormat::Otlp)
     }
 }
 
@@ -459,6 +465,9 @@ pub struct DumpArgs {
     /// Keep every event type except these (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
     pub exclude_events: Option<Vec<String>>,
+    /// otlp, otlp-json: the resource's `service.name`.
+    #[arg(long, value_name = "NAME", default_value = "unknown_service")]
+    pub service_name: String,
 }
 
 /// What `dump --format collapsed|flamegraph` weighs a stack by.
@@ -542,6 +551,8 @@ pub struct DumpConfig {
     pub fold: crate::fold::FoldOptions,
     /// What collapsed and flamegraph weigh.
     pub weight: DumpWeight,
+    /// otlp, otlp-json: the resource's `service.name`.
+    pub service_name: String,
 }
 
 #[derive(Debug, Args)]
@@ -647,6 +658,15 @@ impl DumpArgs {
                 }
             }
         }
+        let otlp = matches!(self.format, DumpFormat::Otlp | DumpFormat::OtlpJson);
+        if otlp && (explicit("events") || explicit("exclude_events")) {
+            anyhow::bail!(
+                "--events and --exclude-events do not apply to --format otlp: it writes every kind of sample"
+            );
+        }
+        if !otlp && explicit("service_name") {
+            anyhow::bail!("--service-name applies to --format otlp and otlp-json");
+        }
         if self.live && !matches!(self.format, DumpFormat::Collapsed | DumpFormat::Flamegraph) {
             anyhow::bail!("--live applies to --format collapsed and flamegraph");
         }
@@ -715,6 +735,7 @@ impl DumpArgs {
                 by_span: self.by_span,
             },
             weight: self.weight,
+            service_name: self.service_name,
         })
     }
 }

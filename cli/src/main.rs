@@ -9,6 +9,7 @@ mod demo_workload;
 mod fold;
 mod frames;
 mod json;
+mod otlp;
 mod pprof;
 mod profile;
 mod render;

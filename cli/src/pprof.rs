@@ -217,7 +217,7 @@ impl Builder {
 
 /// The sampling period (ns) the chunk's `jdk.ActiveSetting` events give for the first of the
 /// weighed event types that has one (`period` = `10 ms`, `1000 us`, ...).
-fn sampling_period(chunk: &Chunk, weighing: &Weighing) -> jfr_format::Result<Option<u64>> {
+pub(crate) fn sampling_period(chunk: &Chunk, weighing: &Weighing) -> jfr_format::Result<Option<u64>> {
     let Some(setting) = chunk.metadata().class_by_name("jdk.ActiveSetting") else {
         return Ok(None);
     };
