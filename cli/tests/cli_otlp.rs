@@ -179,3 +179,57 @@ fn flags_of_other_formats_are_refused() {
     let out = recorder(&["dump", s(&m.file), "--format", "pprof", "--service-name", "x", "-o", "/dev/null"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--service-name applies to --format otlp"));
 }
+
+/// `recorder record --period 1ms -o FILE -- PROGRAM ARGS` in a fresh directory; returns FILE.
+fn record(dir: &Path, program: &Path, args: &[&str]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let jfr = dir.join("recorded.jfr");
+    preload_library();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recorder"))
+        .current_dir(dir)
+        .args(["record", "--period", "1ms", "--repository", "repo", "-o", s(&jfr), "--"])
+        .arg(program)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "recorded run: {}", String::from_utf8_lossy(&out.stderr));
+    jfr
+}
+
+// A function name that is not UTF-8 arrives as valid UTF-8 (replacement characters), its samples all there.
+#[test]
+fn a_function_name_that_is_not_utf8_is_exported_readable() {
+    // With debug info: its name comes from DWARF (the symbol table's non-UTF-8 name alone is
+    // not used by the symbolizer).
+    let program = build_program("non_utf8_symbol.c", "gcc", &["-O2", "-g", "-fno-omit-frame-pointer"]);
+    let dir = tempfile::tempdir().unwrap();
+    let jfr = record(dir.path(), &program, &["200"]);
+    let pb = dir.path().join("out.pb");
+    recorder_ok(&["dump", s(&jfr), "--format", "otlp", "-o", s(&pb)]);
+    let cpu = profile(&judge(&pb, false), "cpu").clone();
+    let count: u64 = jdk_cpu_samples(&jfr).0.values().sum();
+    assert_eq!(cpu["values"], count);
+    let hot = cpu["functions"]["otlp_hot_\u{fffd}\u{fffd}"].as_u64().unwrap_or_else(|| panic!("{cpu}"));
+    assert!(hot > 0);
+}
+
+// A 3,000-frame recursion: the stacks the recording keeps are exported whole, every location resolves.
+#[test]
+fn a_3000_frame_stack_is_exported_whole() {
+    let program = build_program("deep_recursion.c", "gcc", &["-O2", "-fno-omit-frame-pointer"]);
+    let dir = tempfile::tempdir().unwrap();
+    let jfr = record(dir.path(), &program, &["3000", "300"]);
+    let pb = dir.path().join("out.pb");
+    recorder_ok(&["dump", s(&jfr), "--format", "otlp", "-o", s(&pb)]);
+    let cpu = profile(&judge(&pb, false), "cpu").clone();
+    let count: u64 = jdk_cpu_samples(&jfr).0.values().sum();
+    assert_eq!(cpu["values"], count);
+    let deepest = recorder_ok(&["dump", s(&jfr), "--format", "collapsed"])
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().0.split(';').count())
+        .max()
+        .unwrap();
+    assert!(deepest >= 128, "the recording keeps deep stacks ({deepest} frames)");
+    assert_eq!(cpu["max_depth"], deepest, "the deepest stack has every frame the recording kept");
+}
