@@ -5,8 +5,8 @@
 //! One `Profile` per kind of sample present (CPU time, wall time, allocated bytes, bytes still
 //! allocated at the last live-set snapshot), all sharing one `ProfilesDictionary`. Samples with the
 //! same stack and attributes are one `Sample` whose `values[i]` was taken at
-//! `timestamps_unix_nano[i]`, so every sample keeps its time. Attributes: `thread.name` (OTel
-//! semantic conventions) and, for a sample taken inside a `recorder.Span`, `recorder.span.name`.
+//! `timestamps_unix_nano[i]`, so every sample keeps its time. Attributes: `thread.name` and
+//! `thread.id` (the OS thread id; OTel semantic conventions) and, for a sample taken inside a `recorder.Span`, `recorder.span.name`.
 //! A frame the recording marks `Inlined` becomes a line of its caller's location (the caller's
 //! line last, as the proto asks).
 
@@ -39,7 +39,7 @@ struct Dictionary {
     functions: HashMap<i32, i32>,
     locations: HashMap<Vec<(i32, i64)>, i32>,
     stacks: HashMap<Vec<i32>, i32>,
-    attributes: HashMap<(i32, String), i32>,
+    attributes: HashMap<(i32, AttributeValue), i32>,
 }
 
 impl Dictionary {
@@ -120,18 +120,37 @@ impl Dictionary {
     }
 
     fn attribute(&mut self, key: &str, value: &str) -> i32 {
+        self.attribute_of(key, AttributeValue::Text(value.to_owned()))
+    }
+
+    fn int_attribute(&mut self, key: &str, value: i64) -> i32 {
+        self.attribute_of(key, AttributeValue::Int(value))
+    }
+
+    fn attribute_of(&mut self, key: &str, value: AttributeValue) -> i32 {
         let key = self.string(key);
         let next = self.table.attribute_table.len() as i32;
-        let i = *self.attributes.entry((key, value.to_owned())).or_insert(next);
+        let any = match &value {
+            AttributeValue::Text(s) => string_value(s),
+            AttributeValue::Int(n) => AnyValue { value: Some(any_value::Value::IntValue(*n)) },
+        };
+        let i = *self.attributes.entry((key, value)).or_insert(next);
         if i == next {
             self.table.attribute_table.push(pb::KeyValueAndUnit {
                 key_strindex: key,
-                value: Some(string_value(value)),
+                value: Some(any),
                 unit_strindex: 0,
             });
         }
         i
     }
+}
+
+/// An attribute's value, as a dictionary key.
+#[derive(PartialEq, Eq, Hash)]
+enum AttributeValue {
+    Text(String),
+    Int(i64),
 }
 
 fn string_value(s: &str) -> AnyValue {
@@ -200,7 +219,15 @@ pub fn build(
                 }
                 let mut found = Vec::new();
                 profile::for_each_sample(chunk, &spec.weighing, &spec.selection, |s| {
-                    found.push((s.stack_key, s.stack.clone(), s.thread.cloned(), s.weight, s.span, s.start_ns));
+                    found.push((
+                        s.stack_key,
+                        s.stack.clone(),
+                        s.thread.cloned(),
+                        s.thread_id,
+                        s.weight,
+                        s.span,
+                        s.start_ns,
+                    ));
                 })?;
                 Ok(found)
             });
@@ -212,7 +239,7 @@ pub fn build(
                 }
             };
             let mut stacks: HashMap<u64, i32> = HashMap::new();
-            for (key, stack, thread, weight, span, at_ns) in found {
+            for (key, stack, thread, thread_id, weight, span, at_ns) in found {
                 let stack_index = match stacks.get(&key) {
                     Some(&s) => s,
                     None => {
@@ -224,6 +251,9 @@ pub fn build(
                 let mut attributes = Vec::new();
                 if let Some(thread) = &thread {
                     attributes.push(dict.attribute("thread.name", thread));
+                }
+                if thread_id != 0 {
+                    attributes.push(dict.int_attribute("thread.id", thread_id));
                 }
                 if span != 0 {
                     let name = spans.path(span).last().map_or_else(String::new, |n| n.to_string());

@@ -83,19 +83,31 @@ fn judge(file: &Path, json: bool) -> serde_json::Value {
 
 /// The JDK's reading of the CPU samples: (per thread name, count; first and last start, epoch ns).
 fn jdk_cpu_samples(file: &Path) -> (BTreeMap<String, u64>, i64, i64) {
+    let (threads, _, first, last) = jdk_cpu_samples_and_thread_ids(file);
+    (threads, first, last)
+}
+
+/// [`jdk_cpu_samples`] with each thread name's OS thread ids.
+fn jdk_cpu_samples_and_thread_ids(file: &Path) -> (BTreeMap<String, u64>, BTreeMap<String, Vec<i64>>, i64, i64) {
     let v: serde_json::Value =
         serde_json::from_str(&jfr_ok(&["print", "--json", "--events", "jdk.ExecutionSample", s(file)])).unwrap();
     let mut threads = BTreeMap::new();
+    let mut ids: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for e in v["recording"]["events"].as_array().unwrap() {
         let t = &e["values"]["sampledThread"];
         let name = t["javaName"].as_str().or(t["osName"].as_str()).unwrap().to_owned();
+        let id = t["osThreadId"].as_i64().unwrap();
+        let known = ids.entry(name.clone()).or_default();
+        if !known.contains(&id) {
+            known.push(id);
+        }
         *threads.entry(name).or_insert(0) += 1;
         let at = epoch_nanos_of_iso(e["values"]["startTime"].as_str().unwrap());
         first = first.min(at);
         last = last.max(at);
     }
-    (threads, first, last)
+    (threads, ids, first, last)
 }
 
 fn profile<'a>(report: &'a serde_json::Value, type_name: &str) -> &'a serde_json::Value {
@@ -116,7 +128,7 @@ fn otlp_export_is_read_by_the_official_opentelemetry_types() {
     let pb = out.path().join("out.pb");
     recorder_ok(&["dump", s(&m.repo), "--format", "otlp", "--service-name", "otlp-test", "-o", s(&pb)]);
     let report = judge(&pb, false);
-    let (threads, first, last) = jdk_cpu_samples(&m.file);
+    let (threads, thread_ids, first, last) = jdk_cpu_samples_and_thread_ids(&m.file);
     let count: u64 = threads.values().sum();
     assert!(count > 0);
     let cpu = profile(&report, "cpu");
@@ -126,6 +138,8 @@ fn otlp_export_is_read_by_the_official_opentelemetry_types() {
     assert_eq!(cpu["sum"], count * 1_000_000, "count x period");
     let by_thread: BTreeMap<String, u64> = serde_json::from_value(cpu["threads"].clone()).unwrap();
     assert_eq!(by_thread, threads, "thread names (and their samples) as the JDK reads them");
+    let ids: BTreeMap<String, Vec<i64>> = serde_json::from_value(cpu["thread_ids"].clone()).unwrap();
+    assert_eq!(ids, thread_ids, "thread.id: the OS thread id the JDK reads");
     assert_eq!(cpu["min_timestamp"], first, "the first sample's time");
     assert_eq!(cpu["max_timestamp"], last, "the last sample's time");
     let (start, end) = (cpu["time_unix_nano"].as_i64().unwrap(), cpu["duration_nano"].as_i64().unwrap());

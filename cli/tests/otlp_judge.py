@@ -46,7 +46,8 @@ def main():
         if not 0 < i < len(d.attribute_table):
             fail(f"attribute index {i} out of {len(d.attribute_table)}")
         a = d.attribute_table[i]
-        return string(a.key_strindex, "attribute key"), a.value.string_value
+        value = a.value.int_value if a.value.HasField("int_value") else a.value.string_value
+        return string(a.key_strindex, "attribute key"), value
 
     for f in d.function_table:
         string(f.name_strindex, "function name")
@@ -82,6 +83,7 @@ def main():
                     "min_timestamp": None,
                     "max_timestamp": None,
                     "threads": {},
+                    "thread_ids": {},
                     "spans": {},
                     "max_depth": 0,
                     "functions": {},
@@ -103,6 +105,9 @@ def main():
                     thread = attrs.get("thread.name")
                     if thread is not None:
                         out["threads"][thread] = out["threads"].get(thread, 0) + n
+                        ids = out["thread_ids"].setdefault(thread, [])
+                        if attrs.get("thread.id") not in ids:
+                            ids.append(attrs.get("thread.id"))
                     span = attrs.get("recorder.span.name")
                     if span is not None:
                         out["spans"][span] = out["spans"].get(span, 0) + n
