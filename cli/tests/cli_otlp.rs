@@ -63,24 +63,6 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// `python3 otlp_judge.py FILE [--json]`: its report, or a failed test with its message (a missing
-/// `opentelemetry-proto` fails too: the judge is required, not optional).
-fn judge(file: &Path, json: bool) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_judge.py");
-    let mut cmd = std::process::Command::new("python3");
-    cmd.arg(&script).arg(file);
-    if json {
-        cmd.arg("--json");
-    }
-    let out = cmd.output().expect("running python3 (required: it runs the OTLP judge)");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stderr.contains("No module named") {
-        panic!("the OTLP judge needs PyPI's opentelemetry-proto: pip install opentelemetry-proto\n{stderr}");
-    }
-    assert!(out.status.success(), "the OTLP judge rejects {}: {stderr}", file.display());
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// The JDK's reading of the CPU samples: (per thread name, count; first and last start, epoch ns).
 fn jdk_cpu_samples(file: &Path) -> (BTreeMap<String, u64>, i64, i64) {
     let (threads, _, first, last) = jdk_cpu_samples_and_thread_ids(file);
@@ -127,7 +109,7 @@ fn otlp_export_is_read_by_the_official_opentelemetry_types() {
     let out = tempfile::tempdir().unwrap();
     let pb = out.path().join("out.pb");
     recorder_ok(&["dump", s(&m.repo), "--format", "otlp", "--service-name", "otlp-test", "-o", s(&pb)]);
-    let report = judge(&pb, false);
+    let report = otlp_judge(&pb, false);
     let (threads, thread_ids, first, last) = jdk_cpu_samples_and_thread_ids(&m.file);
     let count: u64 = threads.values().sum();
     assert!(count > 0);
@@ -159,7 +141,7 @@ fn otlp_json_is_the_same_request() {
     let (pb, json) = (out.path().join("out.pb"), out.path().join("out.json"));
     recorder_ok(&["dump", s(&m.file), "--format", "otlp", "-o", s(&pb)]);
     recorder_ok(&["dump", s(&m.file), "--format", "otlp-json", "-o", s(&json)]);
-    let (from_pb, from_json) = (judge(&pb, false), judge(&json, true));
+    let (from_pb, from_json) = (otlp_judge(&pb, false), otlp_judge(&json, true));
     assert_eq!(from_pb, from_json);
     assert_eq!(from_pb["resource"]["service.name"], "unknown_service");
 }
@@ -221,7 +203,7 @@ fn a_function_name_that_is_not_utf8_is_exported_readable() {
     let jfr = record(dir.path(), &program, &["200"]);
     let pb = dir.path().join("out.pb");
     recorder_ok(&["dump", s(&jfr), "--format", "otlp", "-o", s(&pb)]);
-    let cpu = profile(&judge(&pb, false), "cpu").clone();
+    let cpu = profile(&otlp_judge(&pb, false), "cpu").clone();
     let count: u64 = jdk_cpu_samples(&jfr).0.values().sum();
     assert_eq!(cpu["values"], count);
     let hot = cpu["functions"]["otlp_hot_\u{fffd}\u{fffd}"].as_u64().unwrap_or_else(|| panic!("{cpu}"));
@@ -236,7 +218,7 @@ fn a_3000_frame_stack_is_exported_whole() {
     let jfr = record(dir.path(), &program, &["3000", "300"]);
     let pb = dir.path().join("out.pb");
     recorder_ok(&["dump", s(&jfr), "--format", "otlp", "-o", s(&pb)]);
-    let cpu = profile(&judge(&pb, false), "cpu").clone();
+    let cpu = profile(&otlp_judge(&pb, false), "cpu").clone();
     let count: u64 = jdk_cpu_samples(&jfr).0.values().sum();
     assert_eq!(cpu["values"], count);
     let deepest = recorder_ok(&["dump", s(&jfr), "--format", "collapsed"])
