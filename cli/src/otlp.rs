@@ -204,8 +204,9 @@ pub fn build(
     });
     let mut profiles = Vec::new();
     let mut total = 0u64;
-    let readable = damage.as_ref().map_or(chunks.len(), |(i, _)| *i);
     for spec in &specs {
+        // Each kind reads the chunks before the first damaged one any kind found.
+        let readable = damage.as_ref().map_or(chunks.len(), |(i, _)| *i);
         let mut samples: Vec<pb::Sample> = Vec::new();
         let mut by_key: HashMap<(i32, Vec<i32>), usize> = HashMap::new();
         let mut period_ns: Option<u64> = None;
