@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the workspace's unit, integration and doc tests (the JDK's
-# `jfr`, `java` and `javac` and Go's `go tool pprof` are required: they judge what we write) and
-# the loom models of the buffer protocols. The README and CI run exactly this. Besides those judges
-# it needs only cargo (rustup's toolchain), bash 5.1+ and coreutils.
+# `jfr`, `java` and `javac`, Go's `go tool pprof` and PyPI's opentelemetry-proto are required: they judge
+# what we write) and the loom models of the buffer protocols. The README and CI run exactly this. Besides those judges
+# it needs only cargo (rustup's toolchain), bash 5.1+, python3 and coreutils.
 #
 # Same tests as `cargo test --workspace --no-fail-fast` followed by the loom models, arranged to
 # finish sooner on a small machine:
@@ -14,7 +14,7 @@
 #     start, so it only takes CPU time the other work leaves idle.
 # Every binary's full output is kept in target/test-logs/; a failing binary's output is printed.
 # A failure anywhere (build, a test, the doc tests, the loom models) never stops the rest, and
-# makes the script exit 1 at the end, after a summary. Exit 2: a judge (JDK tool, Go) is missing.
+# makes the script exit 1 at the end, after a summary. Exit 2: a judge (JDK tool, Go, opentelemetry-proto) is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -28,6 +28,11 @@ done
 # `go tool pprof` judges `recorder dump --format pprof` (cli/tests).
 if ! command -v go >/dev/null 2>&1; then
     echo "error: 'go' is missing; install Go (e.g. apt-get install -y golang-go): go tool pprof reads our pprof output" >&2
+    exit 2
+fi
+# PyPI's opentelemetry-proto judges `recorder dump --format otlp` (cli/tests/cli_otlp.rs).
+if ! python3 -c 'import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2' >/dev/null 2>&1; then
+    echo "error: python3 with opentelemetry-proto is missing (pip install opentelemetry-proto==1.45.2): it decodes our OTLP output" >&2
     exit 2
 fi
 if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then

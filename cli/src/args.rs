@@ -301,6 +301,7 @@ EXAMPLES:
     recorder dump app.jfr --format collapsed --live | sort -k2 -n -r | head   # what is still allocated
     recorder dump app.jfr --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
     recorder dump app.jfr --format firefox -o profile.json     # profiler.firefox.com: Load a profile from file
+    recorder dump app.jfr --format otlp --service-name checkout -o profiles.pb
     recorder dump --pid 4242 --format flamegraph --since 1m -o last-minute.svg
 
 Output goes to -o FILE, or to stdout when -o is not given (jfr, pprof and --compress output is
@@ -389,6 +390,11 @@ pub enum DumpFormat {
     /// The Firefox Profiler's processed profile (JSON): threads, CPU samples with stacks and times,
     /// events as markers (profiler.firefox.com opens it from a file).
     Firefox,
+    /// An OpenTelemetry ExportProfilesServiceRequest (binary protobuf): one profile per kind of
+    /// sample (cpu, wall, alloc, live), each sample with its time, thread and span.
+    Otlp,
+    /// The same request as OTLP/JSON.
+    OtlpJson,
 }
 
 impl DumpFormat {
@@ -399,7 +405,7 @@ impl DumpFormat {
 
     /// Formats whose output is binary (not written to a terminal).
     fn is_binary(self) -> bool {
-        matches!(self, DumpFormat::Jfr | DumpFormat::Pprof)
+        matches!(self, DumpFormat::Jfr | DumpFormat::Pprof | DumpFormat::Otlp)
     }
 }
 
@@ -464,6 +470,9 @@ pub struct DumpArgs {
     /// Keep every event type except these (comma-separated full names).
     #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
     pub exclude_events: Option<Vec<String>>,
+    /// otlp, otlp-json: the resource's `service.name`.
+    #[arg(long, value_name = "NAME", default_value = "unknown_service")]
+    pub service_name: String,
 }
 
 /// What `dump --format collapsed|flamegraph` weighs a stack by.
@@ -547,6 +556,8 @@ pub struct DumpConfig {
     pub fold: crate::fold::FoldOptions,
     /// What collapsed and flamegraph weigh.
     pub weight: DumpWeight,
+    /// otlp, otlp-json: the resource's `service.name`.
+    pub service_name: String,
 }
 
 #[derive(Debug, Args)]
@@ -652,6 +663,15 @@ impl DumpArgs {
                 }
             }
         }
+        let otlp = matches!(self.format, DumpFormat::Otlp | DumpFormat::OtlpJson);
+        if otlp && (explicit("events") || explicit("exclude_events")) {
+            anyhow::bail!(
+                "--events and --exclude-events do not apply to --format otlp: it writes every kind of sample"
+            );
+        }
+        if !otlp && explicit("service_name") {
+            anyhow::bail!("--service-name applies to --format otlp and otlp-json");
+        }
         if self.live && !matches!(self.format, DumpFormat::Collapsed | DumpFormat::Flamegraph) {
             anyhow::bail!("--live applies to --format collapsed and flamegraph");
         }
@@ -720,6 +740,7 @@ impl DumpArgs {
                 by_span: self.by_span,
             },
             weight: self.weight,
+            service_name: self.service_name,
         })
     }
 }

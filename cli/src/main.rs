@@ -10,6 +10,7 @@ mod firefox;
 mod fold;
 mod frames;
 mod json;
+mod otlp;
 mod pprof;
 mod profile;
 mod render;

@@ -157,6 +157,8 @@ pub struct Sample<'a> {
     pub stack: &'a Arc<Stack>,
     /// The thread's name (Java name, else OS name), if the event has a thread.
     pub thread: Option<&'a Arc<str>>,
+    /// The thread's OS thread id (0: none or unknown).
+    pub thread_id: i64,
     /// The event's weight.
     pub weight: u64,
     /// The span it was taken in (`spanId` of our CPU samples; 0: none).
@@ -204,7 +206,7 @@ pub fn for_each_sample(
     }
     let no_stack = Arc::new(Stack { frames: Vec::new() });
     let mut stacks: HashMap<u64, Arc<Stack>> = HashMap::new();
-    let mut threads: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+    let mut threads: HashMap<u64, Option<(Arc<str>, i64)>> = HashMap::new();
     let mut states: HashMap<(u64, u64), Option<Arc<str>>> = HashMap::new();
     let mut select = selection.for_chunk(chunk);
     for event in chunk.events() {
@@ -231,13 +233,14 @@ pub fn for_each_sample(
         let thread = match plan.thread.and_then(|i| event.values.get(i)) {
             Some(v @ Value::Ref { key, .. }) => {
                 if !threads.contains_key(key) {
-                    let name = chunk.thread_info(v)?.map(|t| Arc::from(t.name()));
+                    let name = chunk.thread_info(v)?.map(|t| (Arc::from(t.name()), t.os_thread_id));
                     threads.insert(*key, name);
                 }
                 threads[key].as_ref()
             }
             _ => None,
         };
+        let (thread, thread_id) = thread.map_or((None, 0), |(name, id)| (Some(name), *id));
         let span = plan.span.and_then(|i| event.values.get(i)).and_then(Value::as_i64).map_or(0, |s| s.max(0) as u64);
         let state = match plan.state.and_then(|i| event.values.get(i)) {
             Some(Value::Ref { type_id, key }) => {
@@ -250,7 +253,7 @@ pub fn for_each_sample(
             _ => None,
         };
         let start_ns = chunk.ticks_to_epoch_nanos(event.start_ticks());
-        f(Sample { stack_key, stack, thread, weight, span, start_ns, type_index: plan.type_index, state });
+        f(Sample { stack_key, stack, thread, thread_id, weight, span, start_ns, type_index: plan.type_index, state });
     }
     Ok(())
 }

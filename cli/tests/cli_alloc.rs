@@ -94,6 +94,14 @@ fn live_shows_the_leaking_site_on_top_and_alloc_weighs_by_bytes() {
     let truth = 20_000.0 * 4096.0;
     assert!((churn / truth - 1.0).abs() < 0.2, "estimated churn bytes {churn} vs {truth}");
 
+    // OTLP: the same bytes, as the alloc_space and live_space profiles.
+    let pb = dir.path().join("out.pb");
+    recorder_ok(&["dump", repo, "--format", "otlp", "-o", pb.to_str().unwrap()]);
+    let profiles = otlp_judge(&pb, false)["profiles"].clone();
+    let sum_of = |name: &str| profiles.as_array().unwrap().iter().find(|p| p["type"] == name).map(|p| p["sum"].clone());
+    assert_eq!(sum_of("alloc_space"), Some(alloc.iter().map(|l| l.1).sum::<u64>().into()), "{profiles}");
+    assert_eq!(sum_of("live_space"), Some(live.iter().map(|l| l.1).sum::<u64>().into()), "{profiles}");
+
     let svg = dir.path().join("live.svg");
     recorder_ok(&["dump", repo, "--format", "flamegraph", "--live", "-o", svg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("leak_site"));

@@ -13,6 +13,8 @@
 //! - `html`: the page `recorder view` writes, of the selected samples (`view.rs`).
 //! - `firefox`: the Firefox Profiler's processed profile of the CPU samples and events
 //!   (`firefox.rs`).
+//! - `otlp`, `otlp-json`: an OpenTelemetry profiles export request of every kind of sample
+//!   (see `otlp.rs`).
 //!
 //! The profile formats fold the stacks of a `--type` of samples (`profile.rs`: cpu by default),
 //! or of the `--events` types with a stack trace, each event weighed as its kind says
@@ -26,6 +28,7 @@
 
 use crate::args::{DumpConfig, DumpFormat, DumpWeight, TypeFilter};
 use crate::fold::Folded;
+use crate::otlp;
 use crate::pprof;
 use crate::profile::{count_name, ProfileKind, Weighing};
 use crate::render::{JsonRenderer, TypeInfo};
@@ -164,6 +167,30 @@ pub fn run(cfg: &DumpConfig) -> anyhow::Result<Outcome> {
             }
         }
     }
+    if matches!(cfg.format, DumpFormat::Otlp | DumpFormat::OtlpJson) {
+        let live = selection::last_live_snapshot(&source.chunks)?
+            .map(|(start, id, _)| selection.clone().with_snapshot(start, id));
+        let origin = otlp::Origin {
+            service_name: cfg.service_name.clone(),
+            pid: cfg.pid.map(i64::from).or_else(|| recording_pid(&source.chunks)),
+        };
+        let (export, damage) = otlp::build(&source.chunks, &selection, live, false, &origin);
+        chunk_damage = damage.map(|(i, e)| Damage::in_chunk(&source.chunks[i].file, e));
+        progress.inc(source.chunks.iter().map(|sc| sc.chunk.size()).sum());
+        if export.samples == 0 {
+            progress.finish_and_clear();
+            let mut text = format!("{}: no samples (CPU, wall-clock or allocation) were selected", cfg.path.display());
+            if cfg.thread.is_some() || cfg.since.is_some() {
+                text.push_str(" (--thread and --since narrow the selection)");
+            }
+            return nothing_to_write(source, chunk_damage, anyhow::anyhow!("{text}: nothing to write"));
+        }
+        let json = cfg.format == DumpFormat::OtlpJson;
+        profile_output = Some(Box::new(move |sink: &mut Sink| {
+            let bytes = if json { otlp::to_json(&export.request)? } else { otlp::to_protobuf(&export.request) };
+            Ok(sink.write_all(&bytes)?)
+        }));
+    }
     let mut sink = Sink::open(cfg).with_context(|| sink_name(cfg))?;
     let result = match (cfg.format, profile_output) {
         (DumpFormat::Jfr, _) => write_jfr(&source.chunks, cfg, &selection, &mut sink, &progress, &mut chunk_damage),
@@ -276,6 +303,13 @@ fn weighing(cfg: &DumpConfig, chunks: &[SourceChunk]) -> anyhow::Result<Weighing
             Ok(weighing)
         }
     }
+}
+
+/// The process id a recording's directory name gives (`2026_11_29_16_36_53_10829`), if its chunks
+/// are in one.
+fn recording_pid(chunks: &[SourceChunk]) -> Option<i64> {
+    let dir = chunks.first()?.file.parent()?.file_name()?.to_str()?;
+    recorder::repository::layout::recording_dir_pid(dir).map(i64::from)
 }
 
 /// `--format json`: after the events, the merged scope tree (when the recording has

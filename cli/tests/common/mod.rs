@@ -178,3 +178,21 @@ fn iso_helpers_parse_jfr_output() {
     assert_eq!(parse_iso_duration_nanos("PT0.000001S"), 1_000);
     assert_eq!(parse_iso_duration_nanos("PT1M2.5S"), 62_500_000_000);
 }
+
+/// `python3 otlp_judge.py FILE [--json]`: its report, or a failed test with its message (a missing
+/// `opentelemetry-proto` fails too: the judge is required, not optional).
+pub fn otlp_judge(file: &Path, json: bool) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_judge.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg(file);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("running python3 (required: it runs the OTLP judge)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("No module named") {
+        panic!("the OTLP judge needs PyPI's opentelemetry-proto: pip install opentelemetry-proto\n{stderr}");
+    }
+    assert!(out.status.success(), "the OTLP judge rejects {}: {stderr}", file.display());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
