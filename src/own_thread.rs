@@ -30,6 +30,15 @@ use std::thread::JoinHandle;
 thread_local! {
     /// Set while this thread is inside [`spawn`]'s `pthread_create`.
     static SPAWNING: Cell<bool> = const { Cell::new(false) };
+    /// Set in a thread [`spawn`] started, from its first statement of ours.
+    static OWN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is one of the recorder's own (started by [`spawn`]): the allocation
+/// sampler leaves its allocations out, they are the recorder's, not the program's. A `const`
+/// thread-local without destructor: safe to read inside an allocation.
+pub(crate) fn current_is_own() -> bool {
+    OWN.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Signals raised by a fault of the thread itself, delivered whatever the mask says.
@@ -60,8 +69,7 @@ where
     while_spawning(|| {
         std::thread::Builder::new().name(name.into()).spawn(move || {
             let _listed = OwnTid::list();
-            // Its allocations are the recorder's, not the program's: never sampled.
-            crate::alloc::exclude_current_thread();
+            OWN.with(|own| own.set(true));
             f()
         })
     })
@@ -80,8 +88,7 @@ where
     while_spawning(|| {
         std::thread::Builder::new().name(name.into()).spawn_scoped(scope, move || {
             let _listed = OwnTid::list();
-            // Its allocations are the recorder's, not the program's: never sampled.
-            crate::alloc::exclude_current_thread();
+            OWN.with(|own| own.set(true));
             f()
         })
     })

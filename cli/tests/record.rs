@@ -1080,7 +1080,8 @@ fn the_recorders_own_threads_allocations_are_not_sampled() {
         }
         *by_thread.entry(name).or_default() += 1;
     }
-    assert!(by_thread.get("cruncher").is_some_and(|&n| n > 0), "the program's samples: {by_thread:?}");
+    let program: u64 = by_thread.iter().filter(|(name, _)| !name.starts_with("recorder-")).map(|(_, n)| n).sum();
+    assert!(program > 1000, "the program's samples: {by_thread:?}");
     let own: Vec<_> = by_thread.iter().filter(|(name, _)| name.starts_with("recorder-")).collect();
     assert!(own.is_empty(), "allocation samples on the recorder's threads: {own:?} (all: {by_thread:?})");
 }

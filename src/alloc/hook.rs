@@ -13,7 +13,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::pool::{Claim, Gate, LiveRef, LiveTable, Pool, SEQ_WORD};
-use crate::sync::statics::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::statics::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 // ---- record layout (words of a pool record) ----
@@ -148,8 +148,6 @@ struct AllocThreadState {
     rng: AtomicU64,
     /// Cached kernel thread id (0: not read yet; reset in a forked child).
     tid: AtomicU32,
-    /// The recorder's own threads never sample.
-    excluded: AtomicBool,
     /// Non-zero while the recorder works on this (application) thread: no sample.
     suspended: AtomicU32,
     /// The stack mapping found last (`hi == 0`: none).
@@ -166,7 +164,6 @@ thread_local! {
             epoch: AtomicU64::new(0),
             rng: AtomicU64::new(0),
             tid: AtomicU32::new(0),
-            excluded: AtomicBool::new(false),
             suspended: AtomicU32::new(0),
             stack_lo: AtomicUsize::new(0),
             stack_hi: AtomicUsize::new(0),
@@ -246,15 +243,6 @@ pub(crate) fn installed() -> Option<bool> {
         0 => None,
         v => Some(v == 1),
     }
-}
-
-/// The calling thread never samples (the recorder's own threads).
-pub(crate) fn exclude_current_thread() {
-    let _ = LOCAL.try_with(|l| {
-        // Relaxed: this thread's own state.
-        l.excluded.store(true, Ordering::Relaxed);
-        l.remaining.store(i64::MAX, Ordering::Relaxed);
-    });
 }
 
 /// Suspends sampling on the calling thread while the guard lives: the recorder's own work on an
@@ -381,8 +369,9 @@ pub(crate) fn decide(size: usize) -> Option<Ticket> {
     let epoch = EPOCH.load(Ordering::Relaxed);
     LOCAL
         .try_with(|l| {
-            // Relaxed (all `AllocThreadState` accesses): this thread's own state.
-            if l.excluded.load(Ordering::Relaxed) {
+            // Relaxed (all `AllocThreadState` accesses): this thread's own state. The recorder's
+            // own threads are excluded from their first statement of ours (`own_thread`).
+            if crate::own_thread::current_is_own() {
                 l.epoch.store(epoch, Ordering::Relaxed);
                 l.remaining.store(i64::MAX, Ordering::Relaxed);
                 return None;

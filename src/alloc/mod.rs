@@ -75,6 +75,6 @@ pub(crate) use allocator::{records_for, AllocConfig, Sampling, StartError};
 #[cfg(not(loom))]
 pub use allocator::{AllocationStats, SamplingAllocator, DEFAULT_INTERVAL};
 #[cfg(not(loom))]
-pub(crate) use hook::{exclude_current_thread, forget_in_child, pool_bytes, suspend, AllocRecord};
+pub(crate) use hook::{forget_in_child, pool_bytes, suspend, AllocRecord};
 #[cfg(not(loom))]
 pub(crate) use pool::LiveRef;
