@@ -552,6 +552,20 @@ fn write_jfr(
     progress: &indicatif::ProgressBar,
     damage: &mut Option<Damage>,
 ) -> anyhow::Result<bool> {
+    // Chunks are copied with their constant-pool keys, unique within one recording only. The
+    // JDK's reader keeps what it resolved for a key from one chunk to the next (docs/jfr-format.md),
+    // so in a merge of recordings it names one recording's frames, threads and classes by
+    // another's: say so rather than let it show wrong names silently.
+    let recordings: std::collections::BTreeSet<&std::path::Path> =
+        chunks.iter().filter_map(|c| c.file.parent()).collect();
+    if recordings.len() > 1 {
+        eprintln!(
+            "warning: the output merges {} recordings, whose constant-pool ids overlap: the JDK's jfr tool and \
+             streaming API name one recording's frames, threads and classes by another's (recorder, JDK Mission \
+             Control and jfrs read it right); for the JDK, dump each recording alone (without --all)",
+            recordings.len()
+        );
+    }
     // The last chunk is held back until we know it is the last (it gets the final flag). A
     // damaged chunk is not written: the output holds the chunks that were fully readable.
     let mut held: Option<Vec<u8>> = None;
