@@ -321,6 +321,31 @@ impl SamplerBuffer {
         self.words.len()
     }
 
+    /// Makes the buffer's pages resident and writable before a thread gets it (normal context,
+    /// pool lock held): its words come from one zeroed allocation whose pages the kernel maps on
+    /// first write, and a first write in the SIGPROF handler paid the page fault and its zeroing
+    /// there (handler p99 at 16 frames 4.4-6.4 µs against 1.3-2.3 µs when buffers were written
+    /// at start; README, handler-time). A buffer never handed out stays unmapped. Contents are
+    /// left as they are. Kernels before 5.14 answer EINVAL: the pages then fault as before.
+    #[cfg(not(loom))]
+    pub(super) fn prefault(&self) {
+        /// `MADV_POPULATE_WRITE` (Linux 5.14, the same on every architecture).
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let start = self.words.as_ptr() as usize;
+        let end = start + std::mem::size_of_val::<[UnsafeCell<u64>]>(&self.words);
+        let lo = start / page * page;
+        let hi = end.div_ceil(page) * page;
+        // SAFETY: the range covers this buffer's words, rounded out to whole pages of the block's
+        // mapping (a neighbour's words at most); MADV_POPULATE_WRITE faults pages in writable and
+        // changes no byte.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
+    }
+
+    #[cfg(loom)]
+    pub(super) fn prefault(&self) {}
+
     /// Writes one word. Returns false (and writes nothing) out of range.
     ///
     /// Only the owner calls this, only at indices `>= pos` (I2).

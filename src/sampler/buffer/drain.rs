@@ -276,6 +276,7 @@ impl Core {
         }
         let Some(&i) = pool.last() else { return };
         let Some(buf) = self.buffers.get(i as usize) else { return };
+        buf.prefault();
         let bp = buf as *const SamplerBuffer as *mut SamplerBuffer;
         // Release (success): publishes the recycle's resets (which reached us through the pool
         // lock); pairs with the Acquire swap of the entry in `rotate` (and `take_over`, the
